@@ -1,0 +1,384 @@
+"""Every configuration key shoal knows, in one table, by its Kafka name.
+
+Theory of operation
+-------------------
+A key is declared once in ``CONFIG_DEFS`` with its type, default, scope and a one-line
+doc.  Three scopes exist, as in Kafka:
+
+* ``BROKER``: read at start from the properties file and ``-o key=value`` overrides;
+  ``log.*`` broker keys are also the defaults of the matching topic keys.
+* ``TOPIC``: per-topic overrides (``CreateTopics`` configs, ``AlterConfigs``); a topic
+  key without an override falls back to its broker key (``Definition.broker_synonym``).
+* ``GROUP``: per-group overrides (resource type GROUP, KIP-932); a group key without an
+  override falls back to its broker key.
+
+This module is pure: it parses strings and answers look-ups; it reads no files itself
+except through :func:`load_properties`, which the CLI calls.  docs/CONFIGURATION.md is
+generated from this table (``python -m shoal.config``), so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "Scope",
+    "Definition",
+    "CONFIG_DEFS",
+    "ConfigError",
+    "BrokerConfig",
+    "parse_value",
+    "load_properties",
+    "topic_defaults",
+    "group_defaults",
+]
+
+
+class ConfigError(ValueError):
+    """A key is unknown or a value does not parse or fails its check."""
+
+
+class Scope(enum.Enum):
+    BROKER = "broker"
+    TOPIC = "topic"
+    GROUP = "group"
+
+
+@dataclass(frozen=True, slots=True)
+class Definition:
+    name: str
+    type: type  # int, bool, str, float or list (comma separated strings)
+    default: Any
+    scope: Scope
+    doc: str
+    broker_synonym: str | None = None
+    """For TOPIC/GROUP keys: the broker key that supplies the default."""
+    check: Callable[[Any], bool] | None = None
+    choices: tuple[str, ...] | None = None
+    dynamic: bool = True
+    """Whether IncrementalAlterConfigs may change it while running."""
+
+
+MIB = 1024 * 1024
+DAY_MS = 24 * 60 * 60 * 1000
+
+
+def _ge(n: int) -> Callable[[Any], bool]:
+    return lambda v: v >= n
+
+
+_DEFS: list[Definition] = [
+    # --- server -------------------------------------------------------------------
+    Definition("node.id", int, 0, Scope.BROKER, "The id of this broker in Metadata replies.", dynamic=False),
+    Definition("cluster.id", str, "", Scope.BROKER,
+               "Cluster id; empty means generate one at first start and keep it in the data directory.",
+               dynamic=False),
+    Definition("listeners", str, "PLAINTEXT://127.0.0.1:9092", Scope.BROKER,
+               "Where to listen; `shoal serve --host/--port` override it.", dynamic=False),
+    Definition("advertised.listeners", str, "", Scope.BROKER,
+               "host:port given to clients in Metadata; empty means the bound address.", dynamic=False),
+    Definition("log.dirs", str, "./shoal-data", Scope.BROKER,
+               "The data directory (one is supported); `--data-dir` overrides it.", dynamic=False),
+    Definition("socket.request.max.bytes", int, 100 * MIB, Scope.BROKER,
+               "Largest request frame accepted; a larger one closes the connection.", check=_ge(1024)),
+    Definition("queued.max.requests", int, 500, Scope.BROKER,
+               "Requests in flight per connection before the broker stops reading from it.", check=_ge(1)),
+    Definition("auto.create.topics.enable", bool, False, Scope.BROKER,
+               "Create a topic when Metadata names one that does not exist."),
+    Definition("num.partitions", int, 1, Scope.BROKER, "Partitions of an auto-created topic.", check=_ge(1)),
+    Definition("default.replication.factor", int, 1, Scope.BROKER,
+               "Replication factor reported for new topics (one broker: always 1)."),
+    Definition("delete.topic.enable", bool, True, Scope.BROKER, "Whether DeleteTopics is allowed."),
+    Definition("message.max.bytes", int, 1048588, Scope.BROKER,
+               "Largest record batch accepted (topic key: max.message.bytes).", check=_ge(0)),
+    Definition("shutdown.timeout.ms", int, 10_000, Scope.BROKER,
+               "How long a clean shutdown waits for in-flight requests.", check=_ge(0)),
+    # --- log ---------------------------------------------------------------------
+    Definition("log.segment.bytes", int, 1024 * MIB, Scope.BROKER, "Roll a segment when it reaches this size.",
+               check=_ge(1024)),
+    Definition("log.roll.ms", int, 7 * DAY_MS, Scope.BROKER, "Roll a segment older than this.", check=_ge(1)),
+    Definition("log.retention.ms", int, 7 * DAY_MS, Scope.BROKER,
+               "Delete segments whose newest record is older than this; -1 keeps them forever."),
+    Definition("log.retention.bytes", int, -1, Scope.BROKER,
+               "Delete the oldest segments while a partition is larger than this; -1 means no limit."),
+    Definition("log.retention.check.interval.ms", int, 300_000, Scope.BROKER,
+               "How often retention and compaction run.", check=_ge(1)),
+    Definition("log.cleanup.policy", str, "delete", Scope.BROKER, "delete, compact, or compact,delete."),
+    Definition("log.index.interval.bytes", int, 4096, Scope.BROKER,
+               "Bytes of log between two entries of the sparse offset and time indexes.", check=_ge(0)),
+    Definition("log.flush.interval.messages", int, 1, Scope.BROKER,
+               "fsync a partition after this many records; 1 (shoal's default) fsyncs every append before "
+               "acks=1/-1 are answered. Kafka's default (Long.MAX) leaves flushing to the OS.", check=_ge(1)),
+    Definition("log.flush.interval.ms", int, -1, Scope.BROKER,
+               "fsync a partition at least this often (-1: only by log.flush.interval.messages)."),
+    Definition("log.cleaner.min.compaction.lag.ms", int, 0, Scope.BROKER,
+               "Records younger than this are not compacted."),
+    Definition("log.cleaner.delete.retention.ms", int, DAY_MS, Scope.BROKER,
+               "How long compaction keeps tombstones."),
+    Definition("log.message.timestamp.type", str, "CreateTime", Scope.BROKER, "CreateTime or LogAppendTime.",
+               choices=("CreateTime", "LogAppendTime")),
+    # --- topic keys (defaults from their broker synonyms) ---------------------------
+    Definition("cleanup.policy", list, None, Scope.TOPIC, "delete, compact, or both.",
+               broker_synonym="log.cleanup.policy"),
+    Definition("segment.bytes", int, None, Scope.TOPIC, "See log.segment.bytes.", broker_synonym="log.segment.bytes"),
+    Definition("segment.ms", int, None, Scope.TOPIC, "See log.roll.ms.", broker_synonym="log.roll.ms"),
+    Definition("retention.ms", int, None, Scope.TOPIC, "See log.retention.ms.", broker_synonym="log.retention.ms"),
+    Definition("retention.bytes", int, None, Scope.TOPIC, "See log.retention.bytes.",
+               broker_synonym="log.retention.bytes"),
+    Definition("max.message.bytes", int, None, Scope.TOPIC, "See message.max.bytes.",
+               broker_synonym="message.max.bytes"),
+    Definition("flush.messages", int, None, Scope.TOPIC, "See log.flush.interval.messages.",
+               broker_synonym="log.flush.interval.messages"),
+    Definition("flush.ms", int, None, Scope.TOPIC, "See log.flush.interval.ms.", broker_synonym="log.flush.interval.ms"),
+    Definition("index.interval.bytes", int, None, Scope.TOPIC, "See log.index.interval.bytes.",
+               broker_synonym="log.index.interval.bytes"),
+    Definition("min.compaction.lag.ms", int, None, Scope.TOPIC, "See log.cleaner.min.compaction.lag.ms.",
+               broker_synonym="log.cleaner.min.compaction.lag.ms"),
+    Definition("delete.retention.ms", int, None, Scope.TOPIC, "See log.cleaner.delete.retention.ms.",
+               broker_synonym="log.cleaner.delete.retention.ms"),
+    Definition("message.timestamp.type", str, None, Scope.TOPIC, "See log.message.timestamp.type.",
+               broker_synonym="log.message.timestamp.type", choices=("CreateTime", "LogAppendTime")),
+    # --- fetch sessions ----------------------------------------------------------
+    Definition("max.incremental.fetch.session.cache.slots", int, 1000, Scope.BROKER,
+               "Incremental fetch sessions the broker keeps.", check=_ge(0)),
+    # --- idempotent producers --------------------------------------------------
+    Definition("transactional.id.expiration.ms", int, 7 * DAY_MS, Scope.BROKER,
+               "Forget idle producer ids after this long.", check=_ge(1)),
+    # --- group coordinator (classic and consumer) -------------------------------
+    Definition("offsets.topic.num.partitions", int, 1, Scope.BROKER,
+               "Partitions of __consumer_offsets (fixed once the topic exists).", check=_ge(1), dynamic=False),
+    Definition("offsets.retention.minutes", int, 7 * 24 * 60, Scope.BROKER,
+               "Committed offsets of an empty group expire after this long.", check=_ge(1)),
+    Definition("offsets.retention.check.interval.ms", int, 600_000, Scope.BROKER,
+               "How often expired offsets are removed.", check=_ge(1)),
+    Definition("group.initial.rebalance.delay.ms", int, 3000, Scope.BROKER,
+               "How long the first rebalance of an empty classic group waits for more members.", check=_ge(0)),
+    Definition("group.min.session.timeout.ms", int, 6000, Scope.BROKER,
+               "Smallest session.timeout.ms a classic member may ask for.", check=_ge(0)),
+    Definition("group.max.session.timeout.ms", int, 1_800_000, Scope.BROKER,
+               "Largest session.timeout.ms a classic member may ask for.", check=_ge(0)),
+    Definition("group.max.size", int, 2**31 - 1, Scope.BROKER, "Members a classic group may have.", check=_ge(1)),
+    Definition("group.consumer.session.timeout.ms", int, 45_000, Scope.BROKER,
+               "Session timeout of consumer-protocol (KIP-848) members.", check=_ge(1)),
+    Definition("group.consumer.heartbeat.interval.ms", int, 5000, Scope.BROKER,
+               "Heartbeat interval given to consumer-protocol members.", check=_ge(1)),
+    Definition("group.consumer.max.size", int, 2**31 - 1, Scope.BROKER,
+               "Members a consumer-protocol group may have.", check=_ge(1)),
+    Definition("group.consumer.assignors", list, ["uniform", "range"], Scope.BROKER,
+               "Server-side assignors for consumer-protocol groups; the first is the default."),
+    # --- share groups (KIP-932) --------------------------------------------------
+    Definition("group.share.enable", bool, True, Scope.BROKER, "Whether share groups are served."),
+    Definition("group.share.record.lock.duration.ms", int, 30_000, Scope.BROKER,
+               "Default acquisition lock duration.", check=_ge(1000)),
+    Definition("group.share.min.record.lock.duration.ms", int, 15_000, Scope.BROKER,
+               "Smallest share.record.lock.duration.ms a group may set.", check=_ge(1000)),
+    Definition("group.share.max.record.lock.duration.ms", int, 60_000, Scope.BROKER,
+               "Largest share.record.lock.duration.ms a group may set.", check=_ge(1000)),
+    Definition("group.share.delivery.count.limit", int, 5, Scope.BROKER,
+               "Deliveries after which a released or timed-out record is archived.", check=_ge(2)),
+    Definition("group.share.min.delivery.count.limit", int, 2, Scope.BROKER,
+               "Smallest share.delivery.count.limit a group may set.", check=_ge(2)),
+    Definition("group.share.max.delivery.count.limit", int, 10, Scope.BROKER,
+               "Largest share.delivery.count.limit a group may set.", check=_ge(2)),
+    Definition("group.share.partition.max.record.locks", int, 2000, Scope.BROKER,
+               "In-flight (acquired or awaiting SPSO) records per share-partition.", check=_ge(100)),
+    Definition("group.share.max.size", int, 200, Scope.BROKER, "Members a share group may have.", check=_ge(1)),
+    Definition("group.share.max.groups", int, 10, Scope.BROKER, "Share groups the broker serves.", check=_ge(1)),
+    Definition("group.share.session.timeout.ms", int, 45_000, Scope.BROKER,
+               "Default share.session.timeout.ms.", check=_ge(1)),
+    Definition("group.share.min.session.timeout.ms", int, 45_000, Scope.BROKER,
+               "Smallest share.session.timeout.ms.", check=_ge(1)),
+    Definition("group.share.max.session.timeout.ms", int, 60_000, Scope.BROKER,
+               "Largest share.session.timeout.ms.", check=_ge(1)),
+    Definition("group.share.heartbeat.interval.ms", int, 5000, Scope.BROKER,
+               "Default share.heartbeat.interval.ms.", check=_ge(1)),
+    Definition("group.share.min.heartbeat.interval.ms", int, 5000, Scope.BROKER,
+               "Smallest share.heartbeat.interval.ms.", check=_ge(1)),
+    Definition("group.share.max.heartbeat.interval.ms", int, 15_000, Scope.BROKER,
+               "Largest share.heartbeat.interval.ms.", check=_ge(1)),
+    Definition("group.share.assignors", list, ["simple"], Scope.BROKER, "Share-group assignors."),
+    Definition("max.share.session.cache.slots", int, 1000, Scope.BROKER,
+               "Share sessions the broker keeps.", check=_ge(1)),
+    Definition("share.coordinator.state.topic.num.partitions", int, 1, Scope.BROKER,
+               "Partitions of __share_group_state (fixed once the topic exists).", check=_ge(1), dynamic=False),
+    Definition("share.coordinator.snapshot.update.records.per.snapshot", int, 500, Scope.BROKER,
+               "ShareUpdate records written between two ShareSnapshot records of a share-partition.",
+               check=_ge(0)),
+    Definition("share.fetch.purgatory.purge.interval.requests", int, 1000, Scope.BROKER,
+               "Accepted for compatibility; shoal wakes parked ShareFetch requests directly."),
+    # --- group keys (KIP-932 group configs; defaults from broker synonyms) --------
+    Definition("share.auto.offset.reset", str, "latest", Scope.GROUP,
+               "Where a share group starts on a partition it has no state for: latest, earliest, "
+               "or by_duration:<ISO-8601 duration>."),
+    Definition("share.isolation.level", str, "read_uncommitted", Scope.GROUP,
+               "read_uncommitted (read_committed needs transactions).",
+               choices=("read_uncommitted", "read_committed")),
+    Definition("share.record.lock.duration.ms", int, None, Scope.GROUP, "Acquisition lock duration of this group.",
+               broker_synonym="group.share.record.lock.duration.ms"),
+    Definition("share.delivery.count.limit", int, None, Scope.GROUP, "Delivery count limit of this group.",
+               broker_synonym="group.share.delivery.count.limit"),
+    Definition("share.session.timeout.ms", int, None, Scope.GROUP, "Member session timeout of this group.",
+               broker_synonym="group.share.session.timeout.ms"),
+    Definition("share.heartbeat.interval.ms", int, None, Scope.GROUP, "Member heartbeat interval of this group.",
+               broker_synonym="group.share.heartbeat.interval.ms"),
+    Definition("consumer.session.timeout.ms", int, None, Scope.GROUP, "Consumer-protocol session timeout.",
+               broker_synonym="group.consumer.session.timeout.ms"),
+    Definition("consumer.heartbeat.interval.ms", int, None, Scope.GROUP, "Consumer-protocol heartbeat interval.",
+               broker_synonym="group.consumer.heartbeat.interval.ms"),
+]
+
+CONFIG_DEFS: dict[str, Definition] = {d.name: d for d in _DEFS}
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def parse_value(name: str, raw: Any) -> Any:
+    """Parse ``raw`` (a string or an already-typed value) for key ``name``.
+
+    Raises ConfigError for an unknown key or a value that does not parse or check.
+    """
+    d = CONFIG_DEFS.get(name)
+    if d is None:
+        raise ConfigError(f"unknown configuration key {name!r}")
+    try:
+        if d.type is bool:
+            if isinstance(raw, bool):
+                value: Any = raw
+            else:
+                s = str(raw).strip().lower()
+                if s in _TRUE:
+                    value = True
+                elif s in _FALSE:
+                    value = False
+                else:
+                    raise ValueError(raw)
+        elif d.type is int:
+            if isinstance(raw, bool):
+                raise ValueError(raw)
+            value = int(str(raw).strip()) if not isinstance(raw, int) else raw
+        elif d.type is float:
+            value = float(raw)
+        elif d.type is list:
+            if isinstance(raw, (list, tuple)):
+                value = [str(x).strip() for x in raw]
+            else:
+                value = [x.strip() for x in str(raw).split(",") if x.strip()]
+        else:
+            value = str(raw).strip()
+    except (TypeError, ValueError):
+        raise ConfigError(f"invalid value {raw!r} for {name} (expected {d.type.__name__})") from None
+    if d.choices is not None and value not in d.choices:
+        raise ConfigError(f"invalid value {raw!r} for {name}: one of {', '.join(d.choices)}")
+    if d.check is not None and not d.check(value):
+        raise ConfigError(f"invalid value {raw!r} for {name}")
+    return value
+
+
+def load_properties(text: str) -> dict[str, str]:
+    """Parse a Kafka-style ``key=value`` properties text (``#``/``!`` comments, ``:`` separator)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        for sep_i, ch in enumerate(line):
+            if ch in "=:":
+                out[line[:sep_i].strip()] = line[sep_i + 1 :].strip()
+                break
+        else:
+            out[line] = ""
+    return out
+
+
+class BrokerConfig(Mapping[str, Any]):
+    """The broker's effective configuration: defaults, then the file, then overrides.
+
+    Unknown keys are refused at start (a typo should not silently do nothing) except
+    those listed in ``IGNORED_KEYS``, which Kafka deployments commonly carry and which
+    mean nothing to a single broker.
+    """
+
+    IGNORED_KEYS = frozenset({
+        "process.roles", "controller.quorum.voters", "controller.listener.names",
+        "inter.broker.listener.name", "listener.security.protocol.map", "num.network.threads",
+        "num.io.threads", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
+        "num.recovery.threads.per.data.dir", "offsets.topic.replication.factor",
+        "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
+        "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
+        "broker.id", "zookeeper.connect", "group.coordinator.rebalance.protocols",
+        "unstable.api.versions.enable", "controller.quorum.bootstrap.servers",
+    })
+
+    def __init__(self, overrides: Mapping[str, Any] | None = None) -> None:
+        values: dict[str, Any] = {}
+        for d in _DEFS:
+            if d.scope is Scope.BROKER:
+                values[d.name] = d.default
+        self._values = values
+        for k, v in (overrides or {}).items():
+            self.set(k, v)
+
+    def set(self, name: str, raw: Any) -> None:
+        if name in self.IGNORED_KEYS:
+            return
+        d = CONFIG_DEFS.get(name)
+        if d is None:
+            raise ConfigError(f"unknown configuration key {name!r}")
+        if d.scope is not Scope.BROKER:
+            raise ConfigError(f"{name!r} is a {d.scope.value} configuration, not a broker one")
+        self._values[name] = parse_value(name, raw)
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def __iter__(self):  # type: ignore[override]
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def resolve(self, name: str, overrides: Mapping[str, Any] | None = None) -> Any:
+        """The value of a TOPIC/GROUP key given its overrides, else its broker synonym, else its default."""
+        if overrides and name in overrides:
+            return overrides[name]
+        d = CONFIG_DEFS[name]
+        if d.broker_synonym is not None:
+            v = self._values[d.broker_synonym]
+            if name == "cleanup.policy" and isinstance(v, str):
+                return [x.strip() for x in v.split(",") if x.strip()]
+            return v
+        return d.default
+
+
+def _scoped(scope: Scope) -> Iterable[Definition]:
+    return (d for d in _DEFS if d.scope is scope)
+
+
+def topic_defaults() -> list[Definition]:
+    return list(_scoped(Scope.TOPIC))
+
+
+def group_defaults() -> list[Definition]:
+    return list(_scoped(Scope.GROUP))
+
+
+def render_markdown() -> str:
+    """docs/CONFIGURATION.md's tables, generated from CONFIG_DEFS."""
+    lines: list[str] = []
+    for scope, title in ((Scope.BROKER, "Broker"), (Scope.TOPIC, "Topic"), (Scope.GROUP, "Group")):
+        lines += [f"## {title} configuration", "", "| key | type | default | description |", "|---|---|---|---|"]
+        for d in _scoped(scope):
+            default = f"from `{d.broker_synonym}`" if d.broker_synonym else f"`{d.default!r}`"
+            if isinstance(d.default, list):
+                default = f"`{','.join(d.default)}`"
+            lines.append(f"| `{d.name}` | {d.type.__name__} | {default} | {d.doc} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(render_markdown())
