@@ -1,0 +1,446 @@
+"""One partition's log: segments, append, read, recovery, retention (file I/O).
+
+Theory of operation
+-------------------
+A partition directory ``<topic>-<partition>`` holds segments ``<20-digit base>.log``
+(+ ``.index``, ``.timeindex``) and two small checkpoint files, each replaced atomically
+(write temp, fsync, rename, fsync directory):
+
+* ``log-start-offset``: raised by DeleteRecords and retention; records below it are gone;
+* ``recovery-point``: every byte of the log below this offset was fsynced (written when a
+  segment is rolled, after fsyncing it, and at close).
+
+Invariants: segments are contiguous and ordered; only the last (active) one is written;
+every byte of every segment is a whole, CRC-valid batch with growing offsets; the log end
+offset (LEO) is the active segment's ``next_offset``; the high watermark equals the LEO
+(one broker, no replicas).
+
+Append (:meth:`PartitionLog.append`) validates the whole request first (framing, magic,
+CRC, sizes, idempotent-producer sequence): any fault raises and writes nothing.  Then it
+assigns offsets by rewriting base offsets in one copy of the request, rolls if needed, and
+writes everything with one ``os.write``.  It fsyncs when ``flush.messages`` records are
+unflushed (shoal's default 1: every append) and reports ``durable`` in its result; a
+caller that answers acks only once durable must call :meth:`flush` when it is False.
+
+Read (:meth:`PartitionLog.read`) finds the segment by bisection, the batch by the sparse
+index plus a short scan of headers (or by the cache of the previous read's end), and
+returns whole batches from one ``pread``; records are never parsed.
+
+Recovery on open: segments from the one holding the recovery point (all of them if the
+checkpoint is missing) are validated batch by batch; the first torn or corrupt batch cuts
+its segment there and every later segment is deleted.  Indexes of those segments are
+rebuilt; older segments load their index files (rebuilt if inconsistent).  Producer state
+is rebuilt from the batch headers.
+
+Concurrency: event loop only; never awaits.  ``append`` and ``flush`` block on the disk.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+
+from shoal.errors import ApiError, ErrorCode
+from shoal.log.policy import LogConfig, SegmentSummary, plan_retention, should_roll
+from shoal.log.producer_state import ProducerStateTable
+from shoal.log.segment import Segment
+from shoal.protocol.batch import (
+    TimestampType,
+    decode_records,
+    read_header,
+    set_base_offset,
+    set_log_append_time,
+    validate_batches,
+)
+
+__all__ = ["PartitionLog", "AppendResult", "atomic_write"]
+
+_SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
+LOG_START_FILE = "log-start-offset"
+RECOVERY_POINT_FILE = "recovery-point"
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new content."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_checkpoint(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    """Offset of the first record appended (or of the original batch, for a duplicate)."""
+    last_offset: int
+    log_append_time_ms: int
+    """The time stamped on the batches for LogAppendTime topics, else -1."""
+    record_count: int
+    log_start_offset: int
+    durable: bool
+    """Whether the appended bytes are fsynced (always True for a duplicate)."""
+    duplicate: bool = False
+    """The request repeated an already appended idempotent batch; nothing was written."""
+
+
+class PartitionLog:
+    """The log of one partition.  Create with :meth:`open`."""
+
+    def __init__(self, directory: Path, config: LogConfig) -> None:
+        self.dir = directory
+        self.config = config
+        self.segments: list[Segment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = 0
+        self.producers = ProducerStateTable()
+        self._unflushed_messages = 0
+        self._last_flush_ms = -1
+        self.recovered_truncation = False
+        """Whether opening cut a torn or corrupt tail."""
+
+    # --- opening -----------------------------------------------------------------------
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig, *, now_ms: int = 0) -> "PartitionLog":
+        directory.mkdir(parents=True, exist_ok=True)
+        log = cls(directory, config)
+        log._last_flush_ms = now_ms
+        for p in directory.iterdir():
+            if p.name.endswith((".cleaned", ".tmp")):
+                p.unlink()
+        bases = sorted(int(m.group(1)) for p in directory.iterdir() if (m := _SEGMENT_RE.match(p.name)))
+        recovery_point = _read_checkpoint(directory / RECOVERY_POINT_FILE)
+        start = _read_checkpoint(directory / LOG_START_FILE)
+        # index of the first segment to validate
+        if recovery_point is None or not bases:
+            first_check = 0
+        else:
+            first_check = max(0, bisect_right(bases, recovery_point) - 1)
+        for i, base in enumerate(bases):
+            seg, cut = Segment.open(directory, base, config.index_interval_bytes, recover=i >= first_check)
+            if log.segments and seg.base_offset < log.segments[-1].next_offset:
+                # overlapping segment (a crash during recovery or compaction): drop it and the rest
+                seg.delete()
+                for b in bases[i + 1 :]:
+                    Segment(directory, b, config.index_interval_bytes).delete()
+                log.recovered_truncation = True
+                break
+            log.segments.append(seg)
+            if cut:
+                log.recovered_truncation = True
+                for b in bases[i + 1 :]:
+                    Segment(directory, b, config.index_interval_bytes).delete()
+                break
+        if not log.segments:
+            log.segments.append(Segment(directory, start or 0, config.index_interval_bytes))
+            log.segments[0].recover()
+        log._bases = [s.base_offset for s in log.segments]
+        leo = log.log_end_offset
+        log.log_start_offset = min(max(start or 0, log.segments[0].base_offset), leo)
+        for seg in log.segments:
+            for h in seg.batch_headers():
+                if h.producer_id >= 0:
+                    log.producers.replay(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
+                                         h.base_offset, h.last_offset, h.max_timestamp)
+        return log
+
+    # --- offsets -------------------------------------------------------------------------
+    @property
+    def log_end_offset(self) -> int:
+        return self.segments[-1].next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self.segments[-1].next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def summaries(self) -> list[SegmentSummary]:
+        return [SegmentSummary(s.base_offset, s.next_offset, s.size, s.max_timestamp) for s in self.segments]
+
+    # --- append --------------------------------------------------------------------------
+    def append(self, batches, now_ms: int, *, timestamp_type: int | None = None,
+               check_producer: bool = True) -> AppendResult:
+        """Validate, assign offsets to, and write a run of v2 batches; all or nothing.
+
+        ``timestamp_type`` defaults to the topic's ``message.timestamp.type``.
+        Raises ApiError with: corrupt_message (framing, magic, CRC, empty), invalid_record
+        (offset delta inconsistent with the record count), message_too_large (a batch above
+        max.message.bytes), record_list_too_large (the request above segment.bytes),
+        invalid_producer_epoch / out_of_order_sequence_number (idempotence),
+        kafka_storage_error (the write failed; nothing is left in the log).
+        """
+        headers = validate_batches(batches)
+        cfg = self.config
+        total = len(batches)
+        for h in headers:
+            if h.records_count == 0 or h.last_offset_delta != h.records_count - 1:
+                raise ApiError(ErrorCode.invalid_record, "offset delta does not match the record count")
+            if h.size > cfg.max_message_bytes:
+                raise ApiError(ErrorCode.message_too_large,
+                               f"batch of {h.size} bytes exceeds max.message.bytes {cfg.max_message_bytes}")
+        if total > cfg.segment_bytes:
+            raise ApiError(ErrorCode.record_list_too_large,
+                           f"{total} bytes exceed segment.bytes {cfg.segment_bytes}")
+        if check_producer:
+            pending: dict[int, tuple[int, int]] = {}
+            for h in headers:
+                if h.producer_id >= 0 and h.base_sequence >= 0:
+                    dup = self.producers.check(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
+                                               pending)
+                    if dup is not None:
+                        return AppendResult(dup.first_offset, dup.last_offset, -1,
+                                            dup.last_offset - dup.first_offset + 1, self.log_start_offset,
+                                            True, True)
+        if timestamp_type is None:
+            timestamp_type = TimestampType.LOG_APPEND_TIME if cfg.log_append_time else TimestampType.CREATE_TIME
+        log_append = timestamp_type == TimestampType.LOG_APPEND_TIME
+        out = batches if isinstance(batches, bytearray) else bytearray(batches)
+        offset = first = self.log_end_offset
+        offsets = []
+        max_ts = []
+        records = 0
+        for h in headers:
+            set_base_offset(out, h.position, offset)
+            if log_append:
+                set_log_append_time(out, h, now_ms)
+                max_ts.append(now_ms)
+            else:
+                max_ts.append(h.max_timestamp)
+            nxt = offset + h.last_offset_delta + 1
+            offsets.append((offset, nxt))
+            offset = nxt
+            records += h.records_count
+        active = self.segments[-1]
+        if should_roll(segment_size=active.size, incoming_bytes=total, segment_bytes=cfg.segment_bytes,
+                       first_timestamp=active.first_timestamp, now_ms=now_ms, segment_ms=cfg.segment_ms):
+            active = self.roll()
+        try:
+            active.append(out, headers, offsets, max_ts)
+        except OSError as exc:
+            raise ApiError(ErrorCode.kafka_storage_error, f"append failed: {exc}") from exc
+        for h, (base, nxt) in zip(headers, offsets):
+            if h.producer_id >= 0 and h.base_sequence >= 0:
+                self.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
+                                      base, nxt - 1, h.max_timestamp)
+        self._unflushed_messages += records
+        durable = False
+        if self._unflushed_messages >= cfg.flush_messages or self.needs_flush(now_ms):
+            self.flush(now_ms)
+            durable = True
+        return AppendResult(first, offset - 1, now_ms if log_append else -1, records, self.log_start_offset,
+                            durable)
+
+    def roll(self) -> Segment:
+        """Seal the active segment (fsync) and start a new one at the LEO."""
+        old = self.segments[-1]
+        old.seal()
+        seg = Segment(self.dir, self.log_end_offset, self.config.index_interval_bytes)
+        seg.recover()
+        fsync_dir(self.dir)
+        self.segments.append(seg)
+        self._bases.append(seg.base_offset)
+        atomic_write(self.dir / RECOVERY_POINT_FILE, str(seg.base_offset).encode())
+        return seg
+
+    # --- flush ---------------------------------------------------------------------------
+    @property
+    def unflushed_messages(self) -> int:
+        return self._unflushed_messages
+
+    def needs_flush(self, now_ms: int) -> bool:
+        """Whether flush.ms has passed with unflushed records."""
+        return (self._unflushed_messages > 0 and self.config.flush_ms >= 0
+                and now_ms - self._last_flush_ms >= self.config.flush_ms)
+
+    def flush(self, now_ms: int | None = None) -> None:
+        """fsync the active segment (older ones were fsynced when rolled)."""
+        self.segments[-1].flush()
+        self._unflushed_messages = 0
+        if now_ms is not None:
+            self._last_flush_ms = now_ms
+
+    # --- read ----------------------------------------------------------------------------
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        """Whole batches from the one containing ``offset``: at least one, else up to max_bytes.
+
+        Returns b"" at the log end.  Raises ApiError(offset_out_of_range) outside
+        [log_start_offset, log_end_offset].
+        """
+        leo = self.segments[-1].next_offset
+        if offset == leo and offset >= self.log_start_offset:
+            return b""
+        if offset < self.log_start_offset or offset > leo:
+            raise ApiError(ErrorCode.offset_out_of_range,
+                           f"offset {offset} outside [{self.log_start_offset}, {leo}]")
+        i = bisect_right(self._bases, offset) - 1
+        segs = self.segments
+        while i < len(segs):
+            seg = segs[i]
+            pos = seg.find_position(offset)
+            if pos is not None:
+                return seg.read_batches(pos, max_bytes)
+            i += 1
+        return b""
+
+    def read_batches(self, offset: int):
+        """Yield (header, batch bytes) of every batch ending at or after ``offset`` (slow path)."""
+        while True:
+            try:
+                data = self.read(offset, 1)
+            except ApiError:
+                return
+            if not data:
+                return
+            h = read_header(data, 0)
+            yield h, data
+            offset = h.next_offset
+
+    # --- timestamps -------------------------------------------------------------------------
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``timestamp``, or None."""
+        for seg in self.segments:
+            if seg.max_timestamp < timestamp or seg.next_offset <= self.log_start_offset:
+                continue
+            entry = seg.time_index.floor(timestamp)
+            start_offset = seg.base_offset + entry[1] if entry is not None else seg.base_offset
+            pos = seg.find_position(max(start_offset, self.log_start_offset))
+            if pos is None:
+                continue
+            for h in seg.batch_headers(pos):
+                if h.max_timestamp < timestamp or h.last_offset < self.log_start_offset:
+                    continue
+                data = seg.read_at(h.position, h.size)
+                for r in decode_records(data):
+                    if r.timestamp >= timestamp and r.offset >= self.log_start_offset:
+                        return r.offset, r.timestamp
+        return None
+
+    def max_timestamp(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3), or None."""
+        best = None
+        for seg in self.segments:
+            if seg.max_timestamp >= 0 and (best is None or seg.max_timestamp > best.max_timestamp):
+                best = seg
+        if best is None:
+            return None
+        pos = best.find_position(best.offset_of_max_timestamp)
+        if pos is None:
+            return None
+        for h in best.batch_headers(pos):
+            if h.max_timestamp == best.max_timestamp:
+                for r in decode_records(best.read_at(h.position, h.size)):
+                    if r.timestamp == best.max_timestamp:
+                        return r.offset, r.timestamp
+                return h.last_offset, h.max_timestamp
+        return None
+
+    # --- deletion ---------------------------------------------------------------------------
+    def delete_records(self, before_offset: int) -> int:
+        """Raise the log start offset to ``before_offset`` (-1: the high watermark).
+
+        Returns the new log start offset (never lowered).  Raises ApiError(offset_out_of_range)
+        above the high watermark.  Whole segments below it are deleted.
+        """
+        hw = self.high_watermark
+        if before_offset == -1:
+            before_offset = hw
+        if before_offset < 0 or before_offset > hw:
+            raise ApiError(ErrorCode.offset_out_of_range, f"offset {before_offset} above high watermark {hw}")
+        if before_offset > self.log_start_offset:
+            self.log_start_offset = before_offset
+            atomic_write(self.dir / LOG_START_FILE, str(before_offset).encode())
+            self._delete_oldest(self._count_below_start())
+        return self.log_start_offset
+
+    def _count_below_start(self) -> int:
+        n = 0
+        while n < len(self.segments) - 1 and self.segments[n + 1].base_offset <= self.log_start_offset:
+            n += 1
+        return n
+
+    def _delete_oldest(self, n: int) -> None:
+        if n <= 0:
+            return
+        n = min(n, len(self.segments) - 1)
+        gone, self.segments = self.segments[:n], self.segments[n:]
+        self._bases = self._bases[n:]
+        new_start = self.segments[0].base_offset
+        if new_start > self.log_start_offset:
+            self.log_start_offset = new_start
+            atomic_write(self.dir / LOG_START_FILE, str(new_start).encode())
+        for seg in gone:
+            seg.delete()
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete old segments per retention.ms / retention.bytes (cleanup.policy delete).
+
+        Returns the number of segments deleted.  The active segment is never deleted.
+        """
+        if not self.config.delete:
+            n = self._count_below_start()
+        else:
+            n = plan_retention(self.summaries(), now_ms=now_ms, retention_ms=self.config.retention_ms,
+                               retention_bytes=self.config.retention_bytes, log_start_offset=self.log_start_offset)
+        self._delete_oldest(n)
+        return n
+
+    def run_maintenance(self, now_ms: int) -> None:
+        """Called periodically by the shell: retention, compaction, time-based flush."""
+        self.apply_retention(now_ms)
+        if self.config.compact:
+            from shoal.log.compaction import compact
+            compact(self, now_ms)
+        if self.needs_flush(now_ms):
+            self.flush(now_ms)
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+
+    # --- closing ----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Flush, checkpoint the recovery point, close files."""
+        if not self.segments:
+            return
+        self.segments[-1].seal()
+        atomic_write(self.dir / RECOVERY_POINT_FILE, str(self.log_end_offset).encode())
+        for seg in self.segments:
+            seg.close()
+        self.segments = []
+
+    def delete(self) -> None:
+        """Close and remove every file of this partition (the directory stays)."""
+        for seg in self.segments:
+            seg.delete()
+        self.segments = []
+        for name in (LOG_START_FILE, RECOVERY_POINT_FILE):
+            try:
+                (self.dir / name).unlink()
+            except FileNotFoundError:
+                pass
+
+

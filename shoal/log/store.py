@@ -1,0 +1,266 @@
+"""LogStore: the data directory, topic metadata, and the partition logs (file I/O).
+
+Theory of operation
+-------------------
+Layout of the data directory::
+
+    topics.json            every topic: name, topic_id, partition count, config overrides
+    <topic>-<partition>/   one PartitionLog each (Kafka's naming)
+
+``topics.json`` is the source of truth and is replaced atomically (temp file, fsync,
+rename, fsync directory) on every change, so a crash leaves the old or the new set of
+topics.  Deleting a topic first rewrites the metadata, then renames each partition
+directory to ``*.deleted`` and removes it; leftovers of a crash in between are removed
+at the next start.  Directories not named in the metadata are left alone.
+
+Topic config overrides are kept as the strings given (as Kafka shows them) and are
+checked with :func:`shoal.config.parse_value`; a partition's effective settings come from
+:meth:`LogConfig.resolve` (override, else broker ``log.*`` key).
+
+:func:`validate_topic_name` is pure.  Concurrency: event loop only, never awaits.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shoal.config import CONFIG_DEFS, BrokerConfig, ConfigError, Scope, parse_value
+from shoal.errors import ApiError, ErrorCode
+from shoal.log.partition_log import PartitionLog, atomic_write
+from shoal.log.policy import LogConfig
+
+__all__ = ["LogStore", "TopicInfo", "validate_topic_name", "validate_topic_configs", "MAX_TOPIC_NAME_LENGTH"]
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+METADATA_FILE = "topics.json"
+
+
+def validate_topic_name(name: str) -> None:
+    """Raise ApiError(invalid_topic_exception) unless ``name`` is a legal Kafka topic name."""
+    if not name:
+        raise ApiError(ErrorCode.invalid_topic_exception, "topic name is empty")
+    if name in (".", ".."):
+        raise ApiError(ErrorCode.invalid_topic_exception, f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise ApiError(ErrorCode.invalid_topic_exception,
+                       f"topic name is longer than {MAX_TOPIC_NAME_LENGTH} characters")
+    if not _LEGAL.match(name):
+        raise ApiError(ErrorCode.invalid_topic_exception,
+                       f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_' and '-'")
+
+
+def validate_topic_configs(configs: dict[str, Any]) -> dict[str, Any]:
+    """Parse topic config overrides; returns name -> typed value.
+
+    Raises ApiError(invalid_config) for a key that is not a topic config or a bad value.
+    """
+    parsed = {}
+    for k, v in configs.items():
+        d = CONFIG_DEFS.get(k)
+        if d is None or d.scope is not Scope.TOPIC:
+            raise ApiError(ErrorCode.invalid_config, f"unknown topic configuration {k!r}")
+        try:
+            parsed[k] = parse_value(k, v)
+            syn = CONFIG_DEFS.get(d.broker_synonym or "")
+            if syn is not None and syn.type is d.type:
+                parse_value(syn.name, parsed[k])  # the broker key's range check applies too
+        except ConfigError as exc:
+            raise ApiError(ErrorCode.invalid_config, str(exc)) from None
+    for policy in parsed.get("cleanup.policy", []):
+        if policy not in ("delete", "compact"):
+            raise ApiError(ErrorCode.invalid_config, f"invalid cleanup.policy {policy!r}")
+    return parsed
+
+
+@dataclass(slots=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    num_partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+    """Overrides as given (strings); the effective values come from LogStore.log_config."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "topic_id": str(self.topic_id), "num_partitions": self.num_partitions,
+                "configs": self.configs}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "TopicInfo":
+        return cls(d["name"], uuid.UUID(d["topic_id"]), int(d["num_partitions"]), dict(d.get("configs", {})))
+
+
+class LogStore:
+    """Topics and their partition logs under one data directory."""
+
+    def __init__(self, data_dir: Path, config: BrokerConfig, *, now_ms: int = 0) -> None:
+        self.data_dir = Path(data_dir)
+        self.config = config
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._topics: dict[str, TopicInfo] = {}
+        self._by_id: dict[uuid.UUID, TopicInfo] = {}
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        for p in self.data_dir.iterdir():
+            if p.name.endswith(".deleted") and p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+        meta = self.data_dir / METADATA_FILE
+        if meta.exists():
+            for d in json.loads(meta.read_text())["topics"]:
+                t = TopicInfo.from_json(d)
+                self._topics[t.name] = t
+                self._by_id[t.topic_id] = t
+        for t in self._topics.values():
+            cfg = self.log_config(t.name)
+            for i in range(t.num_partitions):
+                self._logs[(t.name, i)] = PartitionLog.open(self._partition_dir(t.name, i), cfg, now_ms=now_ms)
+
+    # --- metadata --------------------------------------------------------------------------
+    def _partition_dir(self, topic: str, index: int) -> Path:
+        return self.data_dir / f"{topic}-{index}"
+
+    def _save(self) -> None:
+        data = json.dumps({"version": 1, "topics": [t.to_json() for t in self._topics.values()]},
+                          indent=1, sort_keys=True).encode()
+        atomic_write(self.data_dir / METADATA_FILE, data)
+
+    def log_config(self, topic: str) -> LogConfig:
+        t = self._require(topic)
+        return LogConfig.resolve(self.config, validate_topic_configs(t.configs))
+
+    def _require(self, name: str) -> TopicInfo:
+        t = self._topics.get(name)
+        if t is None:
+            raise ApiError(ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
+        return t
+
+    def get_topic(self, name: str) -> TopicInfo | None:
+        return self._topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self._by_id.get(topic_id)
+
+    def topics(self) -> list[TopicInfo]:
+        return list(self._topics.values())
+
+    # --- admin -----------------------------------------------------------------------------
+    def create_topic(self, name: str, num_partitions: int, configs: dict[str, str] | None = None,
+                     topic_id: uuid.UUID | None = None, *, validate_only: bool = False,
+                     now_ms: int = 0) -> TopicInfo:
+        """Create a topic and its partition directories.
+
+        Raises ApiError: invalid_topic_exception (name), topic_already_exists,
+        invalid_partitions (count < 1), invalid_config (key or value).
+        """
+        validate_topic_name(name)
+        if name in self._topics:
+            raise ApiError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
+        if num_partitions < 1:
+            raise ApiError(ErrorCode.invalid_partitions, "the number of partitions must be at least 1")
+        configs = {k: str(v) for k, v in (configs or {}).items()}
+        parsed = validate_topic_configs(configs)
+        cfg = LogConfig.resolve(self.config, parsed)
+        if topic_id is None:
+            topic_id = uuid.uuid4()
+        t = TopicInfo(name, topic_id, num_partitions, configs)
+        if validate_only:
+            return t
+        for i in range(num_partitions):
+            d = self._partition_dir(name, i)
+            if d.exists():  # a stale directory not in the metadata: start afresh
+                shutil.rmtree(d)
+        self._topics[name] = t
+        self._by_id[topic_id] = t
+        self._save()
+        for i in range(num_partitions):
+            self._logs[(name, i)] = PartitionLog.open(self._partition_dir(name, i), cfg, now_ms=now_ms)
+        return t
+
+    def delete_topic(self, name: str) -> None:
+        """Remove a topic and its files.  Raises ApiError(unknown_topic_or_partition)."""
+        t = self._require(name)
+        del self._topics[name]
+        self._by_id.pop(t.topic_id, None)
+        self._save()
+        for i in range(t.num_partitions):
+            log = self._logs.pop((name, i), None)
+            if log is not None:
+                log.delete()
+            d = self._partition_dir(name, i)
+            if d.exists():
+                gone = d.with_name(f"{d.name}.{t.topic_id.hex}.deleted")
+                d.rename(gone)
+                shutil.rmtree(gone, ignore_errors=True)
+
+    def create_partitions(self, name: str, total: int, *, validate_only: bool = False, now_ms: int = 0) -> TopicInfo:
+        """Grow a topic to ``total`` partitions.  Raises ApiError(invalid_partitions) unless it grows."""
+        t = self._require(name)
+        if total <= t.num_partitions:
+            raise ApiError(ErrorCode.invalid_partitions,
+                           f"topic {name!r} has {t.num_partitions} partitions; {total} would not add any")
+        if validate_only:
+            return t
+        cfg = self.log_config(name)
+        old = t.num_partitions
+        for i in range(old, total):
+            d = self._partition_dir(name, i)
+            if d.exists():
+                shutil.rmtree(d)
+        t.num_partitions = total
+        self._save()
+        for i in range(old, total):
+            self._logs[(name, i)] = PartitionLog.open(self._partition_dir(name, i), cfg, now_ms=now_ms)
+        return t
+
+    def alter_topic_configs(self, name: str, set: dict[str, str] | None = None,  # noqa: A002
+                            delete: list[str] | None = None, *, validate_only: bool = False) -> TopicInfo:
+        """Set and remove config overrides.  Raises ApiError(invalid_config | unknown_topic_or_partition)."""
+        t = self._require(name)
+        new = dict(t.configs)
+        for k in delete or []:
+            d = CONFIG_DEFS.get(k)
+            if d is None or d.scope is not Scope.TOPIC:
+                raise ApiError(ErrorCode.invalid_config, f"unknown topic configuration {k!r}")
+            new.pop(k, None)
+        new.update({k: str(v) for k, v in (set or {}).items()})
+        parsed = validate_topic_configs(new)
+        if validate_only:
+            return t
+        t.configs = new
+        self._save()
+        cfg = LogConfig.resolve(self.config, parsed)
+        for i in range(t.num_partitions):
+            self._logs[(name, i)].update_config(cfg)
+        return t
+
+    # --- partitions --------------------------------------------------------------------------
+    def partition(self, topic: str, index: int) -> PartitionLog:
+        """The log of one partition.  Raises ApiError(unknown_topic_or_partition)."""
+        log = self._logs.get((topic, index))
+        if log is None:
+            raise ApiError(ErrorCode.unknown_topic_or_partition, f"unknown partition {topic}-{index}")
+        return log
+
+    def partitions(self):
+        """Yield ((topic, index), PartitionLog) for every partition."""
+        return iter(list(self._logs.items()))
+
+    def run_maintenance(self, now_ms: int) -> None:
+        """Retention, compaction and time-based flushes of every partition (call periodically)."""
+        for log in list(self._logs.values()):
+            log.run_maintenance(now_ms)
+
+    def flush_all(self, now_ms: int | None = None) -> None:
+        for log in self._logs.values():
+            log.flush(now_ms)
+
+    def close(self) -> None:
+        """Flush and close every partition."""
+        for log in self._logs.values():
+            log.close()
+        self._logs.clear()
