@@ -1,0 +1,82 @@
+"""``shoal serve``: run the broker in the foreground until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from ..config import BrokerConfig, ConfigError, load_properties
+from .main import command
+
+
+def _configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="port to listen on (default 9092; 0 picks a free port)")
+    p.add_argument("--data-dir", default=None, help="data directory (default ./shoal-data, or log.dirs)")
+    p.add_argument("--config", metavar="FILE", help="a Kafka-style properties file")
+    p.add_argument("-o", "--override", metavar="KEY=VALUE", action="append", default=[],
+                   help="set a broker configuration by its Kafka name; repeatable")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+
+
+@command("serve", "run the broker in the foreground")(_configure)
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        settings: dict[str, str] = {}
+        if args.config:
+            settings.update(load_properties(Path(args.config).read_text()))
+        for item in args.override:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ConfigError(f"-o expects key=value, got {item!r}")
+            settings[key.strip()] = value.strip()
+        config = BrokerConfig(settings)
+    except (OSError, ConfigError) as e:
+        print(f"shoal serve: {e}", file=sys.stderr)
+        return 2
+
+    host, port = "127.0.0.1", 9092
+    listener = config["listeners"].split(",")[0].split("://")[-1]
+    if listener:
+        h, _, p = listener.rpartition(":")
+        host, port = h or host, int(p) if p else port
+    if args.host is not None:
+        host = args.host
+    if args.port is not None:
+        port = args.port
+    data_dir = Path(args.data_dir or config["log.dirs"].split(",")[0])
+
+    try:
+        import uvloop  # type: ignore[import-not-found]
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover - platforms without uvloop
+        runner = asyncio.run
+    return runner(_serve(config, data_dir, host, port))
+
+
+async def _serve(config: BrokerConfig, data_dir: Path, host: str, port: int) -> int:
+    from ..server.broker import Broker
+    from ..server import extensions  # noqa: F401  (attaches coordinators and share groups)
+
+    broker = Broker(config, data_dir, host, port)
+    try:
+        await broker.start()
+    except OSError as e:
+        logging.getLogger("shoal").error("cannot start: %s", e)
+        return 1
+    print(f"listening on {broker.host}:{broker.port}", flush=True)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda: asyncio.ensure_future(broker.stop()))
+    await broker.serve_forever()
+    return 0

@@ -1,0 +1,69 @@
+"""Request and response bodies, through kio's generated entities and native reader.
+
+For each (api_key, version) the kio classes, reader and writer are looked up once and
+cached. ``decode_request`` turns a frame into (header, entity); ``encode_response``
+turns an entity into the frame pieces to write. Pure.
+"""
+
+from __future__ import annotations
+
+import io
+from functools import lru_cache
+from typing import Any, NamedTuple
+
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from ..errors import ProtocolViolation
+from .framing import frame
+from .header import RequestHeader, parse_request_header, response_header
+
+__all__ = ["Codec", "codec_for", "decode_request", "encode_response", "encode_body", "decode_body"]
+
+
+class Codec(NamedTuple):
+    request_type: type
+    response_type: type
+    read_request: Any
+    write_response: Any
+    flexible: bool
+
+
+@lru_cache(maxsize=None)
+def codec_for(api_key: int, version: int) -> Codec | None:
+    """kio's classes for this API version, or None if kio does not have it."""
+    try:
+        req = load_request_schema(api_key, version)
+        resp = load_response_schema(api_key, version)
+    except (UnknownAPIKey, UnknownEntity):
+        return None
+    return Codec(req, resp, entity_reader(req), entity_writer(resp), bool(req.__flexible__))
+
+
+def decode_request(frame_bytes: bytes, codec: Codec) -> tuple[RequestHeader, Any]:
+    """Parse header and body. Raises ProtocolViolation if either does not decode."""
+    header, pos = parse_request_header(frame_bytes, codec.flexible)
+    try:
+        body, size = codec.read_request(frame_bytes, pos)
+    except Exception as e:  # kio raises several types for bad input
+        raise ProtocolViolation(
+            f"cannot decode {codec.request_type.__name__} v{header.api_version}: {e}"
+        ) from e
+    return header, body
+
+
+def encode_body(entity: Any) -> bytes:
+    buf = io.BytesIO()
+    entity_writer(type(entity))(buf, entity)
+    return buf.getvalue()
+
+
+def decode_body(entity_type: type, data: bytes) -> Any:
+    value, _ = entity_reader(entity_type)(data, 0)
+    return value
+
+
+def encode_response(codec: Codec, api_key: int, correlation_id: int, entity: Any) -> list[bytes]:
+    buf = io.BytesIO()
+    codec.write_response(buf, entity)
+    return frame(response_header(api_key, correlation_id, codec.flexible), buf.getvalue())

@@ -1,0 +1,321 @@
+"""The broker process: builds every part, serves connections, shuts down in order.
+
+Start order: log store (recovery), coordinators (replay of the internal topics),
+listening socket, then one "ready" log line with the bound address. Stop order
+(uvicorn's): stop listening; every connection stops reading and closes once its
+accepted requests are answered; wait up to ``shutdown.timeout.ms``; abort what is left;
+stop timers; flush and close the log.
+
+The broker is the only owner of I/O resources (files, sockets, timers, threads for
+fsync). Pure cores (groups, share partitions, coordinators) are called from here and
+from the handlers with ``now_ms`` and return what to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..config import BrokerConfig
+from ..log.store import LogStore
+from .dispatch import routes
+from .fetch_session import FetchSessionCache
+from .state_files import DynamicConfigs, ProducerIdAllocator
+
+log = logging.getLogger("shoal.broker")
+
+
+class Clock:
+    """Wall-clock milliseconds; tests of the shell may substitute their own."""
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+
+class Flusher:
+    """Group commit: concurrent waiters on one partition share a single fsync.
+
+    ``await durable(plog, end_offset)`` returns once everything before ``end_offset`` has
+    been fsynced. fsync runs in a worker thread so the event loop keeps serving.
+    """
+
+    def __init__(self) -> None:
+        self._durable: dict[int, int] = {}
+        self._running: dict[int, asyncio.Future[None]] = {}
+
+    async def durable(self, plog: Any, end_offset: int) -> None:
+        key = id(plog)
+        while self._durable.get(key, -1) < end_offset:
+            fut = self._running.get(key)
+            if fut is None:
+                fut = asyncio.ensure_future(self._flush(plog, key))
+                self._running[key] = fut
+            await asyncio.shield(fut)
+
+    async def _flush(self, plog: Any, key: int) -> None:
+        target = plog.log_end_offset
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, plog.flush)
+            self._durable[key] = max(self._durable.get(key, -1), target)
+        finally:
+            self._running.pop(key, None)
+
+    def forget(self, plog: Any) -> None:
+        self._durable.pop(id(plog), None)
+
+
+class AppendWaiters:
+    """Long polls (Fetch, ShareFetch) park here until a partition they read changes."""
+
+    def __init__(self) -> None:
+        self._waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
+
+    def notify(self, topic: str, partition: int) -> None:
+        waiters = self._waiters.pop((topic, partition), None)
+        if waiters:
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def wait(self, keys: Iterable[tuple[str, int]], timeout_s: float) -> None:
+        """Return when any of ``keys`` is notified or after ``timeout_s``."""
+        if timeout_s <= 0:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        keys = list(keys)
+        for k in keys:
+            self._waiters.setdefault(k, set()).add(fut)
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            for k in keys:
+                s = self._waiters.get(k)
+                if s is not None:
+                    s.discard(fut)
+                    if not s:
+                        del self._waiters[k]
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, data_dir: Path, host: str = "127.0.0.1", port: int = 9092) -> None:
+        self.config = config
+        self.data_dir = Path(data_dir)
+        self.host = host
+        self.port = port
+        self.node_id: int = config["node.id"]
+        self.clock = Clock()
+        self.routes = routes()
+        self.flusher = Flusher()
+        self.append_waiters = AppendWaiters()
+        self.shutting_down = False
+        self.connections: set[Any] = set()
+        self._next_connection_id = 0
+        self._server: asyncio.base_events.Server | None = None
+        self._stopped = asyncio.Event()
+        self._timers: list[asyncio.TimerHandle] = []
+        self.store: LogStore | None = None
+        self.cluster_id = ""
+        self.advertised_host = host
+        self.advertised_port = port
+        self.extensions: dict[str, Any] = {}
+        """Subsystems (coordinators, share partitions) attached by their modules."""
+
+    # -- start / stop -----------------------------------------------------------------
+    async def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.cluster_id = self._load_cluster_id()
+        self.dynamic_configs = DynamicConfigs(self.data_dir / "dynamic-configs.json", self.config)
+        self.producer_ids = ProducerIdAllocator(self.data_dir / "producer-ids.json")
+        self.fetch_sessions = FetchSessionCache(self.config["max.incremental.fetch.session.cache.slots"])
+        self.store = LogStore(self.data_dir, self.config, now_ms=self.clock.now_ms())
+        for hook in _START_HOOKS:
+            await hook(self)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._new_connection, self.host, self.port, reuse_address=True, backlog=1024
+        )
+        sock = self._server.sockets[0]
+        self.host, self.port = sock.getsockname()[:2]
+        adv = self.config["advertised.listeners"]
+        if adv:
+            hostport = adv.split("://")[-1]
+            h, _, p = hostport.rpartition(":")
+            self.advertised_host, self.advertised_port = h, int(p)
+        else:
+            self.advertised_host, self.advertised_port = self.host, self.port
+        self._schedule_housekeeping()
+        log.info(
+            "shoal broker ready on %s:%d (node %d, cluster %s, data %s)",
+            self.host, self.port, self.node_id, self.cluster_id, self.data_dir,
+        )
+
+    def _load_cluster_id(self) -> str:
+        configured = self.config["cluster.id"]
+        path = self.data_dir / "meta.properties"
+        if path.exists():
+            for line in path.read_text().splitlines():
+                if line.startswith("cluster.id="):
+                    return line.split("=", 1)[1].strip()
+        cid = configured or _random_cluster_id()
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            f.write(f"version=1\ncluster.id={cid}\nnode.id={self.node_id}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return cid
+
+    def _new_connection(self) -> Any:
+        from .connection import Connection
+
+        self._next_connection_id += 1
+        return Connection(self, self._next_connection_id)
+
+    def connection_opened(self, conn: Any) -> None:
+        self.connections.add(conn)
+
+    def connection_closed(self, conn: Any) -> None:
+        self.connections.discard(conn)
+        for hook in _DISCONNECT_HOOKS:
+            try:
+                hook(self, conn)
+            except Exception:
+                log.exception("disconnect hook failed")
+
+    async def serve_forever(self) -> None:
+        await self._stopped.wait()
+
+    async def stop(self) -> None:
+        if self.shutting_down:
+            await self._stopped.wait()
+            return
+        self.shutting_down = True
+        log.info("shutting down")
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.begin_shutdown()
+        pending = [c.closed for c in self.connections]
+        if pending:
+            _, not_done = await asyncio.wait(pending, timeout=self.config["shutdown.timeout.ms"] / 1000)
+            for conn in list(self.connections):
+                if conn.transport is not None:
+                    conn.transport.abort()
+        for t in self._timers:
+            t.cancel()
+        for hook in reversed(_STOP_HOOKS):
+            try:
+                await hook(self)
+            except Exception:
+                log.exception("stop hook failed")
+        if self.store is not None:
+            self.store.close()
+        log.info("shut down cleanly")
+        self._stopped.set()
+
+    # -- topics (hooks let coordinators react) -----------------------------------------
+    def create_topic(self, name: str, num_partitions: int, configs: dict[str, str], *,
+                     validate_only: bool = False, topic_id: uuid.UUID | None = None) -> Any:
+        """Create a topic; raises ApiError (TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, INVALID_CONFIG...)."""
+        assert self.store is not None
+        return self.store.create_topic(name, num_partitions, configs, topic_id=topic_id, validate_only=validate_only,
+                                       now_ms=self.clock.now_ms())
+
+    def delete_topic(self, name: str) -> None:
+        assert self.store is not None
+        meta = self.store.get_topic(name)
+        for hook in _TOPIC_DELETED_HOOKS:
+            try:
+                hook(self, meta)
+            except Exception:
+                log.exception("topic deletion hook failed")
+        for i in range(meta.num_partitions):
+            self.flusher.forget(self.store.partition(name, i))
+        self.store.delete_topic(name)
+        self.fetch_sessions.remove_topic(name)
+
+    def create_partitions(self, name: str, total: int) -> None:
+        assert self.store is not None
+        self.store.create_partitions(name, total, now_ms=self.clock.now_ms())
+        for hook in _PARTITIONS_ADDED_HOOKS:
+            hook(self, name, total)
+
+    # -- periodic work ----------------------------------------------------------------
+    def _schedule_housekeeping(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval_s = self.config["log.retention.check.interval.ms"] / 1000
+
+        def run() -> None:
+            if self.shutting_down:
+                return
+            try:
+                assert self.store is not None
+                self.store.run_maintenance(self.clock.now_ms())
+            except Exception:
+                log.exception("log housekeeping failed")
+            self._timers.append(loop.call_later(interval_s, run))
+
+        self._timers.append(loop.call_later(interval_s, run))
+        flush_ms = self.config["log.flush.interval.ms"]
+        if flush_ms > 0:
+            def flush() -> None:
+                if self.shutting_down:
+                    return
+                assert self.store is not None
+                loop.run_in_executor(None, self.store.flush_all)
+                self._timers.append(loop.call_later(flush_ms / 1000, flush))
+
+            self._timers.append(loop.call_later(flush_ms / 1000, flush))
+
+
+def _random_cluster_id() -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+_START_HOOKS: list[Any] = []
+_STOP_HOOKS: list[Any] = []
+_DISCONNECT_HOOKS: list[Any] = []
+
+
+_TOPIC_DELETED_HOOKS: list[Any] = []
+_PARTITIONS_ADDED_HOOKS: list[Any] = []
+
+
+def on_topic_deleted(fn: Any) -> Any:
+    """Register ``fn(broker, topic_meta)``, called before a topic's data is removed."""
+    _TOPIC_DELETED_HOOKS.append(fn)
+    return fn
+
+
+def on_partitions_added(fn: Any) -> Any:
+    """Register ``fn(broker, topic_name, new_total)``."""
+    _PARTITIONS_ADDED_HOOKS.append(fn)
+    return fn
+
+
+def on_start(fn: Any) -> Any:
+    """Register ``async fn(broker)`` to run at start, after the log store opened."""
+    _START_HOOKS.append(fn)
+    return fn
+
+
+def on_stop(fn: Any) -> Any:
+    """Register ``async fn(broker)`` to run at stop, before the log store closes (reverse order)."""
+    _STOP_HOOKS.append(fn)
+    return fn
+
+
+def on_disconnect(fn: Any) -> Any:
+    """Register ``fn(broker, connection)`` to run when a client connection closes."""
+    _DISCONNECT_HOOKS.append(fn)
+    return fn

@@ -1,0 +1,276 @@
+"""One client connection: frames in, handlers called, responses out in request order.
+
+Theory of operation
+-------------------
+``data_received`` feeds a :class:`FrameDecoder` and serves every complete frame at once
+(pipelining). Each request that expects a response takes a *slot* in ``_slots`` in
+arrival order. A synchronous handler fills its slot immediately; an ``async`` one (long
+poll, fsync wait, coordinator write) fills it when its task ends. ``_flush`` writes the
+filled slots at the head of the queue, so responses leave in the order their requests
+came, even when handlers finish out of order (Kafka's rule). Produce with acks=0 takes no
+slot: it has no response.
+
+Backpressure: past ``queued.max.requests`` open slots, or while the transport's write
+buffer is above its high-water mark, the connection stops reading; it resumes when both
+clear.
+
+Errors: a frame that is not a Kafka request (bad size, truncated, undecodable header or
+body, unknown API key, unsupported version of an API other than ApiVersions) is a
+ProtocolViolation: logged, connection closed. An exception escaping a handler is a bug:
+logged with its traceback, connection closed. The broker keeps serving everyone else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ApiError, ProtocolViolation
+from ..protocol.codec import codec_for, decode_request, encode_response
+from ..protocol.entities import make
+from ..protocol.framing import FrameDecoder
+from ..protocol.header import parse_request_header
+from .context import RequestContext
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("shoal.connection")
+
+_KEY_VERSION = struct.Struct(">hh")
+_API_VERSIONS = 18
+_PRODUCE = 0
+
+
+class _Slot:
+    __slots__ = ("pieces", "task")
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] | None = None
+        self.task: asyncio.Task[Any] | None = None
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, broker: Broker, connection_id: int) -> None:
+        self.broker = broker
+        self.connection_id = connection_id
+        self.transport: asyncio.Transport | None = None
+        self.peer: str = "?"
+        self._decoder = FrameDecoder(broker.config["socket.request.max.bytes"])
+        self._slots: deque[_Slot] = deque()
+        self._max_inflight: int = broker.config["queued.max.requests"]
+        self._reading_paused = False
+        self._write_paused = False
+        self._closing = False
+        self._routes = broker.routes
+        self.closed = asyncio.get_running_loop().create_future()
+
+    # -- asyncio.Protocol ---------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.peer = f"{peer[0]}:{peer[1]}"
+        self.broker.connection_opened(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        for slot in self._slots:
+            if slot.task is not None and not slot.task.done():
+                slot.task.cancel()
+        self._slots.clear()
+        self.broker.connection_closed(self)
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        decoder = self._decoder
+        decoder.feed(data)
+        try:
+            while not self._closing:
+                body = decoder.next_frame()
+                if body is None:
+                    break
+                self._serve(body)
+        except ProtocolViolation as e:
+            self._abort(f"protocol violation: {e}")
+        except Exception:
+            log.exception("connection %s from %s: internal error; closing", self.connection_id, self.peer)
+            self._abort(None)
+        else:
+            self._maybe_pause()
+
+    def eof_received(self) -> bool | None:
+        try:
+            self._decoder.feed(b"")
+            self._decoder.next_frame()
+        except ProtocolViolation as e:
+            log.info("connection %s from %s: %s", self.connection_id, self.peer, e)
+        return None  # close our side once we are done writing
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._maybe_pause()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._maybe_resume()
+
+    # -- requests -----------------------------------------------------------------
+    def _serve(self, body: bytes) -> None:
+        if len(body) < 4:
+            raise ProtocolViolation(f"frame of {len(body)} bytes is too short for a request header")
+        api_key, version = _KEY_VERSION.unpack_from(body, 0)
+        route = self._routes.get(api_key)
+        if route is None:
+            raise ProtocolViolation(f"unknown or unsupported API key {api_key}")
+        if not route.min_version <= version <= route.max_version:
+            if api_key == _API_VERSIONS:
+                self._unsupported_api_versions(body)
+                return
+            raise ProtocolViolation(
+                f"API {api_key} version {version} not in {route.min_version}..{route.max_version}"
+            )
+        codec = codec_for(api_key, version)
+        assert codec is not None
+        header, request = decode_request(body, codec)
+        ctx = RequestContext(self.broker, self, header, codec)
+        if api_key == _PRODUCE and request.acks == 0:
+            # No response is sent; errors are only logged (Kafka closes the connection
+            # on errors for acks=0, so that the client notices).
+            self._run_no_response(ctx, route, request)
+            return
+        slot = _Slot()
+        self._slots.append(slot)
+        if route.is_async:
+            task = asyncio.ensure_future(route.handler(ctx, request))
+            slot.task = task
+            task.add_done_callback(lambda t, s=slot, c=ctx: self._async_done(s, c, t))
+        else:
+            try:
+                response = route.handler(ctx, request)
+            except ApiError as e:
+                response = self._error_response(ctx, e)
+            slot.pieces = encode_response(codec, api_key, header.correlation_id, response)
+            self._flush()
+
+    def _run_no_response(self, ctx: RequestContext, route: Any, request: Any) -> None:
+        def done(t: asyncio.Task[Any]) -> None:
+            if not t.cancelled() and t.exception() is not None:
+                log.error("acks=0 produce failed on connection %s", self.connection_id, exc_info=t.exception())
+                self._abort(None)
+
+        if route.is_async:
+            asyncio.ensure_future(route.handler(ctx, request)).add_done_callback(done)
+        else:
+            route.handler(ctx, request)
+
+    def _async_done(self, slot: _Slot, ctx: RequestContext, task: asyncio.Task[Any]) -> None:
+        if task.cancelled() or self._closing:
+            return
+        exc = task.exception()
+        if exc is not None:
+            if isinstance(exc, ApiError):
+                response = self._error_response(ctx, exc)
+            else:
+                log.error(
+                    "connection %s from %s: %s v%d failed; closing",
+                    self.connection_id, self.peer, ctx.codec.request_type.__name__, ctx.api_version,
+                    exc_info=exc,
+                )
+                self._abort(None)
+                return
+        else:
+            response = task.result()
+        slot.pieces = encode_response(ctx.codec, ctx.api_key, ctx.header.correlation_id, response)
+        self._flush()
+
+    def _error_response(self, ctx: RequestContext, e: ApiError) -> Any:
+        from ..protocol.entities import has_field
+
+        cls = ctx.codec.response_type
+        if not has_field(cls, "error_code"):
+            raise ProtocolViolation(f"{cls.__name__} has no top-level error code for {e.error_code.name}")
+        fields: dict[str, Any] = {"error_code": e.error_code}
+        if has_field(cls, "error_message"):
+            fields["error_message"] = e.message
+        return make(cls, **fields)
+
+    def _unsupported_api_versions(self, body: bytes) -> None:
+        """Answer an ApiVersions version we do not know in the v0 format (KIP-511)."""
+        header, _ = parse_request_header(body, None)
+        from .handlers.api_versions import unsupported_version_response
+
+        codec0 = codec_for(_API_VERSIONS, 0)
+        assert codec0 is not None
+        slot = _Slot()
+        slot.pieces = encode_response(codec0, _API_VERSIONS, header.correlation_id,
+                                      unsupported_version_response(self.broker))
+        self._slots.append(slot)
+        self._flush()
+
+    # -- output and flow control -----------------------------------------------------
+    def _flush(self) -> None:
+        slots = self._slots
+        transport = self.transport
+        if transport is None or self._closing:
+            return
+        out: list[bytes] = []
+        while slots and slots[0].pieces is not None:
+            out.extend(slots.popleft().pieces)  # type: ignore[arg-type]
+        if out:
+            transport.writelines(out)
+        self._maybe_resume()
+        if self.broker.shutting_down and not slots:
+            transport.close()
+
+    def _maybe_pause(self) -> None:
+        if not self._reading_paused and self.transport is not None and (
+            len(self._slots) >= self._max_inflight or self._write_paused
+        ):
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def _maybe_resume(self) -> None:
+        if (
+            self._reading_paused
+            and not self._write_paused
+            and len(self._slots) < self._max_inflight
+            and not self.broker.shutting_down
+            and self.transport is not None
+        ):
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    def _abort(self, reason: str | None) -> None:
+        if reason:
+            log.warning("connection %s from %s: %s; closing", self.connection_id, self.peer, reason)
+        self._closing = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def begin_shutdown(self) -> None:
+        """Stop reading; close once every accepted request has been answered."""
+        if self.transport is None:
+            return
+        if not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        if not self._slots:
+            self.transport.close()
+
+    @property
+    def inflight(self) -> int:
+        return len(self._slots)

@@ -1,0 +1,305 @@
+"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44).
+
+Resources: TOPIC (2), BROKER (4) and GROUP (32, KIP-848/KIP-932 group configs). Topic
+overrides live with the topic metadata in the log store; broker and group overrides in
+``broker.dynamic_configs`` (persisted in the data directory). Every value is checked
+against ``shoal.config`` before anything is stored; a resource's changes apply all or
+none.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ...config import CONFIG_DEFS, ConfigError, Scope, parse_value
+from ...errors import ApiError, ErrorCode
+from ...protocol.entities import make, sub
+from ..dispatch import api
+
+TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+CONFIG_SOURCE = {"topic": 1, "dynamic_broker": 2, "dynamic_default_broker": 3, "static_broker": 4, "default": 5,
+                 "group": 8}
+CONFIG_TYPE = {bool: 1, str: 2, int: 5, float: 6, list: 7}
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    name: str
+    value: str | None
+    source: str
+    read_only: bool
+    config_type: int
+    doc: str
+    synonyms: tuple[tuple[str, str | None, str], ...] = ()
+
+
+def to_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def topic_config_entries(broker: Any, overrides: dict[str, str]) -> list[ConfigEntry]:
+    out = []
+    for d in CONFIG_DEFS.values():
+        if d.scope is not Scope.TOPIC:
+            continue
+        assert d.broker_synonym is not None
+        broker_value = to_text(broker.config[d.broker_synonym])
+        broker_source = "dynamic_default_broker" if d.broker_synonym in broker.dynamic_configs.broker else (
+            "default" if broker.config[d.broker_synonym] == CONFIG_DEFS[d.broker_synonym].default else "static_broker"
+        )
+        synonyms = [(d.broker_synonym, broker_value, broker_source)]
+        if d.name in overrides:
+            synonyms.insert(0, (d.name, overrides[d.name], "topic"))
+            out.append(ConfigEntry(d.name, overrides[d.name], "topic", False, CONFIG_TYPE[d.type], d.doc,
+                                   tuple(synonyms)))
+        else:
+            out.append(ConfigEntry(d.name, broker_value, broker_source, False, CONFIG_TYPE[d.type], d.doc,
+                                   tuple(synonyms)))
+    return out
+
+
+def broker_config_entries(broker: Any) -> list[ConfigEntry]:
+    out = []
+    for d in CONFIG_DEFS.values():
+        if d.scope is not Scope.BROKER:
+            continue
+        value = broker.config[d.name]
+        if d.name in broker.dynamic_configs.broker:
+            source = "dynamic_default_broker"
+        elif value == d.default:
+            source = "default"
+        else:
+            source = "static_broker"
+        out.append(ConfigEntry(d.name, to_text(value), source, not d.dynamic, CONFIG_TYPE[d.type], d.doc))
+    return out
+
+
+def group_config_entries(broker: Any, group_id: str) -> list[ConfigEntry]:
+    overrides = broker.dynamic_configs.groups.get(group_id, {})
+    out = []
+    for d in CONFIG_DEFS.values():
+        if d.scope is not Scope.GROUP:
+            continue
+        if d.name in overrides:
+            out.append(ConfigEntry(d.name, overrides[d.name], "group", False, CONFIG_TYPE[d.type], d.doc))
+        elif d.broker_synonym is not None:
+            out.append(ConfigEntry(d.name, to_text(broker.config[d.broker_synonym]), "default", False,
+                                   CONFIG_TYPE[d.type], d.doc))
+        else:
+            out.append(ConfigEntry(d.name, to_text(d.default), "default", False, CONFIG_TYPE[d.type], d.doc))
+    return out
+
+
+_DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
+
+
+def parse_by_duration(text: str) -> int:
+    """Milliseconds of an ISO-8601 duration such as ``PT1H`` or ``P1DT2H30M``; ValueError otherwise."""
+    m = _DURATION.match(text.strip().upper())
+    if not m or text.strip().upper() in ("P", "PT"):
+        raise ValueError(text)
+    d, h, mi, s = m.groups()
+    return int(((int(d or 0) * 24 + int(h or 0)) * 60 + int(mi or 0)) * 60_000 + float(s or 0) * 1000)
+
+
+def check_group_config(broker: Any, name: str, value: str) -> None:
+    """Raise ApiError(INVALID_CONFIG) if ``value`` is not valid for group config ``name``."""
+    d = CONFIG_DEFS.get(name)
+    if d is None or d.scope is not Scope.GROUP:
+        raise ApiError(ErrorCode.invalid_config, f"unknown group config {name}")
+    try:
+        parsed = parse_value(name, value)
+    except ConfigError as e:
+        raise ApiError(ErrorCode.invalid_config, str(e)) from None
+    cfg = broker.config
+    bounds = {
+        "share.record.lock.duration.ms": ("group.share.min.record.lock.duration.ms",
+                                          "group.share.max.record.lock.duration.ms"),
+        "share.delivery.count.limit": ("group.share.min.delivery.count.limit", "group.share.max.delivery.count.limit"),
+        "share.session.timeout.ms": ("group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms"),
+        "share.heartbeat.interval.ms": ("group.share.min.heartbeat.interval.ms",
+                                        "group.share.max.heartbeat.interval.ms"),
+    }
+    if name in bounds:
+        lo, hi = cfg[bounds[name][0]], cfg[bounds[name][1]]
+        if not lo <= parsed <= hi:
+            raise ApiError(ErrorCode.invalid_config, f"{name} must be between {lo} and {hi}")
+    if name == "share.auto.offset.reset":
+        if parsed not in ("latest", "earliest"):
+            kind, _, duration = parsed.partition(":")
+            try:
+                if kind != "by_duration":
+                    raise ValueError(parsed)
+                if parse_by_duration(duration) < 0:
+                    raise ValueError(parsed)
+            except ValueError:
+                raise ApiError(ErrorCode.invalid_config,
+                               "share.auto.offset.reset must be latest, earliest or by_duration:<ISO-8601>") from None
+    if name == "share.isolation.level" and parsed == "read_committed":
+        raise ApiError(ErrorCode.invalid_config, "read_committed needs transactions, which shoal does not support yet")
+
+
+def _check_topic_config(name: str, value: str | None) -> None:
+    d = CONFIG_DEFS.get(name)
+    if d is None or d.scope is not Scope.TOPIC:
+        raise ApiError(ErrorCode.invalid_config, f"unknown topic config {name}")
+    if value is not None:
+        try:
+            parse_value(name, value)
+        except ConfigError as e:
+            raise ApiError(ErrorCode.invalid_config, str(e)) from None
+
+
+def _check_broker_config(name: str, value: str | None) -> None:
+    d = CONFIG_DEFS.get(name)
+    if d is None or d.scope is not Scope.BROKER:
+        raise ApiError(ErrorCode.invalid_config, f"unknown broker config {name}")
+    if not d.dynamic:
+        raise ApiError(ErrorCode.invalid_request, f"{name} cannot be changed while the broker runs")
+    if value is not None:
+        try:
+            parse_value(name, value)
+        except ConfigError as e:
+            raise ApiError(ErrorCode.invalid_config, str(e)) from None
+
+
+def _apply_ops(current: dict[str, str], ops: list[tuple[str, int, str | None]]) -> dict[str, str]:
+    new = dict(current)
+    for name, op, value in ops:
+        if op == SET:
+            if value is None:
+                raise ApiError(ErrorCode.invalid_config, f"null value for {name}")
+            new[name] = value
+        elif op == DELETE:
+            new.pop(name, None)
+        elif op in (APPEND, SUBTRACT):
+            d = CONFIG_DEFS.get(name)
+            if d is None or d.type is not list:
+                raise ApiError(ErrorCode.invalid_config, f"{name} is not a list; APPEND/SUBTRACT do not apply")
+            items = [x for x in (new.get(name) or "").split(",") if x]
+            given = [x.strip() for x in (value or "").split(",") if x.strip()]
+            if op == APPEND:
+                items += [x for x in given if x not in items]
+            else:
+                items = [x for x in items if x not in given]
+            new[name] = ",".join(items)
+        else:
+            raise ApiError(ErrorCode.invalid_request, f"unknown config operation {op}")
+    return new
+
+
+def alter_resource(broker: Any, resource_type: int, name: str, ops: list[tuple[str, int, str | None]],
+                   validate_only: bool, replace: bool = False) -> None:
+    """Apply config operations to one resource, all or nothing. Raises ApiError."""
+    if resource_type == TOPIC:
+        meta = broker.store.get_topic(name)
+        if meta is None:
+            raise ApiError(ErrorCode.unknown_topic_or_partition)
+        new = _apply_ops({} if replace else dict(meta.configs), ops)
+        for k, v in new.items():
+            _check_topic_config(k, v)
+        if not validate_only:
+            broker.store.alter_topic_configs(name, new, [k for k in meta.configs if k not in new])
+    elif resource_type == BROKER:
+        if name not in ("", str(broker.node_id)):
+            raise ApiError(ErrorCode.invalid_request, f"unknown broker {name}")
+        new = _apply_ops({} if replace else dict(broker.dynamic_configs.broker), ops)
+        for k, v in new.items():
+            _check_broker_config(k, v)
+        if not validate_only:
+            broker.dynamic_configs.set_broker(new, broker.config)
+    elif resource_type == GROUP:
+        if not name:
+            raise ApiError(ErrorCode.invalid_group_id)
+        new = _apply_ops({} if replace else dict(broker.dynamic_configs.groups.get(name, {})), ops)
+        for k, v in new.items():
+            check_group_config(broker, k, v)
+        if not validate_only:
+            broker.dynamic_configs.set_group(name, new)
+    else:
+        raise ApiError(ErrorCode.invalid_request, f"resource type {resource_type} cannot be altered")
+
+
+@api(32, 1, 4)
+def handle_describe_configs(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    cls = ctx.response_type
+    rcls = sub(cls, "DescribeConfigsResult")
+    ecls = sub(cls, "DescribeConfigsResourceResult")
+    scls = sub(cls, "DescribeConfigsSynonym")
+    include_synonyms = getattr(request, "include_synonyms", False)
+    include_docs = getattr(request, "include_documentation", False)
+    results = []
+    for res in request.resources:
+        try:
+            if res.resource_type == TOPIC:
+                meta = broker.store.get_topic(res.resource_name)
+                if meta is None:
+                    raise ApiError(ErrorCode.unknown_topic_or_partition)
+                entries = topic_config_entries(broker, dict(meta.configs))
+            elif res.resource_type == BROKER:
+                if res.resource_name not in ("", str(broker.node_id)):
+                    raise ApiError(ErrorCode.invalid_request, f"unknown broker {res.resource_name}")
+                entries = broker_config_entries(broker)
+            elif res.resource_type == GROUP:
+                entries = group_config_entries(broker, res.resource_name)
+            else:
+                raise ApiError(ErrorCode.invalid_request, f"resource type {res.resource_type} is not supported")
+            if res.configuration_keys is not None:
+                keys = set(res.configuration_keys)
+                entries = [e for e in entries if e.name in keys]
+            configs = tuple(
+                make(ecls, name=e.name, value=e.value, read_only=e.read_only,
+                     config_source=CONFIG_SOURCE[e.source], is_sensitive=False,
+                     is_default=e.source == "default", config_type=e.config_type,
+                     documentation=e.doc if include_docs else None,
+                     synonyms=tuple(make(scls, name=n, value=v, source=CONFIG_SOURCE[s]) for n, v, s in e.synonyms)
+                     if include_synonyms else ())
+                for e in entries
+            )
+            results.append(make(rcls, error_code=ErrorCode.none, error_message=None,
+                                resource_type=res.resource_type, resource_name=res.resource_name, configs=configs))
+        except ApiError as e:
+            results.append(make(rcls, error_code=e.error_code, error_message=e.message,
+                                resource_type=res.resource_type, resource_name=res.resource_name, configs=()))
+    return make(cls, throttle_time=0, results=tuple(results))
+
+
+def _alter_response(ctx: Any, request: Any, incremental: bool) -> Any:
+    cls = ctx.response_type
+    rcls = sub(cls, "AlterConfigsResourceResponse")
+    out = []
+    for res in request.resources:
+        if incremental:
+            ops = [(c.name, c.config_operation, c.value) for c in res.configs]
+        else:
+            ops = [(c.name, SET, c.value) for c in res.configs]
+        try:
+            alter_resource(ctx.broker, res.resource_type, res.resource_name, ops, request.validate_only,
+                           replace=not incremental)
+            out.append(make(rcls, error_code=ErrorCode.none, error_message=None, resource_type=res.resource_type,
+                            resource_name=res.resource_name))
+        except ApiError as e:
+            out.append(make(rcls, error_code=e.error_code, error_message=e.message, resource_type=res.resource_type,
+                            resource_name=res.resource_name))
+    return make(cls, throttle_time=0, responses=tuple(out))
+
+
+@api(33, 0, 2)
+def handle_alter_configs(ctx: Any, request: Any) -> Any:
+    return _alter_response(ctx, request, incremental=False)
+
+
+@api(44, 0, 1)
+def handle_incremental_alter_configs(ctx: Any, request: Any) -> Any:
+    return _alter_response(ctx, request, incremental=True)

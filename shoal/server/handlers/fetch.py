@@ -1,0 +1,146 @@
+"""Fetch (key 1), v4-v17: whole record batches read as bytes, long poll, fetch sessions.
+
+A partition's data is the log's bytes from the batch holding ``fetch_offset``, up to
+``partition_max_bytes`` and what is left of the request's ``max_bytes``; the first
+partition with data always gets at least one whole batch, so an oversized batch
+cannot stall a consumer (Kafka's rule since Fetch v3). When fewer than ``min_bytes``
+are ready, the request parks until an append touches one of its partitions or
+``max_wait`` passes. From v7 the request may use an incremental fetch session
+(``fetch_session.py``); from v13 topics are named by id.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import ApiError, ErrorCode
+from ...protocol.entities import ZERO_UUID, has_field, make, sub
+from ..dispatch import api
+from ..fetch_session import FetchSessionError, SessionPartition
+
+_ABSENT = object()
+
+
+def _requested(ctx: Any, request: Any) -> tuple[dict[tuple[str, int], SessionPartition], dict[tuple[str, int], Any],
+                                                 list[tuple[str, int]]]:
+    """The request's partitions keyed by (topic name, partition), errors for unknown ids, forgotten keys."""
+    store = ctx.broker.store
+    use_ids = ctx.api_version >= 13
+    wanted: dict[tuple[str, int], SessionPartition] = {}
+    unknown: dict[tuple[str, int], Any] = {}
+    for t in request.topics:
+        if use_ids:
+            meta = store.topic_by_id(t.topic_id)
+            name = meta.name if meta is not None else f"<unknown {t.topic_id}>"
+            if meta is None:
+                for p in t.partitions:
+                    unknown[(name, p.partition)] = t.topic_id
+                continue
+        else:
+            name = t.topic
+        for p in t.partitions:
+            wanted[(name, p.partition)] = SessionPartition(p.fetch_offset, p.partition_max_bytes)
+    forgotten: list[tuple[str, int]] = []
+    for f in getattr(request, "forgotten_topics_data", None) or ():
+        if use_ids:
+            meta = store.topic_by_id(f.topic_id)
+            if meta is None:
+                continue
+            name = meta.name
+        else:
+            name = f.topic
+        forgotten.extend((name, p) for p in f.partitions)
+    return wanted, unknown, forgotten
+
+
+def _read(store: Any, key: tuple[str, int], sp: SessionPartition, budget: int) -> dict[str, Any]:
+    name, index = key
+    meta = store.get_topic(name)
+    if meta is None or not 0 <= index < meta.num_partitions:
+        return {"error_code": ErrorCode.unknown_topic_or_partition, "high_watermark": -1,
+                "log_start_offset": -1, "records": b""}
+    plog = store.partition(name, index)
+    hw = plog.high_watermark
+    out: dict[str, Any] = {"high_watermark": hw, "last_stable_offset": hw, "log_start_offset": plog.log_start_offset}
+    if sp.fetch_offset == hw or budget <= 0:
+        out["records"] = b""
+        return out
+    try:
+        out["records"] = plog.read(sp.fetch_offset, min(sp.max_bytes, budget))
+    except ApiError as e:
+        out["error_code"] = e.error_code
+        out["records"] = b""
+    return out
+
+
+@api(1, 4, 17)
+async def handle_fetch(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    store = broker.store
+    cls = ctx.response_type
+    use_ids = ctx.api_version >= 13
+    wanted, unknown, forgotten = _requested(ctx, request)
+
+    session = None
+    incremental = False
+    if ctx.api_version >= 7:
+        try:
+            session, incremental = broker.fetch_sessions.resolve(
+                request.session_id, request.session_epoch, wanted, forgotten, ctx.now_ms()
+            )
+        except FetchSessionError as e:
+            return make(cls, throttle_time=0, error_code=e.error_code, session_id=0, responses=())
+    partitions = session.partitions if session is not None else wanted
+
+    max_wait_ms = int(request.max_wait.total_seconds() * 1000)
+    min_bytes = max(request.min_bytes, 1)
+    max_bytes = request.max_bytes if has_field(type(request), "max_bytes") else 2**31 - 1
+    deadline = broker.clock.now_ms() + max_wait_ms
+    while True:
+        results: dict[tuple[str, int], dict[str, Any]] = {}
+        budget = max_bytes
+        total = 0
+        any_error = bool(unknown)
+        for key, sp in partitions.items():
+            r = _read(store, key, sp, budget)
+            n = len(r["records"])
+            total += n
+            budget -= n
+            if "error_code" in r:
+                any_error = True
+            results[key] = r
+        remaining = deadline - broker.clock.now_ms()
+        if total >= min_bytes or any_error or remaining <= 0 or broker.shutting_down:
+            break
+        await broker.append_waiters.wait(list(partitions), remaining / 1000)
+
+    tcls = sub(cls, "FetchableTopicResponse")
+    pcls = sub(cls, "PartitionData")
+    by_topic: dict[str, list[Any]] = {}
+    for key, r in results.items():
+        if incremental and session is not None and not session.must_send(
+            key, r["high_watermark"], r["log_start_offset"], bool(r["records"]), "error_code" in r
+        ):
+            continue
+        if session is not None and not incremental:
+            session.must_send(key, r["high_watermark"], r["log_start_offset"], True, False)
+        r.setdefault("error_code", ErrorCode.none)
+        r.setdefault("last_stable_offset", r["high_watermark"])
+        by_topic.setdefault(key[0], []).append(
+            make(pcls, partition_index=key[1], aborted_transactions=None, preferred_read_replica=-1, **r)
+        )
+    for (name, index), topic_id in unknown.items():
+        by_topic.setdefault(name, []).append(
+            make(pcls, partition_index=index, error_code=ErrorCode.unknown_topic_id, high_watermark=-1,
+                 last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None, records=b"")
+        )
+    topics = []
+    for name, plist in by_topic.items():
+        if use_ids:
+            meta = store.get_topic(name)
+            topic_id = meta.topic_id if meta is not None else unknown.get((name, plist[0].partition_index), ZERO_UUID)
+            topics.append(make(tcls, topic_id=topic_id, partitions=tuple(plist)))
+        else:
+            topics.append(make(tcls, topic=name, partitions=tuple(plist)))
+    return make(cls, throttle_time=0, error_code=ErrorCode.none,
+                session_id=session.session_id if session is not None else 0, responses=tuple(topics))

@@ -1,0 +1,84 @@
+"""Produce (key 0), v3-v11: record batch v2 bytes appended as they came.
+
+Per partition: the topic and partition must exist and not be internal; the log
+validates every batch (framing, magic, CRC-32C, size, producer sequence) before
+writing any of them, assigns offsets and, for LogAppendTime topics, the timestamp.
+The log fsyncs as its flush policy says (``flush.messages``, ``flush.ms``; by default
+every append) before ``append`` returns, so the response is sent only after the data
+is written and, where the policy says so, fsynced. acks=0 gets no response at all.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import Any
+
+from ...errors import ApiError, ErrorCode
+from ...protocol.entities import make, sub
+from ..dispatch import api
+from .metadata import INTERNAL_TOPICS
+
+log = logging.getLogger("shoal.produce")
+
+_EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
+
+
+def _append_time(ms: int) -> datetime.datetime | None:
+    if ms < 0:
+        return None
+    return _EPOCH + datetime.timedelta(milliseconds=ms)
+
+
+@api(0, 3, 11)
+def handle_produce(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    store = broker.store
+    now_ms = ctx.now_ms()
+    cls = ctx.response_type
+    tcls = sub(cls, "TopicProduceResponse")
+    pcls = sub(cls, "PartitionProduceResponse")
+    acks = request.acks
+    topic_results: list[tuple[str, list[dict[str, Any]]]] = []
+    for topic in request.topic_data:
+        name = topic.name
+        meta = store.get_topic(name)
+        results: list[dict[str, Any]] = []
+        for pd in topic.partition_data:
+            r: dict[str, Any] = {"index": pd.index, "base_offset": -1, "log_append_time": None,
+                                 "log_start_offset": -1}
+            try:
+                if acks not in (0, 1, -1):
+                    raise ApiError(ErrorCode.invalid_required_acks)
+                if name in INTERNAL_TOPICS:
+                    raise ApiError(ErrorCode.invalid_topic_exception, f"cannot produce to internal topic {name}")
+                if meta is None or not 0 <= pd.index < meta.num_partitions:
+                    raise ApiError(ErrorCode.unknown_topic_or_partition)
+                if request.transactional_id is not None:
+                    raise ApiError(ErrorCode.transactional_id_authorization_failed,
+                                   "transactions are not supported yet")
+                plog = store.partition(name, pd.index)
+                records = pd.records
+                if not records:
+                    raise ApiError(ErrorCode.corrupt_message, "empty record set")
+                result = plog.append(records, now_ms)
+                r["base_offset"] = result.base_offset
+                r["log_append_time"] = _append_time(result.log_append_time_ms)
+                r["log_start_offset"] = plog.log_start_offset
+                if result.record_count:
+                    broker.append_waiters.notify(name, pd.index)
+            except ApiError as e:
+                r["error_code"] = e.error_code
+                r["error_message"] = e.message if e.message != e.error_code.name else None
+            results.append(r)
+        topic_results.append((name, results))
+    if acks == 0:
+        return None
+    return make(
+        cls,
+        responses=tuple(
+            make(tcls, name=name, partition_responses=tuple(make(pcls, **r) for r in results))
+            for name, results in topic_results
+        ),
+        throttle_time=0,
+    )

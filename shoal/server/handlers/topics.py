@@ -1,0 +1,139 @@
+"""Topic administration: CreateTopics (19), DeleteTopics (20), CreatePartitions (37), DeleteRecords (21)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import ApiError, ErrorCode
+from ...protocol.entities import ZERO_UUID, make, sub
+from ..dispatch import api
+from .configs import CONFIG_SOURCE, CONFIG_TYPE, topic_config_entries
+from .metadata import INTERNAL_TOPICS
+
+
+@api(19, 2, 7)
+def handle_create_topics(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    cls = ctx.response_type
+    rcls = sub(cls, "CreatableTopicResult")
+    ccls = sub(cls, "CreatableTopicConfigs") if ctx.api_version >= 5 else None
+    results = []
+    seen: set[str] = set()
+    for t in request.topics:
+        r: dict[str, Any] = {"name": t.name, "topic_id": ZERO_UUID, "num_partitions": -1,
+                             "replication_factor": -1, "configs": ()}
+        try:
+            if t.name in seen:
+                raise ApiError(ErrorCode.invalid_request, f"topic {t.name} named twice in one request")
+            seen.add(t.name)
+            if t.name in INTERNAL_TOPICS:
+                raise ApiError(ErrorCode.invalid_request, f"{t.name} is an internal topic")
+            partitions = t.num_partitions
+            if partitions == -1 and not t.assignments:
+                partitions = broker.config["num.partitions"]
+            elif t.assignments:
+                partitions = len(t.assignments)
+            if partitions <= 0:
+                raise ApiError(ErrorCode.invalid_partitions, "number of partitions must be larger than 0")
+            if t.replication_factor not in (-1, 1) and not t.assignments:
+                raise ApiError(ErrorCode.invalid_replication_factor,
+                               f"replication factor {t.replication_factor} larger than available brokers: 1")
+            configs = {c.name: c.value for c in t.configs}
+            meta = broker.create_topic(t.name, partitions, configs, validate_only=request.validate_only)
+            r.update(topic_id=meta.topic_id if not request.validate_only else ZERO_UUID,
+                     num_partitions=partitions, replication_factor=1, error_code=ErrorCode.none)
+            if ccls is not None:
+                r["configs"] = tuple(
+                    make(ccls, name=e.name, value=e.value, read_only=e.read_only,
+                         config_source=CONFIG_SOURCE[e.source], is_sensitive=False)
+                    for e in topic_config_entries(broker, configs)
+                )
+        except ApiError as e:
+            r["error_code"] = e.error_code
+            r["error_message"] = e.message
+        results.append(make(rcls, **r))
+    return make(cls, throttle_time=0, topics=tuple(results))
+
+
+@api(20, 1, 6)
+def handle_delete_topics(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    store = broker.store
+    cls = ctx.response_type
+    rcls = sub(cls, "DeletableTopicResult")
+    out = []
+    if ctx.api_version >= 6:
+        targets = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        targets = [(name, None) for name in request.topic_names]
+    for name, topic_id in targets:
+        r: dict[str, Any] = {"name": name, "topic_id": topic_id or ZERO_UUID}
+        try:
+            meta = store.get_topic(name) if name else store.topic_by_id(topic_id)
+            if meta is None:
+                raise ApiError(ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition)
+            if meta.name in INTERNAL_TOPICS:
+                raise ApiError(ErrorCode.invalid_request, f"{meta.name} is an internal topic")
+            if not broker.config["delete.topic.enable"]:
+                raise ApiError(ErrorCode.topic_deletion_disabled)
+            broker.delete_topic(meta.name)
+            r.update(name=meta.name, topic_id=meta.topic_id, error_code=ErrorCode.none)
+        except ApiError as e:
+            r["error_code"] = e.error_code
+            r["error_message"] = e.message
+        out.append(make(rcls, **r))
+    return make(cls, throttle_time=0, responses=tuple(out))
+
+
+@api(37, 0, 3)
+def handle_create_partitions(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    cls = ctx.response_type
+    rcls = sub(cls, "CreatePartitionsTopicResult")
+    out = []
+    for t in request.topics:
+        r: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
+        try:
+            meta = broker.store.get_topic(t.name)
+            if meta is None:
+                raise ApiError(ErrorCode.unknown_topic_or_partition)
+            if t.name in INTERNAL_TOPICS:
+                raise ApiError(ErrorCode.invalid_request, f"{t.name} is an internal topic")
+            if t.count <= meta.num_partitions:
+                raise ApiError(ErrorCode.invalid_partitions,
+                               f"topic has {meta.num_partitions} partitions; a new count must be larger")
+            if not request.validate_only:
+                broker.create_partitions(t.name, t.count)
+        except ApiError as e:
+            r["error_code"] = e.error_code
+            r["error_message"] = e.message
+        out.append(make(rcls, **r))
+    return make(cls, throttle_time=0, results=tuple(out))
+
+
+@api(21, 0, 2)
+def handle_delete_records(ctx: Any, request: Any) -> Any:
+    store = ctx.broker.store
+    cls = ctx.response_type
+    tcls = sub(cls, "DeleteRecordsTopicResult")
+    pcls = sub(cls, "DeleteRecordsPartitionResult")
+    topics = []
+    for t in request.topics:
+        meta = store.get_topic(t.name)
+        parts = []
+        for p in t.partitions:
+            r: dict[str, Any] = {"partition_index": p.partition_index, "low_watermark": -1}
+            try:
+                if meta is None or not 0 <= p.partition_index < meta.num_partitions:
+                    raise ApiError(ErrorCode.unknown_topic_or_partition)
+                plog = store.partition(t.name, p.partition_index)
+                offset = plog.high_watermark if p.offset == -1 else p.offset
+                if not plog.log_start_offset <= offset <= plog.high_watermark:
+                    raise ApiError(ErrorCode.offset_out_of_range)
+                plog.delete_records(offset)
+                r.update(low_watermark=plog.log_start_offset, error_code=ErrorCode.none)
+            except ApiError as e:
+                r["error_code"] = e.error_code
+            parts.append(make(pcls, **r))
+        topics.append(make(tcls, name=t.name, partitions=tuple(parts)))
+    return make(cls, throttle_time=0, topics=tuple(topics))
