@@ -66,7 +66,6 @@ def run(args: argparse.Namespace) -> int:
 
 async def _serve(config: BrokerConfig, data_dir: Path, host: str, port: int) -> int:
     from ..server.broker import Broker
-    from ..server import extensions  # noqa: F401  (attaches coordinators and share groups)
 
     broker = Broker(config, data_dir, host, port)
     try:

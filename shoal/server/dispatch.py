@@ -1,7 +1,9 @@
 """The table of served APIs: api_key -> (handler, min_version, max_version).
 
-Handler modules register with the ``@api`` decorator; ``routes()`` imports them all and
-returns the table. ApiVersions answers from this table, and docs/COMPATIBILITY.md is
+Handler modules register with the ``@api`` decorator; ``routes()`` imports every module
+of ``shoal.server.handlers`` and returns the table. A subsystem that needs start-up
+work (a coordinator replaying its topic) registers ``broker.on_start`` hooks from the
+modules its handlers import, so adding an API never means editing a central list. ApiVersions answers from this table, and docs/COMPATIBILITY.md is
 generated from it (``python -m shoal.server.dispatch``), so the broker advertises
 exactly what it serves. A version range is clamped to what kio has, and registering
 one API twice is an error.
@@ -14,13 +16,14 @@ ApiError for a request-level error the handler chose not to encode itself.
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..protocol.codec import codec_for
 
-__all__ = ["Route", "api", "routes", "HANDLER_MODULES"]
+__all__ = ["Route", "api", "routes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,17 +37,6 @@ class Route:
 
 _REGISTRY: dict[int, Route] = {}
 
-HANDLER_MODULES = (
-    "api_versions",
-    "metadata",
-    "produce",
-    "fetch",
-    "list_offsets",
-    "topics",
-    "configs",
-    "cluster",
-    "producer_id",
-)
 
 
 def api(api_key: int, min_version: int, max_version: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -72,8 +64,10 @@ _loaded = False
 def routes() -> dict[int, Route]:
     global _loaded
     if not _loaded:
-        for name in HANDLER_MODULES:
-            importlib.import_module(f"{__package__}.handlers.{name}")
+        from . import handlers
+
+        for info in pkgutil.iter_modules(handlers.__path__):
+            importlib.import_module(f"{handlers.__name__}.{info.name}")
         _loaded = True
     return _REGISTRY
 
