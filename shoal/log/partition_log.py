@@ -124,7 +124,10 @@ class PartitionLog:
     # --- opening -----------------------------------------------------------------------
     @classmethod
     def open(cls, directory: Path, config: LogConfig, *, now_ms: int = 0) -> "PartitionLog":
+        created = not directory.exists()
         directory.mkdir(parents=True, exist_ok=True)
+        if created:  # make the new directory entry durable before anything is acknowledged in it
+            fsync_dir(directory.parent)
         log = cls(directory, config)
         log._last_flush_ms = now_ms
         for p in directory.iterdir():
@@ -156,6 +159,7 @@ class PartitionLog:
         if not log.segments:
             log.segments.append(Segment(directory, start or 0, config.index_interval_bytes))
             log.segments[0].recover()
+            fsync_dir(directory)
         log._bases = [s.base_offset for s in log.segments]
         leo = log.log_end_offset
         log.log_start_offset = min(max(start or 0, log.segments[0].base_offset), leo)
@@ -186,6 +190,9 @@ class PartitionLog:
     def append(self, batches, now_ms: int, *, timestamp_type: int | None = None,
                check_producer: bool = True) -> AppendResult:
         """Validate, assign offsets to, and write a run of v2 batches; all or nothing.
+
+        A ``bytearray`` argument is rewritten in place (offsets, LogAppendTime); other
+        buffers are copied once.
 
         ``timestamp_type`` defaults to the topic's ``message.timestamp.type``.
         Raises ApiError with: corrupt_message (framing, magic, CRC, empty), invalid_record
