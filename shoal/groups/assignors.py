@@ -17,11 +17,9 @@ replaying the group's records on another broker computes the same targets.
 Assignors here:
 
 * ``uniform`` (consumer groups, KIP-848's default): every subscribed partition goes to
-  exactly one member, and members of the same subscription get counts within one of
-  each other. Sticky: a member keeps the partitions it already has while that stays
-  within its fair share. With heterogeneous subscriptions the balance is best effort
-  (topics are grouped by the set of members subscribing to them, and each group is
-  balanced on its own, less-loaded members first).
+  exactly one member; with identical subscriptions the counts are within one of each
+  other, with different ones no single partition move could improve the balance.
+  Sticky: a member keeps what it has unless moving it is needed for balance.
 * ``range`` (consumer groups): per topic, the subscribed members sorted by member id
   take contiguous ranges; the first ``count % members`` get one more. Members that
   subscribe to co-partitioned topics thus get the same partition numbers of each
@@ -208,16 +206,48 @@ def _subscription_groups(
 def uniform_assign(
     members: Mapping[str, MemberSubscription], partition_counts: Mapping[uuid.UUID, int]
 ) -> dict[str, Assignment]:
-    """KIP-848 ``uniform``: disjoint, balanced within one per subscription, sticky."""
+    """KIP-848 ``uniform``: disjoint, balanced, sticky.
+
+    Each member first keeps the valid partitions it has; unowned partitions go to the
+    least-loaded subscriber (partitions with fewest subscribers first); then a
+    partition moves from its owner to its least-loaded subscriber while that owner has
+    two or more partitions more. Each move lowers the sum of squared loads, so this
+    ends; at the end no single move can improve balance, which for identical
+    subscriptions means counts within one of each other.
+    """
+    subscribers: dict[uuid.UUID, list[str]] = {}
+    for topic_id in partition_counts:
+        subscribers[topic_id] = sorted(m for m, s in members.items() if topic_id in s.subscribed_topic_ids)
+    all_tps = sorted(
+        ((t, p) for t, n in partition_counts.items() if subscribers[t] for p in range(n)), key=_sort_key)
+    owner: dict[TopicPartition, str] = {}
     load = {m: 0 for m in members}
+    for m in sorted(members):
+        for tp in sorted(partitions_of(members[m].current), key=_sort_key):
+            t, p = tp
+            if tp in owner or t not in members[m].subscribed_topic_ids or not 0 <= p < partition_counts.get(t, 0):
+                continue
+            owner[tp] = m
+            load[m] += 1
+    for tp in sorted(all_tps, key=lambda tp: (len(subscribers[tp[0]]), _sort_key(tp))):
+        if tp not in owner:
+            best = min(subscribers[tp[0]], key=lambda m: (load[m], m))
+            owner[tp] = best
+            load[best] += 1
+    moved = True
+    while moved:
+        moved = False
+        for tp in reversed(all_tps):  # shed the highest partitions first
+            cur = owner[tp]
+            best = min(subscribers[tp[0]], key=lambda m: (load[m], m))
+            if load[cur] > load[best] + 1:
+                owner[tp] = best
+                load[cur] -= 1
+                load[best] += 1
+                moved = True
     out: dict[str, set[TopicPartition]] = {m: set() for m in members}
-    for subs, tps in _subscription_groups(members, partition_counts):
-        order = sorted(subs, key=lambda m: (load[m], m))
-        current = {m: partitions_of(members[m].current) for m in subs}
-        placed = _balance_sticky(tps, order, current)
-        for m, got in placed.items():
-            out[m].update(got)
-            load[m] += len(got)
+    for tp, m in owner.items():
+        out[m].add(tp)
     return {m: from_partitions(tps) for m, tps in out.items()}
 
 
