@@ -12,7 +12,8 @@ One pass (:func:`compact`):
 3. A batch whose records all stay is copied byte for byte; a batch that loses some is
    rebuilt uncompressed with the kept records at their original offsets (same base offset,
    producer fields and last offset delta, so offsets never move); an emptied batch is
-   dropped.  Segments that would not change are not rewritten.
+   dropped, except the last of a segment, kept with no records so that the segment still
+   ends where the next one begins (recovery checks this).  Segments that would not change are not rewritten.
 4. The new content goes to ``<base>.log.cleaned``, is fsynced, the old index files are
    removed, and the file is renamed over ``<base>.log`` (atomic); the directory is
    fsynced and the segment reopened, rebuilding its indexes.  A crash leaves either the old
@@ -66,7 +67,8 @@ def compact(log, now_ms: int) -> CompactionStats:
         seg: Segment = log.segments[i]
         out = bytearray()
         changed = False
-        for h in seg.batch_headers():
+        headers = list(seg.batch_headers())
+        for j, h in enumerate(headers):
             raw = seg.read_at(h.position, h.size)
             if h.is_control:
                 out += raw
@@ -80,8 +82,8 @@ def compact(log, now_ms: int) -> CompactionStats:
                 continue
             changed = True
             removed += len(recs) - len(kept)
-            if not kept:
-                continue
+            if not kept and j < len(headers) - 1:
+                continue  # the last batch stays, even empty, so the segment still ends at its next offset
             out += build_batch(
                 [(r.key, r.value, r.headers, r.timestamp) for r in kept],
                 base_offset=h.base_offset,

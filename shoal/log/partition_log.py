@@ -28,7 +28,9 @@ returns whole batches from one ``pread``; records are never parsed.
 
 Recovery on open: segments from the one holding the recovery point (all of them if the
 checkpoint is missing) are validated batch by batch; the first torn or corrupt batch cuts
-its segment there and every later segment is deleted.  Indexes of those segments are
+its segment there and every later segment is deleted.  A closed segment must end exactly
+at the next segment's base offset (compaction keeps each segment's last batch, emptied if
+need be, to preserve this); one that does not lost its tail, and the later segments go.  Indexes of those segments are
 rebuilt; older segments load their index files (rebuilt if inconsistent).  Producer state
 is rebuilt from the batch headers.
 
@@ -151,6 +153,8 @@ class PartitionLog:
                 log.recovered_truncation = True
                 break
             log.segments.append(seg)
+            if i + 1 < len(bases) and seg.next_offset != bases[i + 1]:
+                cut = True  # a closed segment must end where the next begins: it lost its tail
             if cut:
                 log.recovered_truncation = True
                 for b in bases[i + 1 :]:

@@ -44,7 +44,7 @@ def test_plan_retention():
     assert plan_retention(segs, now_ms=10**9, **kw) == 0
     assert plan_retention(segs, now_ms=2500, **{**kw, "retention_ms": 1000}) == 1
     assert plan_retention(segs, now_ms=10**9, **{**kw, "retention_ms": 0}) == 2  # never the active one
-    assert plan_retention(segs, now_ms=0, **{**kw, "retention_bytes": 150}) == 2
+    assert plan_retention(segs, now_ms=0, **{**kw, "retention_bytes": 100}) == 2
     assert plan_retention(segs, now_ms=0, **{**kw, "retention_bytes": 200}) == 1
     assert plan_retention(segs, now_ms=0, **{**kw, "log_start_offset": 15}) == 1
 
