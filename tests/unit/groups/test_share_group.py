@@ -1,0 +1,244 @@
+"""KIP-932 share groups: membership, epochs, sharing, expiry, state-partition lifecycle, replay."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+
+from kio.schema.errors import ErrorCode
+from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
+from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
+from kio.static.primitive import i32
+
+from shoal.coordinator.records import CoordinatorRecord, RecordType
+from shoal.groups.share_group import ShareEffects, ShareGroups, ShareGroupState
+
+FOO = uuid.UUID(int=1)
+BAR = uuid.UUID(int=2)
+TOPICS = {"foo": (FOO, 2), "bar": (BAR, 3)}
+
+
+class Shell:
+    def __init__(self, **kwargs) -> None:
+        self.groups = ShareGroups(**kwargs)
+        self.log: list[CoordinatorRecord] = []
+        self.topics = dict(TOPICS)
+
+    def apply(self, result):
+        for rec in result.records:
+            rec = CoordinatorRecord.from_bytes(*rec.to_bytes())
+            self.log.append(rec)
+            self.groups.replay(rec)
+        return result
+
+    def hb_result(self, member_id, epoch, *, now=0, names=None, group="s", **kwargs):
+        if names is None and epoch == 0:
+            names = ["foo"]
+        req = ShareGroupHeartbeatRequest(group_id=group, member_id=member_id, member_epoch=i32(epoch),
+                                         subscribed_topic_names=None if names is None else tuple(names))
+        return self.apply(self.groups.handle_heartbeat(req, now, self.topics, **kwargs))
+
+    def hb(self, *args, **kwargs):
+        return self.hb_result(*args, **kwargs).response
+
+
+def assigned(resp):
+    if resp.assignment is None:
+        return None
+    return {tp.topic_id: set(tp.partitions) for tp in resp.assignment.topic_partitions}
+
+
+def test_join_gets_assignment_directly():
+    s = Shell()
+    res = s.hb_result("m1", 0, session_timeout_ms=50_000, heartbeat_interval_ms=6000)
+    r = res.response
+    assert (r.error_code, r.member_id, r.member_epoch) == (ErrorCode.none, "m1", 1)
+    assert r.heartbeat_interval == datetime.timedelta(milliseconds=6000)
+    assert assigned(r) == {FOO: {0, 1}}
+    assert res.deadlines == [50_000]
+    assert s.groups.group("s").state == ShareGroupState.STABLE
+    assert s.groups.has_group("s") and s.groups.group_type == "share"
+    # A second member takes one partition at once: no revocation handshake.
+    r2 = s.hb("m2", 0)
+    assert r2.member_epoch == 2 and len(assigned(r2)[FOO]) == 1
+    r1 = s.hb("m1", 1)
+    assert r1.member_epoch == 2 and assigned(r1)[FOO] == {0, 1} - assigned(r2)[FOO]
+
+
+def test_members_share_partitions_when_they_outnumber_them():
+    s = Shell()
+    for i in range(5):
+        s.hb(f"m{i}", 0)
+    g = s.groups.group("s")
+    holders = {p: sum(1 for a in g.target.values() if p in a.get(FOO, ())) for p in range(2)}
+    assert sorted(holders.values()) == [2, 3]
+    for i in range(5):
+        r = s.hb(f"m{i}", g.members[f"m{i}"].member_epoch)
+        assert r.member_epoch == 5
+
+
+def test_epochs_and_errors():
+    s = Shell()
+    assert s.hb("", 0).error_code == ErrorCode.invalid_request
+    assert s.hb("m1", 0, names=[]).error_code == ErrorCode.invalid_request
+    assert s.hb("m1", -2).error_code == ErrorCode.invalid_request
+    assert s.hb("m1", 1).error_code == ErrorCode.unknown_member_id
+    s.hb("m1", 0)
+    assert s.hb("m1", 7).error_code == ErrorCode.fenced_member_epoch
+    assert s.hb("other", 1).error_code == ErrorCode.unknown_member_id
+    s.hb("m2", 0)
+    # m1 is at epoch 1, the group at 2: epoch 1 is still current for m1.
+    assert s.hb("m1", 1).member_epoch == 2
+    assert s.hb("m1", 1).error_code == ErrorCode.none  # previous epoch still accepted
+    s.hb("m3", 0)
+    s.hb("m1", 2)
+    assert s.hb("m1", 1).error_code == ErrorCode.fenced_member_epoch
+
+
+def test_max_size_from_parameter():
+    s = Shell()
+    s.hb("m1", 0, max_size=1)
+    assert s.hb("m2", 0, max_size=1).error_code == ErrorCode.group_max_size_reached
+
+
+def test_subscription_change_and_new_topic():
+    s = Shell()
+    s.hb("m1", 0, names=["foo", "nope"])
+    r = s.hb("m1", 1, names=["foo", "bar"])
+    assert r.member_epoch == 2 and assigned(r) == {FOO: {0, 1}, BAR: {0, 1, 2}}
+    s.topics["nope"] = (uuid.UUID(int=3), 1)
+    r = s.hb("m1", 2, names=["foo", "nope"])
+    assert assigned(r) == {FOO: {0, 1}, uuid.UUID(int=3): {0}}
+
+
+def test_leave_reports_removed_member():
+    s = Shell()
+    s.hb("m1", 0)
+    s.hb("m2", 0)
+    res = s.hb_result("m2", -1)
+    assert res.response.member_epoch == -1
+    assert res.after.removed_members == [("s", "m2")]
+    g = s.groups.group("s")
+    assert set(g.members) == {"m1"} and g.group_epoch == 3 and g.target["m1"] == {FOO: frozenset({0, 1})}
+    s.hb("m1", -1)
+    assert s.groups.group("s").state == ShareGroupState.EMPTY
+    assert s.hb("m1", -1).error_code == ErrorCode.unknown_member_id
+
+
+def test_session_expiry():
+    s = Shell()
+    s.hb("m1", 0, now=0)
+    s.hb("m2", 0, now=1000)
+    assert not s.groups.expire(44_999).records
+    res = s.apply(s.groups.expire(45_000))
+    assert res.after.removed_members == [("s", "m1")]
+    assert res.deadlines == [46_000]
+    assert set(s.groups.group("s").members) == {"m2"}
+    assert s.hb("m1", 1).error_code == ErrorCode.unknown_member_id
+    # The shell's resolved group config wins over the broker default.
+    s.hb("m3", 0, now=50_000, session_timeout_ms=60_000)
+    assert s.apply(s.groups.expire(106_000)).after.removed_members == [("s", "m2")]
+    assert s.groups.is_member("s", "m3")
+
+
+def test_two_stage_initialization():
+    s = Shell()
+    res = s.hb_result("m1", 0)
+    assert res.after.initialize == {"s": {FOO: frozenset({0, 1})}}
+    assert s.groups.partitions_to_initialize("s") == {"s": {FOO: frozenset({0, 1})}}
+    assert [r for r in res.records if r.record_type == RecordType.SHARE_GROUP_STATE_PARTITION_METADATA]
+    # Nothing new to initialize on the next heartbeat.
+    assert s.hb_result("m1", 1).after.initialize == {}
+    s.apply(s.groups.mark_initialized("s", {FOO: [0]}))
+    g = s.groups.group("s")
+    assert g.initializing == {FOO: frozenset({1})} and g.initialized == {FOO: frozenset({0})}
+    s.apply(s.groups.mark_initialize_failed("s", {FOO: [1]}))
+    assert s.groups.partitions_to_initialize() == {}
+    res = s.apply(s.groups.retry_initialize("s"))
+    assert res.after.initialize == {"s": {FOO: frozenset({1})}}
+    s.apply(s.groups.mark_initialized("s", {FOO: [1]}))
+    assert s.groups.initialized_partitions("s") == {FOO: frozenset({0, 1})}
+    # A newly subscribed topic starts initializing; the initialized ones stay.
+    res = s.hb_result("m1", 1, names=["foo", "bar"])
+    assert res.after.initialize == {"s": {BAR: frozenset({0, 1, 2})}}
+    assert s.groups.initialized_partitions("s") == {FOO: frozenset({0, 1})}
+
+
+def test_delete_two_stages():
+    s = Shell()
+    s.hb("m1", 0)
+    s.apply(s.groups.mark_initialized("s", {FOO: [0, 1]}))
+    assert s.groups.begin_delete_group("s").response[0] == ErrorCode.non_empty_group
+    s.hb("m1", -1)
+    res = s.apply(s.groups.begin_delete_group("s"))
+    assert res.response == (ErrorCode.none, {FOO: frozenset({0, 1})})
+    assert s.groups.partitions_to_delete() == {"s": {FOO: frozenset({0, 1})}}
+    assert s.groups.group("s").initialized == {}
+    s.apply(s.groups.complete_delete_group("s"))
+    assert not s.groups.has_group("s")
+    assert s.groups.begin_delete_group("s").response[0] == ErrorCode.group_id_not_found
+
+
+def test_delete_without_state_is_immediate():
+    s = Shell()
+    s.hb("m1", 0, names=["missing-topic"])
+    s.hb("m1", -1)
+    res = s.apply(s.groups.begin_delete_group("s"))
+    assert res.response == (ErrorCode.none, {}) and not s.groups.has_group("s")
+
+
+def test_describe_and_list():
+    s = Shell()
+    s.hb("m1", 0, client_id="cli", client_host="/127.0.0.1")
+    resp = s.groups.handle_describe(ShareGroupDescribeRequest(
+        group_ids=("s", "x"), include_authorized_operations=False)).response
+    g, missing = resp.groups
+    assert (g.group_state, g.group_epoch, g.assignment_epoch, g.assignor_name) == ("Stable", 1, 1, "simple")
+    [m] = g.members
+    assert (m.member_id, m.client_id, m.client_host, m.subscribed_topic_names) == ("m1", "cli", "/127.0.0.1", ("foo",))
+    assert m.assignment.topic_partitions[0].topic_name == "foo"
+    assert missing.error_code == ErrorCode.group_id_not_found
+    [listing] = s.groups.list_groups()
+    assert (listing.group_state, listing.group_type, listing.protocol_type) == ("Stable", "share", "share")
+    assert s.groups.list_groups(["Empty"]) == []
+
+
+def test_on_loaded_restarts_sessions_and_lists_pending_work():
+    s = Shell()
+    s.hb("m1", 0)
+    fresh = ShareGroups()
+    for rec in s.log:
+        fresh.replay(rec)
+    res = fresh.on_loaded(1000)
+    assert res.deadlines == [46_000]
+    assert isinstance(res.after, ShareEffects) and res.after.initialize == {"s": {FOO: frozenset({0, 1})}}
+
+
+def test_replay_equivalence():
+    s = Shell()
+    s.hb("m1", 0, names=["foo", "bar"])
+    s.hb("m2", 0)
+    s.hb("m3", 0, names=["bar"])
+    s.apply(s.groups.mark_initialized("s", {FOO: [0, 1]}))
+    s.hb("m1", 3)
+    s.hb("m2", -1)
+    s.apply(s.groups.expire(10**9))
+    s.hb("m4", 0, now=10**9)
+    s.hb("m1", 0, group="t")
+    fresh = ShareGroups()
+    for rec in s.log:
+        fresh.replay(rec)
+    assert dict(fresh.groups) == dict(s.groups.groups)
+    assert fresh.groups["s"].initialized == {FOO: frozenset({0, 1})}
+
+
+def test_handlers_do_not_mutate_durable_state():
+    s = Shell()
+    s.hb("m1", 0)
+    import copy
+    before = copy.deepcopy(s.groups.group("s"))
+    s.groups.handle_heartbeat(ShareGroupHeartbeatRequest(
+        group_id="s", member_id="m2", member_epoch=i32(0), subscribed_topic_names=("bar",)), 0, TOPICS)
+    s.groups.expire(10**9)
+    s.groups.mark_initialized("s", {FOO: [0, 1]})
+    assert s.groups.group("s") == before
