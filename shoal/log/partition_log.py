@@ -168,7 +168,7 @@ class PartitionLog:
         leo = log.log_end_offset
         log.log_start_offset = min(max(start or 0, log.segments[0].base_offset), leo)
         for seg in log.segments:
-            for h in seg.batch_headers():
+            for h in seg.walk_headers():
                 if h.producer_id >= 0:
                     log.producers.replay(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
                                          h.base_offset, h.last_offset, h.max_timestamp)

@@ -185,11 +185,12 @@ class BatchHeader:
         return (self.base_sequence + self.last_offset_delta) % 0x80000000
 
 
-def read_header(buf, position: int = 0) -> BatchHeader:
+def read_header(buf, position: int = 0, *, whole: bool = True) -> BatchHeader:
     """Parse the header at ``position``; framing only (no CRC check).
 
     Raises CorruptBatchError when fewer than 61 bytes remain, the length field is too small,
-    the batch extends past the buffer, or magic is not 2.
+    the batch extends past the buffer (unless ``whole`` is False: ``buf`` may hold only the
+    header), magic is not 2, or the counts are inconsistent.
     """
     if len(buf) - position < HEADER_SIZE:
         raise CorruptBatchError("truncated batch header", position)
@@ -199,7 +200,7 @@ def read_header(buf, position: int = 0) -> BatchHeader:
         raise CorruptBatchError(f"unsupported magic {h.magic}", position)
     if h.batch_length < HEADER_SIZE - LOG_OVERHEAD:
         raise CorruptBatchError(f"batch length {h.batch_length} below the header size", position)
-    if position + LOG_OVERHEAD + h.batch_length > len(buf):
+    if whole and position + LOG_OVERHEAD + h.batch_length > len(buf):
         raise CorruptBatchError("batch extends past the end of the data", position)
     if h.records_count < 0 or h.last_offset_delta < 0:
         raise CorruptBatchError("negative record count or offset delta", position)

@@ -77,3 +77,20 @@ def test_run_maintenance_compacts_internal_topic(tmp_path):
     active = log.segments[-1].base_offset
     kept = [r[0] for r in records(log) if r[1] == b"same"]
     assert len(log.segments) > 1 and kept == list(range(active, 40))  # closed segments emptied
+
+
+def test_leftover_cleaned_file_is_ignored_and_emptied_segments_keep_their_end(tmp_path):
+    cfg = LogConfig(**CFG)
+    log = PartitionLog.open(tmp_path / "c-0", cfg)
+    for i in range(40):
+        log.append(build_batch([(b"same", b"x" * 50, [], i)]), 0)
+    compact(log, now_ms=100)
+    ends = [(s.base_offset, s.next_offset) for s in log.segments]
+    assert all(a[1] == b[0] for a, b in zip(ends, ends[1:]))  # contiguous even when emptied
+    data = log.read(0, 1 << 30)
+    log.close()
+    (tmp_path / "c-0" / "00000000000000000000.log.cleaned").write_bytes(b"half-written")
+    log = PartitionLog.open(tmp_path / "c-0", cfg)
+    assert not log.recovered_truncation and log.log_end_offset == 40
+    assert log.read(0, 1 << 30) == data
+    assert not list((tmp_path / "c-0").glob("*.cleaned"))
