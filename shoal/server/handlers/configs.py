@@ -198,6 +198,18 @@ def _apply_ops(current: dict[str, str], ops: list[tuple[str, int, str | None]]) 
     return new
 
 
+def _refresh_log_configs(broker: Any) -> None:
+    """Re-resolve every partition's settings after a broker default (``log.*``) changed.
+
+    A topic without its own override follows the broker's dynamic default, as in Kafka.
+    """
+    store = broker.store
+    for meta in store.topics():
+        cfg = store.log_config(meta.name)
+        for i in range(meta.num_partitions):
+            store.partition(meta.name, i).update_config(cfg)
+
+
 def alter_resource(broker: Any, resource_type: int, name: str, ops: list[tuple[str, int, str | None]],
                    validate_only: bool, replace: bool = False) -> None:
     """Apply config operations to one resource, all or nothing. Raises ApiError."""
@@ -218,6 +230,7 @@ def alter_resource(broker: Any, resource_type: int, name: str, ops: list[tuple[s
             _check_broker_config(k, v)
         if not validate_only:
             broker.dynamic_configs.set_broker(new, broker.config)
+            _refresh_log_configs(broker)
     elif resource_type == GROUP:
         if not name:
             raise ApiError(ErrorCode.invalid_group_id)
