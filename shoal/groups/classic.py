@@ -371,7 +371,7 @@ class ClassicGroup:
                     rebalance_timeout=m.rebalance_timeout_ms,
                     session_timeout=m.session_timeout_ms,
                     subscription=m.metadata(self.protocol_name),
-                    assignment=(assignments or {}).get(m.member_id, m.assignment) if assignments is not None else m.assignment,
+                    assignment=m.assignment if assignments is None else assignments.get(m.member_id, b""),
                 )
                 for m in self.members.values()
             ),
@@ -818,7 +818,10 @@ class ClassicGroup:
         self.previous_state = self.state
         self.state = S.STABLE if self.members else S.EMPTY
         self.state_timestamp_ms = ts
-        self._update_subscribed_topics() if self.members else setattr(self, "subscribed_topics", set())
+        if self.members:
+            self._update_subscribed_topics()
+        else:
+            self.subscribed_topics = set()
 
     def on_loaded(self, now_ms: int) -> None:
         """After loading: every member gets a fresh session (Kafka's onLoaded)."""

@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import importlib
+import types
 import typing
 import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping
@@ -88,7 +89,7 @@ def _hints(cls: type) -> dict[str, Any]:
 
 def _convert(tp: Any, value: Any) -> Any:
     origin = typing.get_origin(tp)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType")):
+    if origin in (typing.Union, types.UnionType):
         if value is None:
             return None
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -165,10 +166,6 @@ def _join_fields_for_version(cls: type, fields: dict[str, Any]) -> dict[str, Any
         fields = {**fields, "protocol_name": ""}
     if version < 9 and fields.get("skip_assignment"):
         fields = {**fields, "members": []}
-    return fields
-
-
-def _sync_fields_for_version(cls: type, fields: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
