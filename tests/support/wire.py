@@ -1,0 +1,116 @@
+"""Raw Kafka requests over a plain socket, for tests of what real clients never send.
+
+``RawConnection(bootstrap)`` writes framed requests built from kio entities (request
+header v1, or v2 for flexible versions, written here by hand) and reads framed
+responses back, decoding them with kio. It speaks only to the broker under test.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+__all__ = ["RawConnection", "request_bytes", "frame"]
+
+_API_VERSIONS = 18
+
+
+def frame(body: bytes) -> bytes:
+    return struct.pack(">i", len(body)) + body
+
+
+def request_bytes(entity: Any, correlation_id: int, client_id: str | None = "shoal-tests",
+                  *, api_version: int | None = None, api_key: int | None = None) -> bytes:
+    """A framed request: header (v1, or v2 when the entity's version is flexible) and body.
+
+    ``api_version``/``api_key`` override the header fields only (to send a version the body
+    does not match, or an unknown API).
+    """
+    cls = type(entity)
+    key = cls.__api_key__ if api_key is None else api_key
+    version = cls.__version__ if api_version is None else api_version
+    header = struct.pack(">hhi", key, version, correlation_id)
+    if client_id is None:
+        header += struct.pack(">h", -1)
+    else:
+        raw = client_id.encode()
+        header += struct.pack(">h", len(raw)) + raw
+    if cls.__flexible__:
+        header += b"\x00"  # no tagged fields
+    buf = io.BytesIO()
+    entity_writer(cls)(buf, entity)
+    return frame(header + buf.getvalue())
+
+
+class RawConnection:
+    def __init__(self, bootstrap: str, timeout_s: float = 10.0) -> None:
+        host, _, port = bootstrap.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        self._buf = b""
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> "RawConnection":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _recv_exact(self, n: int) -> bytes | None:
+        while len(self._buf) < n:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return None
+            self._buf += chunk
+        out, self._buf = self._buf[:n], self._buf[n:]
+        return out
+
+    def read_frame(self) -> bytes | None:
+        """The next response frame's body, or None if the broker closed the connection."""
+        size = self._recv_exact(4)
+        if size is None:
+            return None
+        (n,) = struct.unpack(">i", size)
+        return self._recv_exact(n)
+
+    def read_response(self, api_key: int, api_version: int) -> tuple[int, Any]:
+        """(correlation id, decoded response entity) of the next response."""
+        body = self.read_frame()
+        assert body is not None, "connection closed by the broker instead of a response"
+        (correlation_id,) = struct.unpack_from(">i", body, 0)
+        cls = load_response_schema(api_key, api_version)
+        pos = 4
+        if cls.__flexible__ and api_key != _API_VERSIONS:
+            assert body[pos] == 0, "response header v1 with tagged fields"
+            pos += 1
+        value, used = entity_reader(cls)(body, pos)
+        assert pos + used == len(body), f"{len(body) - pos - used} bytes left after the response"
+        return correlation_id, value
+
+    def request(self, entity: Any, correlation_id: int = 1) -> Any:
+        self.send(request_bytes(entity, correlation_id))
+        cid, response = self.read_response(type(entity).__api_key__, type(entity).__version__)
+        assert cid == correlation_id
+        return response
+
+    def is_closed_by_peer(self, timeout_s: float = 5.0) -> bool:
+        """Whether the broker closes the connection (EOF or reset) within ``timeout_s``."""
+        self.sock.settimeout(timeout_s)
+        try:
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except socket.timeout:
+            return False
