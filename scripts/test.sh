@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Set up everything the tests need in ./.venv and run the whole suite (unit, property,
+# integration with real clients, Spark). Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+if ! command -v kcat >/dev/null 2>&1; then
+    if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat) >/dev/null 2>&1 || true
+    fi
+fi
+if ! command -v kcat >/dev/null 2>&1; then
+    echo "warning: kcat could not be installed; its tests are skipped (SHOAL_SKIP_KCAT=1)" >&2
+    export SHOAL_SKIP_KCAT=1
+fi
+export PYSPARK_PYTHON="$PWD/.venv/bin/python"
+export PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
+exec .venv/bin/python -m pytest -q "$@"
