@@ -16,8 +16,11 @@ operation on the shard can interleave between computing a result and applying it
 one shard's operations are serial, as Kafka's runtime guarantees with its queue.
 If the append fails, nothing is replayed and ``apply`` raises; the shard is unchanged.
 
-At start, ``load`` creates the topic if needed (compacted, Kafka's partition count
-key) and replays every record of every partition into a fresh shard, batch by batch.
+At start, ``load`` creates the topic if needed (compacted unless ``topic_configs`` says
+otherwise, Kafka's partition count key) and replays every record at or above the log
+start offset of every partition into a fresh shard, batch by batch. With
+``replay_offsets=True`` the shard's ``replay`` also gets each record's offset (the
+share coordinator uses it to tell which records are superseded).
 """
 
 from __future__ import annotations
@@ -54,9 +57,12 @@ def java_string_hash(text: str) -> int:
 
 
 class CoordinatorRuntime(Generic[S]):
-    def __init__(self, broker: Any, topic: str, num_partitions_key: str, new_shard: Callable[[int], S]) -> None:
+    def __init__(self, broker: Any, topic: str, num_partitions_key: str, new_shard: Callable[[int], S], *,
+                 topic_configs: dict[str, str] | None = None, replay_offsets: bool = False) -> None:
         self.broker = broker
         self.topic = topic
+        self.topic_configs = dict(topic_configs) if topic_configs is not None else {"cleanup.policy": "compact"}
+        self.replay_offsets = replay_offsets
         self._num_partitions_key = num_partitions_key
         self._new_shard = new_shard
         self.shards: list[S] = []
@@ -78,7 +84,7 @@ class CoordinatorRuntime(Generic[S]):
         meta = store.get_topic(self.topic)
         if meta is None:
             n = self.broker.config[self._num_partitions_key]
-            meta = store.create_topic(self.topic, n, {"cleanup.policy": "compact"}, now_ms=self.broker.clock.now_ms())
+            meta = store.create_topic(self.topic, n, self.topic_configs, now_ms=self.broker.clock.now_ms())
         self.shards = [self._new_shard(i) for i in range(meta.num_partitions)]
         total = 0
         for i, shard in enumerate(self.shards):
@@ -87,14 +93,17 @@ class CoordinatorRuntime(Generic[S]):
                 if header.is_control:
                     continue
                 for rec in decode_records(data, header):
-                    if rec.key is None:
+                    if rec.key is None or rec.offset < plog.log_start_offset:
                         continue
                     try:
                         record = CoordinatorRecord.from_bytes(rec.key, rec.value)
                     except ValueError:
                         log.error("%s-%d: skipping undecodable record at offset %d", self.topic, i, rec.offset)
                         continue
-                    shard.replay(record)  # type: ignore[attr-defined]
+                    if self.replay_offsets:
+                        shard.replay(record, rec.offset)  # type: ignore[attr-defined]
+                    else:
+                        shard.replay(record)  # type: ignore[attr-defined]
                     total += 1
             on_loaded = getattr(shard, "on_loaded", None)
             if on_loaded is not None:
@@ -121,8 +130,11 @@ class CoordinatorRuntime(Generic[S]):
             log.error("%s-%d: cannot write coordinator records: %s", self.topic, partition, e)
             raise ApiError(ErrorCode.coordinator_not_available, "coordinator state could not be written") from e
         shard = self.shards[partition]
-        for record in result.records:
-            shard.replay(record)  # type: ignore[attr-defined]
+        for i, record in enumerate(result.records):
+            if self.replay_offsets:
+                shard.replay(record, appended.base_offset + i)  # type: ignore[attr-defined]
+            else:
+                shard.replay(record)  # type: ignore[attr-defined]
         return result
 
     def run(self, partition: int, operation: Callable[[S], Result[Any]]) -> Result[Any]:

@@ -1,0 +1,445 @@
+"""The share-group shell: share coordinator, persister, share-partition manager, sessions.
+
+Theory of operation
+-------------------
+``ShareService`` (``broker.extensions["share"]``) wires the pure share cores to I/O:
+
+* **Share coordinator.** A :class:`~shoal.server.runtime.CoordinatorRuntime` of
+  :class:`~shoal.share.coordinator.ShareCoordinatorShard` over ``__share_group_state``.
+  All updates of one share-partition share a record key, so the topic is created with
+  ``cleanup.policy=delete`` and ``retention.ms=-1``, never compacted; instead records
+  below each shard's ``last_redundant_offset()`` are deleted (``delete_records``) by a
+  timer. Keys are routed with :func:`shoal.share.coordinator.partition_for` (Kafka's
+  ``hash("group:topicId:partition")``).
+* **Persister.** Kafka's five operations (initialize, read, write, delete,
+  read_summary). Each runs the shard operation and ``runtime.apply`` (append, fsync,
+  replay) before returning, on the event loop, so it is synchronous: when it returns,
+  the state is durable or the call failed. A failure comes back as the outcome's
+  error code (COORDINATOR_NOT_AVAILABLE when the append failed).
+* **Share-partition manager.** One :class:`~shoal.share.partition.SharePartition` per
+  ``(group_id, topic_id, partition)``, created on first use from the persisted state
+  (or, when nothing is persisted, from ``share.auto.offset.reset``). After any change
+  the durability loop of ``shoal.share.partition`` runs (:meth:`ShareService.persist`):
+  take a write, hand it to the persister, commit or roll back; a rolled-back write is
+  retried by a timer. Lock expiry: one ``loop.call_at`` per share-partition at
+  ``next_deadline_ms()``. Whenever records become acquirable again (released,
+  expired, rolled back, or the in-flight limit freed), the parked ShareFetches of that
+  partition are woken through ``broker.append_waiters``.
+* **Sessions.** A :class:`~shoal.share.session.ShareSessionCache`. Closing a session,
+  a disconnect, or the member leaving the group releases the member's acquired records.
+
+Event loop only. The group service calls :meth:`on_share_member_removed`,
+:meth:`initialize_share_state` and :meth:`delete_share_state`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..errors import ApiError, ErrorCode
+from ..share.coordinator import (
+    SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT,
+    UNINITIALIZED_START_OFFSET,
+    PartitionOutcome,
+    ShareCoordinatorShard,
+    SharePartitionKey,
+    StateBatch,
+    partition_for,
+)
+from ..share.partition import SharePartition, StateWrite, UpdateStatus
+from ..share.session import ShareSessionCache
+from .broker import on_disconnect, on_start, on_stop, on_topic_deleted
+from .runtime import CoordinatorRuntime
+
+log = logging.getLogger("shoal.share")
+
+__all__ = ["ShareService", "Persister", "share_service", "SHARE_STATE_TOPIC"]
+
+SHARE_STATE_TOPIC = "__share_group_state"
+PRUNE_INTERVAL_S = 30.0
+RETRY_WRITE_S = 0.5
+
+PartitionId = tuple[str, uuid.UUID, int]
+"""(group_id, topic_id, partition)."""
+
+
+class Persister:
+    """Kafka's share-group state persister over the in-process share coordinator.
+
+    Every method returns a :class:`~shoal.share.coordinator.PartitionOutcome`; it never
+    raises for a failed write (the outcome carries COORDINATOR_NOT_AVAILABLE).
+    """
+
+    def __init__(self, runtime: CoordinatorRuntime[ShareCoordinatorShard]) -> None:
+        self.runtime = runtime
+
+    def partition_of(self, key: SharePartitionKey) -> int:
+        return partition_for(key, self.runtime.num_partitions)
+
+    def _run(self, key: SharePartitionKey, op: Any) -> PartitionOutcome:
+        try:
+            result = self.runtime.run(self.partition_of(key), op)
+        except ApiError as e:
+            return PartitionOutcome(e.error_code, str(e), None)
+        return result.response
+
+    def initialize(self, key: SharePartitionKey, state_epoch: int, start_offset: int) -> PartitionOutcome:
+        return self._run(key, lambda s: s.initialize(key, state_epoch, start_offset))
+
+    def read(self, key: SharePartitionKey, leader_epoch: int = -1) -> PartitionOutcome:
+        return self._run(key, lambda s: s.read(key, leader_epoch))
+
+    def write(self, key: SharePartitionKey, state_epoch: int, leader_epoch: int, start_offset: int,
+              batches: Iterable[StateBatch], delivery_complete_count: int = -1) -> PartitionOutcome:
+        batches = tuple(batches)
+        return self._run(key, lambda s: s.write(key, state_epoch, leader_epoch, start_offset, batches,
+                                                delivery_complete_count))
+
+    def delete(self, key: SharePartitionKey) -> PartitionOutcome:
+        return self._run(key, lambda s: s.delete(key))
+
+    def read_summary(self, key: SharePartitionKey, leader_epoch: int = -1) -> PartitionOutcome:
+        return self._run(key, lambda s: s.read_summary(key, leader_epoch))
+
+
+def _complete_count(write: StateWrite) -> int:
+    return sum(b.last_offset - b.first_offset + 1 for b in write.state_batches if b.delivery_state in (2, 4))
+
+
+class ShareService:
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        cfg = broker.config
+        per_snapshot = int(cfg[SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT])
+        self.runtime: CoordinatorRuntime[ShareCoordinatorShard] = CoordinatorRuntime(
+            broker, SHARE_STATE_TOPIC, "share.coordinator.state.topic.num.partitions",
+            lambda _i: ShareCoordinatorShard(snapshot_update_records_per_snapshot=per_snapshot),
+            topic_configs={"cleanup.policy": "delete", "retention.ms": "-1"}, replay_offsets=True,
+        )
+        self.persister = Persister(self.runtime)
+        self.sessions = ShareSessionCache(int(cfg["max.share.session.cache.slots"]))
+        self.partitions: dict[PartitionId, SharePartition] = {}
+        self._timers: dict[PartitionId, tuple[int, asyncio.TimerHandle]] = {}
+        self._retry: dict[PartitionId, asyncio.TimerHandle] = {}
+        self._prune_timer: asyncio.TimerHandle | None = None
+        self._loading: dict[PartitionId, asyncio.Future[SharePartition]] = {}
+
+    # -- lifecycle --------------------------------------------------------------------
+    def start(self) -> None:
+        self.runtime.load()
+        self.prune()
+        self._schedule_prune()
+
+    def stop(self) -> None:
+        for _d, h in self._timers.values():
+            h.cancel()
+        for h in self._retry.values():
+            h.cancel()
+        self._timers.clear()
+        self._retry.clear()
+        if self._prune_timer is not None:
+            self._prune_timer.cancel()
+
+    def _schedule_prune(self) -> None:
+        def run() -> None:
+            if self.broker.shutting_down:
+                return
+            try:
+                self.prune()
+            except Exception:
+                log.exception("pruning %s failed", SHARE_STATE_TOPIC)
+            self._schedule_prune()
+
+        self._prune_timer = asyncio.get_running_loop().call_later(PRUNE_INTERVAL_S, run)
+
+    def prune(self) -> None:
+        """Delete ``__share_group_state`` records every shard no longer needs."""
+        store = self.broker.store
+        for i, shard in enumerate(self.runtime.shards):
+            cut = shard.last_redundant_offset()
+            if cut is None:
+                continue
+            plog = store.partition(SHARE_STATE_TOPIC, i)
+            cut = min(cut, plog.high_watermark)
+            if cut > plog.log_start_offset:
+                plog.delete_records(cut)
+
+    # -- configuration ------------------------------------------------------------------
+    def _group_value(self, group_id: str, name: str) -> Any:
+        return self.broker.dynamic_configs.group_value(group_id, name, self.broker.config)
+
+    def _configure(self, sp: SharePartition) -> None:
+        sp.record_lock_duration_ms = int(self._group_value(sp.group_id, "share.record.lock.duration.ms"))
+        sp.delivery_count_limit = int(self._group_value(sp.group_id, "share.delivery.count.limit"))
+        sp.max_in_flight_records = int(self.broker.config["group.share.partition.max.record.locks"])
+
+    def record_lock_duration_ms(self, group_id: str) -> int:
+        return int(self._group_value(group_id, "share.record.lock.duration.ms"))
+
+    def initial_start_offset(self, group_id: str, topic_name: str, partition: int) -> int:
+        """The SPSO a new share-partition starts at, from ``share.auto.offset.reset``."""
+        from .handlers.configs import parse_by_duration
+
+        plog = self.broker.store.partition(topic_name, partition)
+        reset = str(self._group_value(group_id, "share.auto.offset.reset"))
+        if reset == "earliest":
+            return plog.log_start_offset
+        if reset.startswith("by_duration:"):
+            since = self.broker.clock.now_ms() - parse_by_duration(reset.split(":", 1)[1])
+            found = plog.offset_for_timestamp(since)
+            return found[0] if found is not None else plog.high_watermark
+        return plog.high_watermark
+
+    # -- share-partitions -----------------------------------------------------------------
+    def _topic_name(self, topic_id: uuid.UUID) -> str:
+        meta = self.broker.store.topic_by_id(topic_id)
+        if meta is None:
+            raise ApiError(ErrorCode.unknown_topic_id, f"unknown topic id {topic_id}")
+        return meta.name
+
+    def _initialize(self, key: SharePartitionKey, topic_name: str, state_epoch: int) -> PartitionOutcome:
+        start = self.initial_start_offset(key.group_id, topic_name, key.partition)
+        return self.persister.initialize(key, state_epoch, start)
+
+    def get_partition(self, group_id: str, topic_id: uuid.UUID, partition: int) -> SharePartition:
+        """The share-partition, loaded (or initialized) through the persister on first use.
+
+        Raises ApiError: UNKNOWN_TOPIC_ID / UNKNOWN_TOPIC_OR_PARTITION for a topic or
+        partition that does not exist, or the persister's error.
+        """
+        pid = (group_id, topic_id, partition)
+        sp = self.partitions.get(pid)
+        if sp is not None:
+            return sp
+        name = self._topic_name(topic_id)
+        meta = self.broker.store.get_topic(name)
+        if not 0 <= partition < meta.num_partitions:
+            raise ApiError(ErrorCode.unknown_topic_or_partition, f"{name} has no partition {partition}")
+        key = SharePartitionKey.of(group_id, topic_id, partition)
+        outcome = self.persister.read(key)
+        if outcome.error_code == ErrorCode.unknown_topic_or_partition or (
+                outcome.ok and outcome.state is not None and outcome.state.start_offset == UNINITIALIZED_START_OFFSET):
+            epoch = outcome.state.state_epoch if outcome.state is not None else 0
+            outcome = self._initialize(key, name, epoch)
+        if not outcome.ok or outcome.state is None:
+            raise ApiError(outcome.error_code, outcome.error_message or "share-partition state unavailable")
+        st = outcome.state
+        config = {
+            "record_lock_duration_ms": int(self._group_value(group_id, "share.record.lock.duration.ms")),
+            "delivery_count_limit": int(self._group_value(group_id, "share.delivery.count.limit")),
+            "max_in_flight_records": int(self.broker.config["group.share.partition.max.record.locks"]),
+        }
+        sp = SharePartition.from_persisted(
+            group_id, topic_id, partition, start_offset=st.start_offset, state_epoch=st.state_epoch,
+            state_batches=[(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+                           for b in st.state_batches],
+            leader_epoch=0, **config,
+        )
+        self.partitions[pid] = sp
+        return sp
+
+    def refresh_config(self, sp: SharePartition) -> None:
+        self._configure(sp)
+
+    def _drop(self, pid: PartitionId) -> None:
+        self.partitions.pop(pid, None)
+        t = self._timers.pop(pid, None)
+        if t is not None:
+            t[1].cancel()
+        r = self._retry.pop(pid, None)
+        if r is not None:
+            r.cancel()
+
+    # -- durability and timers --------------------------------------------------------------
+    def persist(self, sp: SharePartition) -> bool:
+        """Run the durability loop until nothing is left to write; False if a write failed.
+
+        Pending acknowledgements are COMMITTED or ROLLED_BACK when this returns. A failed
+        write is rolled back and retried later by a timer.
+        """
+        ok = True
+        before = sp.next_fetch_offset()
+        released = False
+        while (w := sp.take_write()) is not None:
+            key = SharePartitionKey.of(w.group_id, w.topic_id, w.partition)
+            outcome = self.persister.write(
+                key, w.state_epoch, w.leader_epoch, w.start_offset,
+                [StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+                 for b in w.state_batches],
+                _complete_count(w),
+            )
+            if outcome.ok:
+                updates = sp.commit(w)
+                if any(u.status is UpdateStatus.COMMITTED for u in updates):
+                    released = True  # a release commits to AVAILABLE; the SPSO may have moved
+            else:
+                log.warning("share-partition %s-%s-%d: state write failed (%s); rolled back",
+                            w.group_id, w.topic_id, w.partition, outcome.error_code.name)
+                sp.rollback(w, self.broker.clock.now_ms())
+                ok = False
+                released = True
+                self._schedule_retry(sp)
+                break
+        if released and (before is None or sp.has_available_in_flight()):
+            self.wake(sp)
+        self.reschedule(sp)
+        return ok
+
+    def _schedule_retry(self, sp: SharePartition) -> None:
+        pid = (sp.group_id, sp.topic_id, sp.partition)  # type: ignore[misc]
+        if pid in self._retry:
+            return
+
+        def run() -> None:
+            self._retry.pop(pid, None)
+            if self.partitions.get(pid) is sp and not self.broker.shutting_down:  # type: ignore[arg-type]
+                self.persist(sp)
+
+        self._retry[pid] = asyncio.get_running_loop().call_later(RETRY_WRITE_S, run)  # type: ignore[index]
+
+    def wake(self, sp: SharePartition) -> None:
+        """Wake ShareFetches parked on this partition (records may be acquirable again)."""
+        meta = self.broker.store.topic_by_id(sp.topic_id)
+        if meta is not None:
+            self.broker.append_waiters.notify(meta.name, sp.partition)
+
+    def reschedule(self, sp: SharePartition) -> None:
+        """Keep one lock-expiry timer at ``sp.next_deadline_ms()``."""
+        pid: PartitionId = (sp.group_id, sp.topic_id, sp.partition)  # type: ignore[assignment]
+        deadline = sp.next_deadline_ms()
+        current = self._timers.get(pid)
+        if current is not None and current[0] == deadline:
+            return
+        if current is not None:
+            current[1].cancel()
+            del self._timers[pid]
+        if deadline is None or self.broker.shutting_down:
+            return
+        loop = asyncio.get_running_loop()
+        delay_s = max(0.0, (deadline - self.broker.clock.now_ms()) / 1000)
+
+        def fire() -> None:
+            self._timers.pop(pid, None)
+            if self.partitions.get(pid) is not sp:
+                return
+            released = sp.expire(self.broker.clock.now_ms())
+            if released:
+                self.wake(sp)
+            self.persist(sp)
+
+        self._timers[pid] = (deadline, loop.call_at(loop.time() + delay_s, fire))
+
+    # -- releases ---------------------------------------------------------------------------
+    def release_member(self, group_id: str, member_id: str,
+                       where: Iterable[tuple[str, int]] | None = None) -> None:
+        """Release ``member_id``'s acquired records (in ``where`` = (topic_id str, partition),
+        or in every loaded share-partition of the group)."""
+        now = self.broker.clock.now_ms()
+        wanted = None if where is None else {(str(t), int(p)) for t, p in where}
+        for (g, topic_id, partition), sp in list(self.partitions.items()):
+            if g != group_id or (wanted is not None and (str(topic_id), partition) not in wanted):
+                continue
+            if sp.release_member(member_id, now):
+                self.wake(sp)
+            self.persist(sp)
+
+    def on_share_member_removed(self, group_id: str, member_id: str) -> None:
+        """The member left the group or was fenced: close its session, release its records."""
+        self.sessions.remove_member(group_id, member_id)
+        self.release_member(group_id, member_id)
+
+    def on_connection_closed(self, connection_id: Any) -> None:
+        for group_id, member_id in self.sessions.disconnect(connection_id):
+            self.release_member(group_id, member_id)
+
+    # -- group service contract ----------------------------------------------------------------
+    async def initialize_share_state(self, group_id: str, partitions: Mapping[uuid.UUID, Iterable[int]]) -> None:
+        """Persist the initial SPSO of each share-partition that has none (idempotent).
+
+        Raises ApiError when a topic is unknown or the persister fails.
+        """
+        for topic_id, parts in partitions.items():
+            name = self._topic_name(topic_id)
+            for p in parts:
+                key = SharePartitionKey.of(group_id, topic_id, p)
+                o = self.persister.read_summary(key)
+                if o.ok and o.state is not None and o.state.start_offset != UNINITIALIZED_START_OFFSET:
+                    continue
+                epoch = o.state.state_epoch if o.ok and o.state is not None else 0
+                o = self._initialize(key, name, epoch)
+                if not o.ok:
+                    raise ApiError(o.error_code, o.error_message or "cannot initialize share-partition state")
+
+    async def delete_share_state(self, group_id: str, partitions: Mapping[uuid.UUID, Iterable[int]]) -> None:
+        """Delete the persisted state of each share-partition and forget it in memory."""
+        for topic_id, parts in partitions.items():
+            for p in parts:
+                o = self.delete_partition_state(group_id, topic_id, int(p))
+                if not o.ok:
+                    raise ApiError(o.error_code, o.error_message or "cannot delete share-partition state")
+
+    def delete_partition_state(self, group_id: str, topic_id: uuid.UUID, partition: int) -> PartitionOutcome:
+        self._drop((group_id, topic_id, partition))
+        return self.persister.delete(SharePartitionKey.of(group_id, topic_id, partition))
+
+    # -- admin helpers --------------------------------------------------------------------------
+    def state_keys(self, group_id: str) -> list[SharePartitionKey]:
+        """Every share-partition of ``group_id`` with persisted state."""
+        out = []
+        for shard in self.runtime.shards:
+            out.extend(k for k in shard.keys() if k.group_id == group_id)
+        return sorted(out)
+
+    def group_has_sessions(self, group_id: str) -> bool:
+        return any(g == group_id for g, _m in self.sessions._sessions)
+
+    def reset_start_offset(self, group_id: str, topic_id: uuid.UUID, partition: int, start_offset: int) -> PartitionOutcome:
+        """AlterShareGroupOffsets: a new state epoch starting at ``start_offset``."""
+        key = SharePartitionKey.of(group_id, topic_id, partition)
+        current = self.persister.read_summary(key)
+        epoch = current.state.state_epoch + 1 if current.ok and current.state is not None else 0
+        self._drop((group_id, topic_id, partition))
+        return self.persister.initialize(key, epoch, start_offset)
+
+    def forget_topic(self, topic_id: uuid.UUID) -> None:
+        for pid in [p for p in self.partitions if p[1] == topic_id]:
+            self._drop(pid)
+
+
+def share_service(broker: Any) -> ShareService:
+    svc = broker.extensions.get("share")
+    if svc is None:
+        raise ApiError(ErrorCode.coordinator_not_available, "share service not started")
+    return svc  # type: ignore[no-any-return]
+
+
+@on_start
+async def _start(broker: Any) -> None:
+    svc = ShareService(broker)
+    svc.start()
+    broker.extensions["share"] = svc
+
+
+@on_stop
+async def _stop(broker: Any) -> None:
+    svc = broker.extensions.get("share")
+    if svc is not None:
+        svc.stop()
+
+
+@on_disconnect
+def _disconnected(broker: Any, conn: Any) -> None:
+    svc = broker.extensions.get("share")
+    if svc is not None and not broker.shutting_down:
+        svc.on_connection_closed(conn.connection_id)
+
+
+@on_topic_deleted
+def _topic_deleted(broker: Any, meta: Any) -> None:
+    svc = broker.extensions.get("share")
+    if svc is not None:
+        svc.forget_topic(meta.topic_id)
