@@ -1,0 +1,258 @@
+"""ShareFetch (78) and ShareAcknowledge (79), v1-v2 (KIP-932).
+
+A request first goes through the member's share session (``ShareSessionCache``: epoch
+0 opens, -1 closes, any other must match). The member must belong to the share group
+(the group service's ``share_assignment`` is not None), else UNKNOWN_MEMBER_ID. As in
+Kafka, a fetch serves the partitions its session names; the assignment decides what
+the client puts in the session.
+
+Acknowledgements (ShareAcknowledge, or riding on a ShareFetch) are applied first, per
+partition, all or nothing; the partition's acknowledge error code is sent only after
+the write carrying them committed (or failed). Then, for a ShareFetch that did not
+close its session: for each session partition in rotated order, whole batches are read
+from the log at ``next_fetch_offset()``, their (base, last) offsets go to
+``SharePartition.acquire``, and the batches overlapping the acquired ranges are
+returned (never a split batch; ``acquired_records`` says which offsets the member
+owns). With nothing acquired the request parks on ``broker.append_waiters`` until an
+append, a release or a lock expiry touches one of its partitions, or ``max_wait``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from ...errors import ApiError, ErrorCode
+from ...protocol.batch import iter_batches
+from ...protocol.entities import make, sub
+from ...share.partition import SharePartition, UpdateStatus
+from ...share.session import FINAL_EPOCH
+from ...share.state import AcknowledgeType, AcquireMode
+from ..dispatch import api
+from ..share_service import ShareService, share_service
+
+PARTITION_MAX_READ_BYTES = 1 << 20
+DEFAULT_MAX_RECORDS = 500
+
+
+def _is_member(ctx: Any, group_id: str, member_id: str) -> bool:
+    groups = ctx.broker.extensions.get("groups")
+    if groups is None:
+        return True
+    return groups.share_assignment(group_id, member_id) is not None
+
+
+def _uuid(topic_id: Any) -> uuid.UUID:
+    return topic_id if isinstance(topic_id, uuid.UUID) else uuid.UUID(str(topic_id))
+
+
+def apply_acknowledgements(ctx: Any, svc: ShareService, group_id: str, member_id: str,
+                           topics: Any) -> dict[tuple[uuid.UUID, int], ErrorCode]:
+    """Apply every partition's acknowledgement batches; returns an error code per partition."""
+    now = ctx.now_ms()
+    codes: dict[tuple[uuid.UUID, int], ErrorCode] = {}
+    pending: list[tuple[tuple[uuid.UUID, int], SharePartition, Any]] = []
+    for t in topics:
+        for p in t.partitions:
+            if not p.acknowledgement_batches:
+                continue
+            key = (_uuid(t.topic_id), int(p.partition_index))
+            try:
+                if ctx.api_version < 2 and any(int(x) == AcknowledgeType.RENEW
+                                               for b in p.acknowledgement_batches for x in b.acknowledge_types):
+                    raise ApiError(ErrorCode.invalid_request, "renew needs version 2")
+                sp = svc.get_partition(group_id, key[0], key[1])
+                update = sp.acknowledge(
+                    member_id,
+                    [(b.first_offset, b.last_offset, [int(x) for x in b.acknowledge_types])
+                     for b in p.acknowledgement_batches],
+                    now,
+                )
+            except ApiError as e:
+                codes[key] = ErrorCode(e.error_code)
+                continue
+            pending.append((key, sp, update))
+    persisted: dict[int, bool] = {}
+    for _key, sp, _u in pending:
+        if id(sp) not in persisted:
+            persisted[id(sp)] = svc.persist(sp)
+    for key, sp, update in pending:
+        if update.status is UpdateStatus.COMMITTED:
+            codes[key] = ErrorCode.none
+        else:
+            codes[key] = ErrorCode.coordinator_not_available
+        svc.reschedule(sp)  # renewals move deadlines
+    return codes
+
+
+def _node_endpoints(ctx: Any, cls: Any) -> tuple[Any, ...]:
+    b = ctx.broker
+    return (make(sub(cls, "NodeEndpoint"), node_id=b.node_id, host=b.advertised_host, port=b.advertised_port,
+                 rack=None),)
+
+
+def _leader(ctx: Any, cls: Any) -> Any:
+    return make(sub(cls, "LeaderIdAndEpoch"), leader_id=ctx.broker.node_id, leader_epoch=0)
+
+
+def _acquire_one(ctx: Any, svc: ShareService, group_id: str, member_id: str, topic_id: uuid.UUID, partition: int,
+                 max_records: int, budget: int, mode: AcquireMode, batch_size: int | None) -> tuple[bytes, list[Any]]:
+    store = ctx.broker.store
+    sp = svc.get_partition(group_id, topic_id, partition)
+    svc.refresh_config(sp)
+    offset = sp.next_fetch_offset()
+    if offset is None or budget <= 0:
+        return b"", []
+    meta = store.topic_by_id(topic_id)
+    plog = store.partition(meta.name, partition)
+    offset = max(offset, plog.log_start_offset)
+    if offset >= plog.high_watermark:
+        return b"", []
+    data = plog.read(offset, min(budget, PARTITION_MAX_READ_BYTES))
+    if not data:
+        return b"", []
+    headers = [h for h in iter_batches(data) if not h.is_control]
+    acquired = sp.acquire(member_id, [(h.base_offset, h.last_offset) for h in headers], ctx.now_ms(),
+                          max_records, acquire_mode=mode, batch_size=batch_size)
+    if sp.needs_write:
+        svc.persist(sp)
+    if not acquired:
+        return b"", []
+    svc.reschedule(sp)
+    parts = []
+    j = 0
+    for h in headers:
+        while j < len(acquired) and acquired[j].last_offset < h.base_offset:
+            j += 1
+        if j < len(acquired) and acquired[j].first_offset <= h.last_offset:
+            parts.append(bytes(data[h.position:h.position + h.size]))
+    return b"".join(parts), acquired
+
+
+@api(78, 1, 2)
+async def handle_share_fetch(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    cls = ctx.response_type
+    svc = share_service(broker)
+    group_id = request.group_id or ""
+    member_id = request.member_id or ""
+    lock_ms = svc.record_lock_duration_ms(group_id)
+
+    def fail(code: ErrorCode, message: str | None = None) -> Any:
+        return make(cls, throttle_time=0, error_code=code, error_message=message, acquisition_lock_timeout=lock_ms,
+                    responses=(), node_endpoints=())
+
+    epoch = int(request.share_session_epoch)
+    if epoch != FINAL_EPOCH and not _is_member(ctx, group_id, member_id):
+        return fail(ErrorCode.unknown_member_id)
+    previous = svc.sessions.get(group_id, member_id)
+    previous_parts = tuple(previous.partitions) if previous is not None else ()
+    outcome = svc.sessions.handle_share_fetch(request, ctx.connection.connection_id)
+    if not outcome.ok:
+        return fail(outcome.error_code)
+
+    ack_codes = apply_acknowledgements(ctx, svc, group_id, member_id, request.topics)
+
+    # Release what the member held where it no longer fetches.
+    if outcome.closed:
+        svc.release_member(group_id, member_id, previous_parts)
+    elif outcome.replaced or outcome.forgotten:
+        svc.release_member(group_id, member_id, outcome.replaced + outcome.forgotten)
+
+    errors: dict[tuple[uuid.UUID, int], ErrorCode] = {}
+    fetched: dict[tuple[uuid.UUID, int], tuple[bytes, list[Any]]] = {}
+    renew_only = bool(getattr(request, "is_renew_ack", False))
+    if not outcome.closed and not renew_only and outcome.partitions:
+        order = [(_uuid(t), p) for t, p in outcome.partitions]
+        max_records = int(request.max_records) if int(getattr(request, "max_records", 0) or 0) > 0 \
+            else DEFAULT_MAX_RECORDS
+        mode = AcquireMode(int(getattr(request, "share_acquire_mode", 0) or 0))
+        bs = int(getattr(request, "batch_size", 0) or 0)
+        batch_size = bs if bs > 0 else None
+        max_bytes = int(request.max_bytes) if int(request.max_bytes) > 0 else 2**31 - 1
+        max_wait_ms = int(request.max_wait.total_seconds() * 1000)
+        deadline = broker.clock.now_ms() + max_wait_ms
+        while True:
+            remaining_records = max_records
+            budget = max_bytes
+            for key in order:
+                if key in errors or remaining_records <= 0 or budget <= 0:
+                    continue
+                try:
+                    data, acquired = _acquire_one(ctx, svc, group_id, member_id, key[0], key[1], remaining_records,
+                                                  budget, mode, batch_size)
+                except ApiError as e:
+                    errors[key] = ErrorCode(e.error_code)
+                    continue
+                if acquired:
+                    fetched[key] = (data, acquired)
+                    remaining_records -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
+                    budget -= len(data)
+            left = deadline - broker.clock.now_ms()
+            if fetched or errors or left <= 0 or broker.shutting_down:
+                break
+            keys = []
+            for t, p in order:
+                meta = broker.store.topic_by_id(t)
+                if meta is not None:
+                    keys.append((meta.name, p))
+            await broker.append_waiters.wait(keys, left / 1000)
+            # The session may have been closed meanwhile (disconnect, member left).
+            if svc.sessions.get(group_id, member_id) is None:
+                break
+
+    tcls = sub(cls, "ShareFetchableTopicResponse")
+    pcls = sub(cls, "PartitionData")
+    acls = sub(cls, "AcquiredRecords")
+    by_topic: dict[uuid.UUID, list[Any]] = {}
+    for key in dict.fromkeys([*ack_codes, *errors, *fetched]):
+        data, acquired = fetched.get(key, (b"", []))
+        by_topic.setdefault(key[0], []).append(make(
+            pcls, partition_index=key[1], error_code=errors.get(key, ErrorCode.none), error_message=None,
+            acknowledge_error_code=ack_codes.get(key, ErrorCode.none), acknowledge_error_message=None,
+            current_leader=_leader(ctx, cls), records=data,
+            acquired_records=tuple(make(acls, first_offset=a.first_offset, last_offset=a.last_offset,
+                                        delivery_count=a.delivery_count) for a in acquired),
+        ))
+    topics = tuple(make(tcls, topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items())
+    return make(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None,
+                acquisition_lock_timeout=lock_ms, responses=topics, node_endpoints=_node_endpoints(ctx, cls))
+
+
+@api(79, 1, 2)
+def handle_share_acknowledge(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    cls = ctx.response_type
+    svc = share_service(broker)
+    group_id = request.group_id or ""
+    member_id = request.member_id or ""
+    lock_ms = svc.record_lock_duration_ms(group_id)
+
+    def fail(code: ErrorCode) -> Any:
+        return make(cls, throttle_time=0, error_code=code, error_message=None, acquisition_lock_timeout=lock_ms,
+                    responses=(), node_endpoints=())
+
+    epoch = int(request.share_session_epoch)
+    if epoch != FINAL_EPOCH and not _is_member(ctx, group_id, member_id):
+        return fail(ErrorCode.unknown_member_id)
+    previous = svc.sessions.get(group_id, member_id)
+    previous_parts = tuple(previous.partitions) if previous is not None else ()
+    outcome = svc.sessions.handle_share_acknowledge(request, ctx.connection.connection_id)
+    if not outcome.ok:
+        return fail(outcome.error_code)
+    codes = apply_acknowledgements(ctx, svc, group_id, member_id, request.topics)
+    if outcome.closed:
+        svc.release_member(group_id, member_id, previous_parts)
+
+    tcls = sub(cls, "ShareAcknowledgeTopicResponse")
+    pcls = sub(cls, "PartitionData")
+    by_topic: dict[uuid.UUID, list[Any]] = {}
+    for t in request.topics:
+        for p in t.partitions:
+            key = (_uuid(t.topic_id), int(p.partition_index))
+            by_topic.setdefault(key[0], []).append(make(
+                pcls, partition_index=key[1], error_code=codes.get(key, ErrorCode.none), error_message=None,
+                current_leader=_leader(ctx, cls)))
+    topics = tuple(make(tcls, topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items())
+    return make(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None,
+                acquisition_lock_timeout=lock_ms, responses=topics, node_endpoints=_node_endpoints(ctx, cls))
