@@ -1,0 +1,510 @@
+"""The group coordinator service: the asyncio shell around the pure group cores.
+
+Theory of operation
+-------------------
+``GroupCoordinatorService`` (``broker.extensions["groups"]``, created by an ``on_start``
+hook registered when this module is imported) owns a :class:`CoordinatorRuntime` over
+``__consumer_offsets``: one :class:`GroupCoordinatorShard` per partition, each with the
+consumer-group (KIP-848, :class:`ConsumerGroups`) and share-group (KIP-932,
+:class:`ShareGroups`) kinds plugged in through ``register_kind``. A group id routes to
+the shard of its partition (``partition_for_group``, Kafka's hash) and names exactly one
+group of one kind there: every kind's groups appear in ``shard.groups`` (consumer and
+share groups as small views), so offsets, ListGroups, DeleteGroups and the classic
+APIs see one namespace.
+
+Every write goes through :meth:`GroupCoordinatorService.apply`: the runtime appends the
+result's records, fsyncs and replays them; then parked JoinGroup/SyncGroup requests
+named in the result's completions are answered, removed share members are reported,
+and the shard's timer is moved to its earliest deadline. Handlers are plain functions
+of (shard, request, now_ms) and never await between computing a result and applying
+it, so one shard's operations never interleave.
+
+Timers: one ``loop.call_later`` per shard for the earliest deadline any result asked
+for (a heap; early firings are harmless). Firing runs ``expire(now_ms)`` of the classic
+shard, the consumer groups and the share groups, each through ``apply``.
+
+Parked requests: JoinGroup and SyncGroup get a token; a request the shard cannot answer
+yet waits on a future registered under its token, which a later completion resolves.
+If the client's connection closes, the connection cancels the handler task and so the
+future; the member then times out in the shard as in Kafka.
+
+Contract with the share service (``broker.extensions["share"]``, optional):
+
+* it may call ``share_assignment(group_id, member_id)`` -> ``{topic_id: frozenset}`` or
+  None (not a member), ``share_group_exists(group_id)`` and ``group_type(group_id)``
+  (``"classic"``/``"consumer"``/``"share"``/None);
+* once the records removing share members (leave, fencing, session expiry) are durable,
+  this service calls ``share.on_share_member_removed(group_id, member_id)``;
+* share-partitions entering a share group's assignment are initialized before the
+  heartbeat that assigned them is answered: after the heartbeat's records are durable,
+  ``await share.initialize_share_state(group_id, {topic_id: [partitions]})``; on success
+  ``mark_initialized`` is applied, if it raises ``mark_initialize_failed`` is applied,
+  the heartbeat is answered anyway and the next heartbeat of the group retries. A
+  second heartbeat that needs partitions being initialized waits for that attempt.
+  Without a share service the partitions are marked initialized at once;
+* DeleteGroups of a share group: ``begin_delete_group`` (applied), then
+  ``await share.delete_share_state(group_id, {topic_id: [partitions]})``, then
+  ``complete_delete_group`` (applied). A successful DeleteGroups of any kind also
+  deletes the group's dynamic configs.
+
+Event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import inspect
+import itertools
+import logging
+import uuid
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Any
+
+from ..coordinator.records import CoordinatorRecord
+from ..coordinator.result import Result
+from ..errors import ApiError, ErrorCode
+from ..groups.assignors import from_partitions, partitions_of
+from ..groups.classic import ClassicGroup
+from ..groups.consumer import ConsumerGroups
+from ..groups.manager import Completion, GroupCoordinatorShard
+from ..groups.share_group import ShareEffects, ShareGroups
+from .broker import on_start, on_stop, on_topic_deleted
+from .runtime import CoordinatorRuntime
+
+__all__ = ["GroupCoordinatorService", "group_service", "client_host"]
+
+log = logging.getLogger("shoal.groups")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__share_group_state"})
+_SHARD_CONFIG_KEYS = (
+    "offsets.retention.minutes", "offsets.retention.check.interval.ms", "group.initial.rebalance.delay.ms",
+    "group.min.session.timeout.ms", "group.max.session.timeout.ms", "group.max.size",
+)
+
+
+# ----------------------------------------------------------------- kind views
+class _ConsumerGroupView:
+    """A consumer group as ``shard.groups`` sees it (see ``manager.py``'s kind contract)."""
+
+    group_type = "consumer"
+    protocol_type = "consumer"
+    __slots__ = ("kind", "group_id")
+
+    def __init__(self, kind: ConsumerGroups, group_id: str) -> None:
+        self.kind = kind
+        self.group_id = group_id
+
+    @property
+    def state_name(self) -> str:
+        g = self.kind.group(self.group_id)
+        return "Dead" if g is None else g.state.value
+
+    def validate_offset_commit(self, member_id: str, group_instance_id: str | None, generation_id: int,
+                               api_version: int) -> ErrorCode:
+        return self.kind.validate_offset_commit(self.group_id, member_id, generation_id)
+
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> ErrorCode:
+        return self.kind.validate_offset_fetch(self.group_id, member_id, member_epoch)
+
+    def validate_offset_delete(self) -> ErrorCode:
+        return ErrorCode.none
+
+    def validate_delete_group(self) -> ErrorCode:
+        return self.kind.delete_group(self.group_id).response  # type: ignore[return-value]
+
+    def is_subscribed_to_topic(self, topic: str) -> bool:
+        return self.kind.is_subscribed_to_topic(self.group_id, topic)
+
+    def offset_expiration_base(self, commit_timestamp_ms: int) -> int | None:
+        return commit_timestamp_ms
+
+    def should_expire(self) -> bool:
+        g = self.kind.group(self.group_id)
+        return g is None or not g.members
+
+    def tombstone_records(self) -> list[CoordinatorRecord]:
+        return self.kind.delete_group(self.group_id).records
+
+
+class _ShareGroupView:
+    """A share group as ``shard.groups`` sees it: no committed offsets of its own."""
+
+    group_type = "share"
+    protocol_type = "share"
+    __slots__ = ("kind", "group_id")
+
+    def __init__(self, kind: ShareGroups, group_id: str) -> None:
+        self.kind = kind
+        self.group_id = group_id
+
+    @property
+    def state_name(self) -> str:
+        g = self.kind.group(self.group_id)
+        return "Dead" if g is None else g.state.value
+
+    def validate_offset_commit(self, *args: Any) -> ErrorCode:
+        return ErrorCode.group_id_not_found
+
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> ErrorCode:
+        return ErrorCode.group_id_not_found
+
+    def validate_offset_delete(self) -> ErrorCode:
+        return ErrorCode.group_id_not_found
+
+    def validate_delete_group(self) -> ErrorCode:
+        g = self.kind.group(self.group_id)
+        return ErrorCode.group_id_not_found if g is None else (
+            ErrorCode.non_empty_group if g.members else ErrorCode.none)
+
+    def is_subscribed_to_topic(self, topic: str) -> bool:
+        g = self.kind.group(self.group_id)
+        return g is not None and topic in g.subscribed_topics
+
+    def offset_expiration_base(self, commit_timestamp_ms: int) -> int | None:
+        return None
+
+    def should_expire(self) -> bool:
+        return False
+
+    def tombstone_records(self) -> list[CoordinatorRecord]:
+        return []
+
+
+def _bridge(kind: Any, view_cls: type) -> Any:
+    """Replay for ``register_kind``: the kind replays, ``shard.groups`` follows."""
+
+    def replay(shard: GroupCoordinatorShard, rec: CoordinatorRecord) -> None:
+        kind.replay(rec)
+        group_id = rec.key["group_id"]
+        current = shard.groups.get(group_id)
+        if kind.has_group(group_id):
+            if not isinstance(current, view_cls):
+                # Replaces nothing, or an empty classic group converted by this kind.
+                shard.groups[group_id] = view_cls(kind, group_id)
+        elif isinstance(current, view_cls):
+            del shard.groups[group_id]
+
+    return replay
+
+
+class _Partition:
+    """Everything the service keeps for one ``__consumer_offsets`` partition."""
+
+    __slots__ = ("consumer", "share", "deadlines", "timer", "timer_at")
+
+    def __init__(self, consumer: ConsumerGroups, share: ShareGroups) -> None:
+        self.consumer = consumer
+        self.share = share
+        self.deadlines: list[int] = []
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_at: int | None = None
+
+
+def client_host(ctx: Any) -> str:
+    """Kafka's form of a client address: ``/IP``."""
+    peer = getattr(ctx.connection, "peer", "") or ""
+    host = peer.rsplit(":", 1)[0] if ":" in peer else peer
+    return "/" + host if host and host != "?" else ""
+
+
+def group_service(broker: Any) -> GroupCoordinatorService:
+    svc = broker.extensions.get("groups")
+    if svc is None:
+        raise ApiError(ErrorCode.coordinator_not_available, "the group coordinator is not loaded")
+    return svc
+
+
+# ------------------------------------------------------------------ the service
+class GroupCoordinatorService:
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.config = broker.config
+        self.runtime: CoordinatorRuntime[GroupCoordinatorShard] = CoordinatorRuntime(
+            broker, OFFSETS_TOPIC, "offsets.topic.num.partitions", self._new_shard)
+        self._parts: dict[int, _Partition] = {}
+        self._tokens = itertools.count(1)
+        self._parked: dict[Hashable, asyncio.Future[Any]] = {}
+        self._initializing: dict[str, dict[tuple[uuid.UUID, int], asyncio.Future[None]]] = {}
+        self._closed = False
+
+    # ------------------------------------------------------------ set-up
+    def _new_shard(self, index: int) -> GroupCoordinatorShard:
+        cfg = self.config
+        shard = GroupCoordinatorShard({k: cfg[k] for k in _SHARD_CONFIG_KEYS})
+        consumer = ConsumerGroups(
+            assignors=cfg["group.consumer.assignors"], max_size=cfg["group.consumer.max.size"],
+            session_timeout_ms=cfg["group.consumer.session.timeout.ms"],
+            heartbeat_interval_ms=cfg["group.consumer.heartbeat.interval.ms"])
+        share = ShareGroups(max_size=cfg["group.share.max.size"],
+                            session_timeout_ms=cfg["group.share.session.timeout.ms"],
+                            heartbeat_interval_ms=cfg["group.share.heartbeat.interval.ms"])
+        shard.register_kind("consumer", ConsumerGroups.record_types, _bridge(consumer, _ConsumerGroupView))
+        shard.register_kind("share", ShareGroups.record_types, _bridge(share, _ShareGroupView))
+        self._parts[index] = _Partition(consumer, share)
+        return shard
+
+    def load(self) -> None:
+        """Replay ``__consumer_offsets``, start every loaded member's session, arm timers."""
+        self.runtime.load()
+        now = self.now_ms()
+        for p, shard in enumerate(self.runtime.shards):
+            part = self._parts[p]
+            deadlines = list(part.consumer.on_loaded(now).deadlines) + list(part.share.on_loaded(now).deadlines)
+            nd = shard.next_deadline_ms()
+            if nd is not None:
+                deadlines.append(nd)
+            self._track(p, deadlines)
+
+    def close(self) -> None:
+        self._closed = True
+        for part in self._parts.values():
+            if part.timer is not None:
+                part.timer.cancel()
+                part.timer = None
+        for fut in self._parked.values():
+            if not fut.done():
+                fut.cancel()
+        self._parked.clear()
+
+    def now_ms(self) -> int:
+        return self.broker.clock.now_ms()
+
+    # ------------------------------------------------------------ routing
+    def partition_for(self, group_id: str) -> int:
+        return self.runtime.partition_for_group(group_id)
+
+    def shard(self, partition: int) -> GroupCoordinatorShard:
+        return self.runtime.shards[partition]
+
+    def consumer_groups(self, partition: int) -> ConsumerGroups:
+        return self._parts[partition].consumer
+
+    def share_groups(self, partition: int) -> ShareGroups:
+        return self._parts[partition].share
+
+    @property
+    def partitions(self) -> range:
+        return range(self.runtime.num_partitions)
+
+    def group_type(self, group_id: str) -> str | None:
+        g = self.shard(self.partition_for(group_id)).groups.get(group_id)
+        return None if g is None else g.group_type
+
+    def topics_metadata(self) -> dict[str, tuple[uuid.UUID, int]]:
+        """name -> (topic_id, partition count) of every user topic, for the assignors."""
+        return {t.name: (t.topic_id, t.num_partitions) for t in self.broker.store.topics()
+                if t.name not in _INTERNAL_TOPICS}
+
+    def group_config(self, group_id: str, name: str) -> Any:
+        return self.broker.dynamic_configs.group_value(group_id, name, self.config)
+
+    # ------------------------------------------------------------ writes
+    def apply(self, partition: int, result: Result[Any]) -> Result[Any]:
+        """Make ``result`` durable, then deliver what it says (see the module docstring).
+
+        Raises ApiError(COORDINATOR_NOT_AVAILABLE) if the records cannot be written; the
+        parked requests the result would have answered then get that error.
+        """
+        try:
+            self.runtime.apply(partition, result)
+        except ApiError as e:
+            if isinstance(result.after, list):
+                for c in result.after:
+                    if isinstance(c, Completion):
+                        fut = self._parked.pop(c.token, None)
+                        if fut is not None and not fut.done():
+                            fut.set_exception(ApiError(e.error_code, e.message))
+            raise
+        after = result.after
+        if isinstance(after, list):
+            for c in after:
+                if isinstance(c, Completion):
+                    fut = self._parked.pop(c.token, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(c.response)
+        elif isinstance(after, ShareEffects) and after.removed_members:
+            self._share_members_removed(after.removed_members)
+        deadlines = list(result.deadlines or ())
+        nd = self.shard(partition).next_deadline_ms()
+        if nd is not None:
+            deadlines.append(nd)
+        self._track(partition, deadlines)
+        return result
+
+    def new_token(self) -> Hashable:
+        return next(self._tokens)
+
+    async def apply_and_wait(self, partition: int, result: Result[Any], token: Hashable) -> Any:
+        """Apply a JoinGroup/SyncGroup result; its response now, or once a completion names ``token``."""
+        if result.response is not None:
+            self.apply(partition, result)
+            return result.response
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._parked[token] = fut
+        try:
+            self.apply(partition, result)
+            return await fut
+        finally:
+            self._parked.pop(token, None)
+
+    # ------------------------------------------------------------ timers
+    def _track(self, partition: int, deadlines: Iterable[int | None]) -> None:
+        part = self._parts[partition]
+        for d in deadlines:
+            if d is not None:
+                heapq.heappush(part.deadlines, int(d))
+        self._reschedule(partition)
+
+    def _reschedule(self, partition: int) -> None:
+        part = self._parts[partition]
+        if self._closed or not part.deadlines:
+            return
+        earliest = part.deadlines[0]
+        if part.timer is not None and part.timer_at is not None and part.timer_at <= earliest:
+            return
+        if part.timer is not None:
+            part.timer.cancel()
+        delay_s = max(0, earliest - self.now_ms()) / 1000 + 0.001
+        part.timer = asyncio.get_running_loop().call_later(delay_s, self._fire, partition)
+        part.timer_at = earliest
+
+    def _fire(self, partition: int) -> None:
+        part = self._parts[partition]
+        part.timer = None
+        part.timer_at = None
+        if self._closed:
+            return
+        now = self.now_ms()
+        while part.deadlines and part.deadlines[0] <= now:
+            heapq.heappop(part.deadlines)
+        try:
+            self.expire(partition, now)
+        except Exception:
+            log.exception("%s-%d: expiring group timers failed; retrying in 1s", OFFSETS_TOPIC, partition)
+            heapq.heappush(part.deadlines, now + 1000)
+        self._reschedule(partition)
+
+    def expire(self, partition: int, now_ms: int) -> None:
+        """Sessions, rebalance timeouts and offset retention of every kind, due at ``now_ms``."""
+        part = self._parts[partition]
+        self.apply(partition, self.shard(partition).expire(now_ms))
+        self.apply(partition, part.consumer.expire(now_ms))
+        self.apply(partition, part.share.expire(now_ms))
+
+    # ------------------------------------------------------------ topics
+    def on_topic_deleted(self, topic: str) -> None:
+        now = self.now_ms()
+        for p in self.partitions:
+            self.apply(p, self.shard(p).on_topics_deleted([topic], now))
+
+    # ------------------------------------------------------------ share contract
+    def share_assignment(self, group_id: str, member_id: str) -> dict[uuid.UUID, frozenset[int]] | None:
+        g = self.share_groups(self.partition_for(group_id)).group(group_id)
+        if g is None or member_id not in g.members:
+            return None
+        return {tid: frozenset(ps) for tid, ps in g.members[member_id].assigned.items()}
+
+    def share_group_exists(self, group_id: str) -> bool:
+        return self.share_groups(self.partition_for(group_id)).has_group(group_id)
+
+    def _share_service(self) -> Any:
+        return self.broker.extensions.get("share")
+
+    def _share_members_removed(self, removed: Iterable[tuple[str, str]]) -> None:
+        share = self._share_service()
+        if share is None:
+            return
+        for group_id, member_id in removed:
+            try:
+                out = share.on_share_member_removed(group_id, member_id)
+                if inspect.isawaitable(out):
+                    asyncio.ensure_future(out)
+            except Exception:
+                log.exception("share service failed to release member %s of %s", member_id, group_id)
+
+    async def initialize_share_partitions(self, partition: int, group_id: str,
+                                          fresh: Mapping[uuid.UUID, Iterable[int]]) -> None:
+        """Initialize ``fresh`` plus anything the group still has pending; wait for every
+        initialization of the group in flight (so a heartbeat is answered only after the
+        partitions it may use have state). Never raises for a failed initialization."""
+        share_groups = self.share_groups(partition)
+        wanted = partitions_of(fresh)
+        wanted |= partitions_of(share_groups.partitions_to_initialize(group_id).get(group_id, {}))
+        inflight = self._initializing.setdefault(group_id, {})
+        new = {tp for tp in wanted if tp not in inflight}
+        if new:
+            task = asyncio.ensure_future(self._initialize(partition, group_id, new))
+            for tp in new:
+                inflight[tp] = task
+        waiting = set(inflight.values())
+        if waiting:
+            await asyncio.gather(*(asyncio.shield(f) for f in waiting), return_exceptions=True)
+
+    async def _initialize(self, partition: int, group_id: str, tps: set[tuple[uuid.UUID, int]]) -> None:
+        parts = from_partitions(tps)
+        request = {tid: sorted(ps) for tid, ps in parts.items()}
+        ok = True
+        try:
+            share = self._share_service()
+            if share is not None:
+                await share.initialize_share_state(group_id, request)
+        except Exception as e:
+            ok = False
+            log.warning("share state of group %s could not be initialized (%s); retrying on its next heartbeat",
+                        group_id, e)
+        finally:
+            inflight = self._initializing.get(group_id, {})
+            for tp in tps:
+                inflight.pop(tp, None)
+            if not inflight:
+                self._initializing.pop(group_id, None)
+        if self._closed:
+            return
+        share_groups = self.share_groups(partition)
+        result = share_groups.mark_initialized(group_id, parts) if ok else \
+            share_groups.mark_initialize_failed(group_id, parts)
+        self.apply(partition, result)
+
+    async def delete_share_group(self, partition: int, group_id: str) -> ErrorCode:
+        """DeleteGroups of one share group, in two stages (see the module docstring)."""
+        share_groups = self.share_groups(partition)
+        begun = self.apply(partition, share_groups.begin_delete_group(group_id))
+        code, to_delete = begun.response
+        if code is not ErrorCode.none or not to_delete:
+            return code
+        share = self._share_service()
+        if share is not None:
+            try:
+                await share.delete_share_state(group_id, {tid: sorted(ps) for tid, ps in to_delete.items()})
+            except Exception as e:
+                log.warning("share state of group %s could not be deleted: %s", group_id, e)
+                return ErrorCode.coordinator_not_available
+        return self.apply(partition, share_groups.complete_delete_group(group_id)).response
+
+
+def is_empty_classic(group: Any) -> bool:
+    return isinstance(group, ClassicGroup) and group.is_empty()
+
+
+# ------------------------------------------------------------------ hooks
+@on_start
+async def _start(broker: Any) -> None:
+    svc = GroupCoordinatorService(broker)
+    svc.load()
+    broker.extensions["groups"] = svc
+
+
+@on_stop
+async def _stop(broker: Any) -> None:
+    svc = broker.extensions.get("groups")
+    if svc is not None:
+        svc.close()
+
+
+@on_topic_deleted
+def _topic_deleted(broker: Any, meta: Any) -> None:
+    svc = broker.extensions.get("groups")
+    if svc is not None and meta is not None:
+        svc.on_topic_deleted(meta.name)

@@ -1,0 +1,69 @@
+"""Group administration across every kind: DescribeGroups (15), ListGroups (16), DeleteGroups (42).
+
+These span all ``__consumer_offsets`` partitions: ids are routed to their shard and the
+answers put back in request order; ListGroups concatenates every shard's groups.
+DeleteGroups of a share group deletes its share-partition state first (two stages, see
+``group_service``); any successful deletion also drops the group's dynamic configs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ...errors import ErrorCode
+from ...protocol.entities import make, sub
+from ..dispatch import api
+from ..group_service import group_service
+
+
+@api(15, 0, 6)
+def handle_describe_groups(ctx: Any, request: Any) -> Any:
+    svc = group_service(ctx.broker)
+    now = ctx.now_ms()
+    by_partition: dict[int, list[str]] = {}
+    for group_id in request.groups:
+        by_partition.setdefault(svc.partition_for(group_id), []).append(group_id)
+    answers: dict[str, Any] = {}
+    response = None
+    for p, ids in by_partition.items():
+        response = svc.shard(p).handle_describe_groups(dataclasses.replace(request, groups=tuple(ids)), now).response
+        for g in response.groups:
+            answers[g.group_id] = g
+    if response is None:
+        return make(ctx.response_type, throttle_time=0, groups=())
+    return dataclasses.replace(response, groups=tuple(answers[g] for g in request.groups))
+
+
+@api(16, 0, 5)
+def handle_list_groups(ctx: Any, request: Any) -> Any:
+    svc = group_service(ctx.broker)
+    now = ctx.now_ms()
+    groups: list[Any] = []
+    response = None
+    for p in svc.partitions:
+        response = svc.shard(p).handle_list_groups(request, now).response
+        groups.extend(response.groups)
+    if response is None:
+        return make(ctx.response_type, throttle_time=0, error_code=ErrorCode.none, groups=())
+    return dataclasses.replace(response, groups=tuple(sorted(groups, key=lambda g: g.group_id)))
+
+
+@api(42, 0, 2)
+async def handle_delete_groups(ctx: Any, request: Any) -> Any:
+    svc = group_service(ctx.broker)
+    cls = ctx.response_type
+    rcls = sub(cls, "DeletableGroupResult")
+    results = []
+    for group_id in request.groups_names:
+        p = svc.partition_for(group_id)
+        if svc.group_type(group_id) == "share":
+            code = await svc.delete_share_group(p, group_id)
+        else:
+            one = dataclasses.replace(request, groups_names=(group_id,))
+            response = svc.apply(p, svc.shard(p).handle_delete_groups(one, ctx.now_ms())).response
+            code = response.results[0].error_code
+        if code is ErrorCode.none:
+            ctx.broker.dynamic_configs.delete_group(group_id)
+        results.append(make(rcls, group_id=group_id, error_code=code))
+    return make(cls, throttle_time=0, results=tuple(results))

@@ -1,0 +1,49 @@
+"""Committed offsets: OffsetCommit (8), OffsetFetch (9), OffsetDelete (47).
+
+OffsetFetch v8+ (KIP-709) carries many groups, which may live on different
+``__consumer_offsets`` partitions: the request is split per shard and the answers are
+put back in request order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..dispatch import api
+from ..group_service import group_service
+
+
+@api(8, 2, 9)
+def handle_offset_commit(ctx: Any, request: Any) -> Any:
+    svc = group_service(ctx.broker)
+    p = svc.partition_for(request.group_id)
+    return svc.apply(p, svc.shard(p).handle_offset_commit(request, ctx.now_ms())).response
+
+
+@api(9, 1, 9)
+def handle_offset_fetch(ctx: Any, request: Any) -> Any:
+    svc = group_service(ctx.broker)
+    now = ctx.now_ms()
+    if ctx.api_version < 8:
+        p = svc.partition_for(request.group_id)
+        return svc.shard(p).handle_offset_fetch(request, now).response
+    by_partition: dict[int, list[Any]] = {}
+    for g in request.groups:
+        by_partition.setdefault(svc.partition_for(g.group_id), []).append(g)
+    answers: dict[str, Any] = {}
+    response = None
+    for p, groups in by_partition.items():
+        response = svc.shard(p).handle_offset_fetch(dataclasses.replace(request, groups=tuple(groups)), now).response
+        for g in response.groups:
+            answers[g.group_id] = g
+    if response is None:
+        response = svc.shard(0).handle_offset_fetch(request, now).response
+    return dataclasses.replace(response, groups=tuple(answers[g.group_id] for g in request.groups))
+
+
+@api(47, 0, 0)
+def handle_offset_delete(ctx: Any, request: Any) -> Any:
+    svc = group_service(ctx.broker)
+    p = svc.partition_for(request.group_id)
+    return svc.apply(p, svc.shard(p).handle_offset_delete(request, ctx.now_ms())).response

@@ -1,0 +1,60 @@
+"""Share-group membership (KIP-932): ShareGroupHeartbeat (76), ShareGroupDescribe (77).
+
+A heartbeat's records are made durable first; then the share-partitions newly in the
+group's assignment are initialized through the share service, and only then is the
+heartbeat answered (see ``group_service``). A group id of another kind answers
+GROUP_ID_NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import ErrorCode
+from ...groups.share_group import ShareEffects
+from ...protocol.entities import make
+from ..dispatch import api
+from ..group_service import client_host, group_service
+
+
+def _error(ctx: Any, code: ErrorCode, message: str) -> Any:
+    return make(ctx.response_type, throttle_time=0, error_code=code, error_message=message, member_id=None,
+                member_epoch=0, heartbeat_interval=0, assignment=None)
+
+
+@api(76, 1, 1)
+async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    svc = group_service(broker)
+    if not broker.config["group.share.enable"]:
+        return _error(ctx, ErrorCode.unsupported_version, "Share groups are not enabled.")
+    group_id = request.group_id
+    p = svc.partition_for(group_id)
+    existing = svc.shard(p).groups.get(group_id)
+    if existing is not None and existing.group_type != "share":
+        return _error(ctx, ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
+    share_groups = svc.share_groups(p)
+    result = share_groups.handle_heartbeat(
+        request, ctx.now_ms(), svc.topics_metadata(),
+        client_id=ctx.header.client_id or "", client_host=client_host(ctx),
+        session_timeout_ms=svc.group_config(group_id, "share.session.timeout.ms"),
+        heartbeat_interval_ms=svc.group_config(group_id, "share.heartbeat.interval.ms"),
+        max_size=broker.config["group.share.max.size"])
+    svc.apply(p, result)
+    response = result.response
+    if response.error_code is ErrorCode.none and request.member_epoch != -1:
+        effects = result.after if isinstance(result.after, ShareEffects) else ShareEffects()
+        fresh = dict(effects.initialize.get(group_id, {}))
+        retry = svc.apply(p, share_groups.retry_initialize(group_id))
+        if isinstance(retry.after, ShareEffects):
+            for tid, ps in retry.after.initialize.get(group_id, {}).items():
+                fresh[tid] = frozenset(fresh.get(tid, frozenset())) | frozenset(ps)
+        await svc.initialize_share_partitions(p, group_id, fresh)
+    return response
+
+
+@api(77, 1, 1)
+def handle_share_group_describe(ctx: Any, request: Any) -> Any:
+    svc = group_service(ctx.broker)
+    groups = tuple(svc.share_groups(svc.partition_for(g)).describe_group(g) for g in request.group_ids)
+    return make(ctx.response_type, throttle_time=0, groups=groups)
