@@ -108,6 +108,22 @@ class AppendResult:
     """The request repeated an already appended idempotent batch; nothing was written."""
 
 
+@dataclass(slots=True)
+class FlushTicket:
+    """An fsync of a partition's active segment that covers offsets below ``end_offset``."""
+
+    fd: int
+    end_offset: int
+    messages: int
+
+    def sync(self) -> None:
+        """fdatasync and close the duplicate descriptor (safe in a worker thread)."""
+        try:
+            os.fdatasync(self.fd)
+        finally:
+            os.close(self.fd)
+
+
 class PartitionLog:
     """The log of one partition.  Create with :meth:`open`."""
 
@@ -192,7 +208,7 @@ class PartitionLog:
 
     # --- append --------------------------------------------------------------------------
     def append(self, batches, now_ms: int, *, timestamp_type: int | None = None,
-               check_producer: bool = True) -> AppendResult:
+               check_producer: bool = True, defer_flush: bool = False) -> AppendResult:
         """Validate, assign offsets to, and write a run of v2 batches; all or nothing.
 
         A ``bytearray`` argument is rewritten in place (offsets, LogAppendTime); other
@@ -260,7 +276,7 @@ class PartitionLog:
                                       base, nxt - 1, h.max_timestamp)
         self._unflushed_messages += records
         durable = False
-        if self._unflushed_messages >= cfg.flush_messages or self.needs_flush(now_ms):
+        if not defer_flush and self.flush_due(now_ms):
             self.flush(now_ms)
             durable = True
         return AppendResult(first, offset - 1, now_ms if log_append else -1, records, self.log_start_offset,
@@ -282,6 +298,24 @@ class PartitionLog:
     @property
     def unflushed_messages(self) -> int:
         return self._unflushed_messages
+
+    def flush_due(self, now_ms: int) -> bool:
+        """Whether the flush policy (flush.messages, flush.ms) asks for an fsync now."""
+        return self._unflushed_messages >= self.config.flush_messages or self.needs_flush(now_ms)
+
+    def begin_flush(self) -> FlushTicket:
+        """Start an fsync that may run in another thread (group commit).
+
+        Returns a ticket holding a duplicate of the active segment's descriptor, so that
+        rolling or closing the segment meanwhile cannot invalidate it. Run
+        ``ticket.sync()`` anywhere, then call :meth:`end_flush` on the event loop.
+        """
+        return FlushTicket(os.dup(self.segments[-1].fd), self.log_end_offset, self._unflushed_messages)
+
+    def end_flush(self, ticket: FlushTicket, now_ms: int) -> None:
+        """Account for a completed ticket: everything before ``ticket.end_offset`` is durable."""
+        self._unflushed_messages = max(0, self._unflushed_messages - ticket.messages)
+        self._last_flush_ms = now_ms
 
     def needs_flush(self, now_ms: int) -> bool:
         """Whether flush.ms has passed with unflushed records."""

@@ -19,6 +19,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -39,15 +40,20 @@ class Clock:
 
 
 class Flusher:
-    """Group commit: concurrent waiters on one partition share a single fsync.
+    """Group commit: concurrent waiters on one partition share a single fdatasync.
 
     ``await durable(plog, end_offset)`` returns once everything before ``end_offset`` has
-    been fsynced. fsync runs in a worker thread so the event loop keeps serving.
+    been fsynced. The fsync runs in a worker thread on a duplicated descriptor
+    (``PartitionLog.begin_flush``), so the event loop keeps reading, appending and
+    answering other requests meanwhile; appends that arrive during one fsync are covered
+    by the next, shared by all their waiters. Raises OSError if the fsync fails.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
         self._durable: dict[int, int] = {}
         self._running: dict[int, asyncio.Future[None]] = {}
+        self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="shoal-fsync")
 
     async def durable(self, plog: Any, end_offset: int) -> None:
         key = id(plog)
@@ -59,15 +65,19 @@ class Flusher:
             await asyncio.shield(fut)
 
     async def _flush(self, plog: Any, key: int) -> None:
-        target = plog.log_end_offset
+        ticket = plog.begin_flush()
         try:
-            await asyncio.get_running_loop().run_in_executor(None, plog.flush)
-            self._durable[key] = max(self._durable.get(key, -1), target)
+            await asyncio.get_running_loop().run_in_executor(self._executor, ticket.sync)
+            plog.end_flush(ticket, self._clock.now_ms())
+            self._durable[key] = max(self._durable.get(key, -1), ticket.end_offset)
         finally:
             self._running.pop(key, None)
 
     def forget(self, plog: Any) -> None:
         self._durable.pop(id(plog), None)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
 
 
 class AppendWaiters:
@@ -80,6 +90,14 @@ class AppendWaiters:
         waiters = self._waiters.pop((topic, partition), None)
         if waiters:
             for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    def wake_all(self) -> None:
+        """Wake every parked long poll (at shutdown: each then answers with what it has)."""
+        waiters, self._waiters = self._waiters, {}
+        for futs in waiters.values():
+            for fut in futs:
                 if not fut.done():
                     fut.set_result(None)
 
@@ -113,7 +131,7 @@ class Broker:
         self.node_id: int = config["node.id"]
         self.clock = Clock()
         self.routes = routes()
-        self.flusher = Flusher()
+        self.flusher = Flusher(self.clock)
         self.append_waiters = AppendWaiters()
         self.shutting_down = False
         self.connections: set[Any] = set()
@@ -203,6 +221,7 @@ class Broker:
             self._server.close()
         for conn in list(self.connections):
             conn.begin_shutdown()
+        self.append_waiters.wake_all()
         pending = [c.closed for c in self.connections]
         if pending:
             _, not_done = await asyncio.wait(pending, timeout=self.config["shutdown.timeout.ms"] / 1000)
@@ -216,6 +235,7 @@ class Broker:
                 await hook(self)
             except Exception:
                 log.exception("stop hook failed")
+        self.flusher.close()
         if self.store is not None:
             self.store.close()
         log.info("shut down cleanly")

@@ -163,6 +163,13 @@ class Connection(asyncio.Protocol):
                 response = route.handler(ctx, request)
             except ApiError as e:
                 response = self._error_response(ctx, e)
+            if asyncio.iscoroutine(response):
+                # A synchronous handler may hand back a coroutine when it must wait
+                # (Produce waiting for its fsync); it then completes like an async one.
+                task = asyncio.ensure_future(response)
+                slot.task = task
+                task.add_done_callback(lambda t, s=slot, c=ctx: self._async_done(s, c, t))
+                return
             slot.pieces = encode_response(codec, api_key, header.correlation_id, response)
             self._flush()
 
@@ -172,10 +179,9 @@ class Connection(asyncio.Protocol):
                 log.error("acks=0 produce failed on connection %s", self.connection_id, exc_info=t.exception())
                 self._abort(None)
 
-        if route.is_async:
-            asyncio.ensure_future(route.handler(ctx, request)).add_done_callback(done)
-        else:
-            route.handler(ctx, request)
+        result = route.handler(ctx, request)
+        if asyncio.iscoroutine(result):
+            asyncio.ensure_future(result).add_done_callback(done)
 
     def _async_done(self, slot: _Slot, ctx: RequestContext, task: asyncio.Task[Any]) -> None:
         if task.cancelled() or self._closing:

@@ -3,13 +3,16 @@
 Per partition: the topic and partition must exist and not be internal; the log
 validates every batch (framing, magic, CRC-32C, size, producer sequence) before
 writing any of them, assigns offsets and, for LogAppendTime topics, the timestamp.
-The log fsyncs as its flush policy says (``flush.messages``, ``flush.ms``; by default
-every append) before ``append`` returns, so the response is sent only after the data
-is written and, where the policy says so, fsynced. acks=0 gets no response at all.
+When the flush policy (``flush.messages``, ``flush.ms``; by default every append) asks
+for an fsync, the response waits for it: the fsync runs off the event loop and is shared
+by every produce that appended to the partition meanwhile (group commit). So an
+acknowledged record is written and, where the policy says so, fsynced. acks=0 gets no
+response at all.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 from typing import Any
@@ -40,6 +43,7 @@ def handle_produce(ctx: Any, request: Any) -> Any:
     pcls = sub(cls, "PartitionProduceResponse")
     acks = request.acks
     topic_results: list[tuple[str, list[dict[str, Any]]]] = []
+    flushes: list[tuple[dict[str, Any], Any]] = []
     for topic in request.topic_data:
         name = topic.name
         meta = store.get_topic(name)
@@ -61,7 +65,9 @@ def handle_produce(ctx: Any, request: Any) -> Any:
                 records = pd.records
                 if not records:
                     raise ApiError(ErrorCode.corrupt_message, "empty record set")
-                result = plog.append(records, now_ms)
+                result = plog.append(records, now_ms, defer_flush=True)
+                if plog.flush_due(now_ms):
+                    flushes.append((r, broker.flusher.durable(plog, plog.log_end_offset)))
                 r["base_offset"] = result.base_offset
                 r["log_append_time"] = _append_time(result.log_append_time_ms)
                 r["log_start_offset"] = plog.log_start_offset
@@ -72,8 +78,14 @@ def handle_produce(ctx: Any, request: Any) -> Any:
                 r["error_message"] = e.message if e.message != e.error_code.name else None
             results.append(r)
         topic_results.append((name, results))
+    if flushes:
+        return _after_flush(cls, tcls, pcls, acks, topic_results, flushes)
     if acks == 0:
         return None
+    return _response(cls, tcls, pcls, topic_results)
+
+
+def _response(cls: type, tcls: type, pcls: type, topic_results: list[tuple[str, list[dict[str, Any]]]]) -> Any:
     return make(
         cls,
         responses=tuple(
@@ -82,3 +94,17 @@ def handle_produce(ctx: Any, request: Any) -> Any:
         ),
         throttle_time=0,
     )
+
+
+async def _after_flush(cls: type, tcls: type, pcls: type, acks: int,
+                       topic_results: list[tuple[str, list[dict[str, Any]]]],
+                       flushes: list[tuple[dict[str, Any], Any]]) -> Any:
+    """Wait for the fsyncs the flush policy asked for, then answer (group commit)."""
+    outcomes = await asyncio.gather(*(f for _, f in flushes), return_exceptions=True)
+    for (r, _), outcome in zip(flushes, outcomes):
+        if isinstance(outcome, BaseException):
+            log.error("fsync of partition %s failed: %s", r["index"], outcome)
+            r.update(error_code=ErrorCode.kafka_storage_error, base_offset=-1)
+    if acks == 0:
+        return None
+    return _response(cls, tcls, pcls, topic_results)
