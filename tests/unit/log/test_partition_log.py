@@ -181,3 +181,18 @@ def test_retention_by_size_and_time(tmp_path):
     assert len(log.segments) == 1  # only the active one stays
     assert log.log_start_offset == log.segments[0].base_offset
     assert log.read(log.log_start_offset, 1 << 20)
+
+
+def test_deferred_flush_with_a_ticket(tmp_path):
+    log = open_log(tmp_path, flush_messages=1)
+    r = log.append(batch(3), 0, defer_flush=True)
+    assert not r.durable and log.flush_due(0)
+    ticket = log.begin_flush()
+    assert ticket.end_offset == 3 and ticket.messages == 3
+    log.append(batch(2), 1, defer_flush=True)  # arrives while the fsync runs
+    log.roll()  # rolling meanwhile must not invalidate the ticket's descriptor
+    ticket.sync()
+    log.end_flush(ticket, 2)
+    assert log.unflushed_messages == 2 and log.flush_due(2)
+    with pytest.raises(OSError):
+        os.fstat(ticket.fd)  # the duplicate is closed after the sync
