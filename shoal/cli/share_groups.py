@@ -1,0 +1,263 @@
+"""``shoal share-groups``: list, describe, reset and delete share groups (kafka-share-groups.sh).
+
+Speaks the Kafka protocol through :mod:`shoal.client.connection` (confluent-kafka's
+AdminClient has no share-group calls): ListGroups (type filter "share"),
+ShareGroupDescribe, DescribeShareGroupOffsets, AlterShareGroupOffsets (reset, only for
+an empty group), DeleteShareGroupOffsets, DeleteGroups and ListOffsets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from typing import Any
+
+from ..protocol.entities import make, sub
+from .main import command
+
+LIST_OFFSETS, LIST_GROUPS, DELETE_GROUPS = 2, 16, 42
+SHARE_GROUP_DESCRIBE, DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS = 77, 90, 91, 92
+EARLIEST, LATEST = -2, -1
+
+
+def _configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bootstrap-server", required=True, help="HOST:PORT of the broker")
+    action = p.add_mutually_exclusive_group(required=True)
+    action.add_argument("--list", action="store_true", help="list share groups")
+    action.add_argument("--describe", action="store_true", help="describe a share group")
+    action.add_argument("--reset-offsets", action="store_true", help="reset the start offsets of a share group")
+    action.add_argument("--delete", action="store_true", help="delete share groups")
+    action.add_argument("--delete-offsets", action="store_true", help="delete a share group's offsets of topics")
+    p.add_argument("--group", action="append", default=[], help="share group id (repeatable)")
+    p.add_argument("--topic", action="append", default=[], help="TOPIC or TOPIC:P1,P2 (repeatable)")
+    p.add_argument("--all-topics", action="store_true", help="with --reset-offsets: every topic the group has state for")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--members", action="store_true", help="with --describe: the members")
+    shown.add_argument("--state", action="store_true", help="with --describe: the group state")
+    shown.add_argument("--offsets", action="store_true", help="with --describe: start offsets and lag (default)")
+    p.add_argument("--verbose", action="store_true", help="with --describe: more columns")
+    to = p.add_mutually_exclusive_group()
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    to.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss", help="first offset at or after this time (UTC"
+                    " unless an offset like +02:00 is given)")
+    run_mode = p.add_mutually_exclusive_group()
+    run_mode.add_argument("--dry-run", action="store_true", help="show the new offsets (default)")
+    run_mode.add_argument("--execute", action="store_true", help="apply the new offsets")
+
+
+def _table(rows: list[list[Any]], header: list[str]) -> None:
+    cells = [header] + [[("-" if v is None else str(v)) for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    for r in cells:
+        print(" ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+
+
+def _topic_args(values: list[str]) -> dict[str, list[int] | None]:
+    out: dict[str, list[int] | None] = {}
+    for v in values:
+        name, sep, parts = v.partition(":")
+        out[name] = [int(x) for x in parts.split(",") if x] if sep else None
+    return out
+
+
+class _Admin:
+    def __init__(self, bootstrap: str) -> None:
+        from ..client.connection import Connection
+
+        self.conn = Connection.to(bootstrap)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def call(self, api_key: int, lo: int, hi: int, **fields: Any) -> Any:
+        return self.conn.call(api_key, self.conn.version_for(api_key, lo, hi), **fields)
+
+    def build_and_send(self, api_key: int, lo: int, hi: int, fields: Any) -> Any:
+        version = self.conn.version_for(api_key, lo, hi)
+        cls = self.conn.request_type(api_key, version)
+        return self.conn.send(make(cls, **fields(cls)))
+
+    def share_groups(self) -> list[tuple[str, str]]:
+        resp = self.call(LIST_GROUPS, 0, 5, states_filter=(), types_filter=("share",))
+        out = []
+        for g in resp.groups:
+            gtype = getattr(g, "group_type", None) or ""
+            if gtype and gtype.lower() != "share":
+                continue
+            if not gtype and getattr(g, "protocol_type", "") != "share":
+                continue
+            out.append((str(g.group_id), getattr(g, "group_state", "") or ""))
+        return sorted(out)
+
+    def describe(self, group: str) -> Any:
+        resp = self.call(SHARE_GROUP_DESCRIBE, 1, 1, group_ids=(group,), include_authorized_operations=False)
+        return resp.groups[0]
+
+    def offsets(self, group: str) -> Any:
+        version = self.conn.version_for(DESCRIBE_OFFSETS, 0, 1)
+        req_cls = self.conn.request_type(DESCRIBE_OFFSETS, version)
+        req = make(req_cls, groups=(make(sub(req_cls, "DescribeShareGroupOffsetsRequestGroup"), group_id=group,
+                                         topics=None),))
+        return self.conn.send(req).groups[0]
+
+    def partitions(self, topic: str) -> int:
+        resp = self.call(3, 10, 12, topics=None, allow_auto_topic_creation=False,
+                         include_topic_authorized_operations=False)
+        for t in resp.topics:
+            if t.name == topic:
+                return len(t.partitions)
+        raise SystemExit(f"unknown topic {topic}")
+
+    def list_offsets(self, topic: str, partitions: list[int], timestamp: int) -> dict[int, int]:
+        version = self.conn.version_for(LIST_OFFSETS, 1, 8)
+        cls = self.conn.request_type(LIST_OFFSETS, version)
+        req = make(cls, replica_id=-1, isolation_level=0, topics=(make(
+            sub(cls, "ListOffsetsTopic"), name=topic, partitions=tuple(
+                make(sub(cls, "ListOffsetsPartition"), partition_index=p, current_leader_epoch=-1,
+                     timestamp=timestamp) for p in partitions)),))
+        resp = self.conn.send(req)
+        out = {}
+        for t in resp.topics:
+            for p in t.partitions:
+                out[int(p.partition_index)] = int(p.offset)
+        return out
+
+
+def _error_name(code: Any) -> str:
+    return getattr(code, "name", str(code)).upper()
+
+
+@command("share-groups", "list, describe, reset and delete share groups")(_configure)
+def run(args: argparse.Namespace) -> int:
+    admin = _Admin(args.bootstrap_server)
+    try:
+        if args.list:
+            for group, _state in admin.share_groups():
+                print(group)
+            return 0
+        if not args.group:
+            print("--group is required", file=sys.stderr)
+            return 2
+        if args.describe:
+            return _describe(admin, args)
+        if args.reset_offsets:
+            return _reset(admin, args)
+        if args.delete:
+            resp = admin.call(DELETE_GROUPS, 0, 2, groups_names=tuple(args.group))
+            rc = 0
+            for r in resp.results:
+                if int(r.error_code) == 0:
+                    print(f"Deletion of share group '{r.group_id}' was successful.")
+                else:
+                    print(f"Deletion of share group '{r.group_id}' failed: {_error_name(r.error_code)}")
+                    rc = 1
+            return rc
+        if args.delete_offsets:
+            if not args.topic:
+                print("--topic is required with --delete-offsets", file=sys.stderr)
+                return 2
+            resp = admin.build_and_send(DELETE_OFFSETS, 0, 0, lambda cls: dict(group_id=args.group[0], topics=tuple(
+                make(sub(cls, "DeleteShareGroupOffsetsRequestTopic"), topic_name=t) for t in _topic_args(args.topic))))
+            if int(resp.error_code) != 0:
+                print(f"Error: {_error_name(resp.error_code)} {resp.error_message or ''}".rstrip())
+                return 1
+            _table([[t.topic_name, "Error: " + _error_name(t.error_code) if int(t.error_code) else "Successful"]
+                    for t in resp.responses], ["TOPIC", "STATUS"])
+            return 0
+    finally:
+        admin.close()
+    return 2
+
+
+def _describe(admin: _Admin, args: argparse.Namespace) -> int:
+    rc = 0
+    for group in args.group:
+        d = admin.describe(group)
+        if int(d.error_code) != 0:
+            print(f"Error: share group '{group}': {_error_name(d.error_code)}")
+            rc = 1
+            continue
+        if args.state:
+            _table([[group, f"{admin.conn.host}:{admin.conn.port}", d.group_state, len(d.members)]],
+                   ["GROUP", "COORDINATOR", "STATE", "#MEMBERS"])
+        elif args.members:
+            rows = []
+            for m in d.members:
+                parts = [f"{tp.topic_name}:{','.join(str(p) for p in tp.partitions)}"
+                         for tp in (m.assignment.topic_partitions if m.assignment is not None else ())]
+                rows.append([group, m.member_id, m.client_host, m.client_id,
+                             sum(len(tp.partitions) for tp in (m.assignment.topic_partitions
+                                                               if m.assignment is not None else ())),
+                             ";".join(parts) or "-"])
+            _table(rows, ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"])
+        else:
+            o = admin.offsets(group)
+            if int(o.error_code) != 0:
+                print(f"Error: share group '{group}': {_error_name(o.error_code)}")
+                rc = 1
+                continue
+            rows = []
+            for t in sorted(o.topics, key=lambda t: t.topic_name):
+                for p in sorted(t.partitions, key=lambda p: p.partition_index):
+                    rows.append([group, t.topic_name, p.partition_index,
+                                 p.start_offset if p.start_offset >= 0 else None, p.lag if p.lag >= 0 else None])
+            if not rows:
+                print(f"Share group '{group}' has no offsets.")
+            else:
+                _table(rows, ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"])
+    return rc
+
+
+def _timestamp(text: str) -> int:
+    dt = datetime.datetime.fromisoformat(text)
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=datetime.UTC)
+    return int(dt.timestamp() * 1000)
+
+
+def _reset(admin: _Admin, args: argparse.Namespace) -> int:
+    if args.to_earliest:
+        ts = EARLIEST
+    elif args.to_latest:
+        ts = LATEST
+    elif args.to_datetime:
+        ts = _timestamp(args.to_datetime)
+    else:
+        print("one of --to-earliest, --to-latest, --to-datetime is required", file=sys.stderr)
+        return 2
+    group = args.group[0]
+    topics = _topic_args(args.topic)
+    if args.all_topics or not topics:
+        o = admin.offsets(group)
+        for t in o.topics:
+            topics.setdefault(t.topic_name, [])
+            topics[t.topic_name] = sorted({*(topics[t.topic_name] or []), *(p.partition_index for p in t.partitions)})
+    plan: dict[str, dict[int, int]] = {}
+    for name, parts in topics.items():
+        parts = parts if parts else list(range(admin.partitions(name)))
+        found = admin.list_offsets(name, parts, ts)
+        if ts >= 0:  # no record at or after the time: the log end
+            missing = [p for p, off in found.items() if off < 0]
+            if missing:
+                found.update(admin.list_offsets(name, missing, LATEST))
+        plan[name] = found
+    rows = [[group, name, p, off] for name, found in plan.items() for p, off in sorted(found.items())]
+    if args.execute:
+        resp = admin.build_and_send(ALTER_OFFSETS, 0, 0, lambda cls: dict(group_id=group, topics=tuple(
+            make(sub(cls, "AlterShareGroupOffsetsRequestTopic"), topic_name=name, partitions=tuple(
+                make(sub(cls, "AlterShareGroupOffsetsRequestPartition"), partition_index=p, start_offset=off)
+                for p, off in sorted(found.items())))
+            for name, found in plan.items())))
+        if int(resp.error_code) != 0:
+            print(f"Error: cannot reset offsets of share group '{group}': {_error_name(resp.error_code)}"
+                  + (" (the group must be empty)" if _error_name(resp.error_code) == "NON_EMPTY_GROUP" else ""))
+            return 1
+        errors = {(t.topic_name, p.partition_index): p.error_code for t in resp.responses for p in t.partitions}
+        for r in rows:
+            code = errors.get((r[1], r[2]), 0)
+            if int(code):
+                r[3] = f"Error: {_error_name(code)}"
+    _table(rows, ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"])
+    return 0
