@@ -263,8 +263,12 @@ class PartitionLog:
             offset = nxt
             records += h.records_count
         active = self.segments[-1]
+        # Kafka's time-based roll compares the incoming records' largest timestamp with the
+        # segment's first one, not the wall clock: records with old timestamps (a replay, a
+        # migration) must not roll a segment per append.
+        incoming_ts = max(max_ts) if max_ts else now_ms
         if should_roll(segment_size=active.size, incoming_bytes=total, segment_bytes=cfg.segment_bytes,
-                       first_timestamp=active.first_timestamp, now_ms=now_ms, segment_ms=cfg.segment_ms):
+                       first_timestamp=active.first_timestamp, now_ms=incoming_ts, segment_ms=cfg.segment_ms):
             active = self.roll()
         try:
             active.append(out, headers, offsets, max_ts)
