@@ -181,3 +181,19 @@ def test_restart_after_delete_records_and_topic_deletion(start_broker, topic_nam
     data = read_all(bs, topic_name, 1)
     assert [r.value[:4] for r in data[0]] == [b"r%03d" % i for i in range(25, 40)]
     assert topic_name + "-gone" not in admin_client(bs).list_topics(timeout=T).topics
+
+
+def test_old_timestamps_do_not_roll_a_segment_per_append(start_broker, topic_name):
+    """segment.ms compares record timestamps with the segment's first one (Kafka), not the wall clock."""
+    b = start_broker()
+    bs = b.bootstrap
+    create_topic(bs, topic_name, 1, {"segment.ms": "3600000"})
+    p = producer(bs, **{"linger.ms": 0})
+    year_2001 = 1_000_000_000_000
+    for i in range(20):
+        produce_all(p, topic_name, [{"value": b"%d" % i, "timestamp": year_2001 + i}])
+    assert len(list((b.data_dir / f"{topic_name}-0").glob("*.log"))) == 1
+    # A record two hours later than the segment's first one rolls it.
+    produce_all(p, topic_name, [{"value": b"later", "timestamp": year_2001 + 2 * 3600_000}])
+    assert len(list((b.data_dir / f"{topic_name}-0").glob("*.log"))) == 2
+    assert [r.value for r in records_of(bs, topic_name, [0], 21)][-1] == b"later"
