@@ -1,0 +1,196 @@
+"""Share-group consume throughput against a fresh ``shoal serve``, with confluent-kafka.
+
+(a) One ShareConsumer (implicit acknowledgement) on one partition, next to a plain
+    consumer (assign, no group) reading the same records from the same broker.
+(b) A simulated 5 ms of processing per record: throughput as the number of
+    ShareConsumers (threads) on ONE partition grows; the ideal is N x 200 records/s.
+
+    python benchmarks/share_consume.py            # both
+    python benchmarks/share_consume.py --only a --records 200000
+    python benchmarks/share_consume.py --only b --consumers 1,2,4,8,16,32,64
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+from confluent_kafka import Consumer, Producer, ShareConsumer, TopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+
+QUIET = {"log_level": 3}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_shoal(data_dir: str, overrides: list[str]) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    extra = [x for o in overrides for x in ("-o", o)]
+    proc = subprocess.Popen([sys.executable, "-m", "shoal", "serve", "--port", str(port), "--data-dir", data_dir,
+                             "--log-level", "WARNING", *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return proc, port
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("broker did not start")
+
+
+def setup(bs: str, topic: str, group: str, count: int, value_size: int, batch_records: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bs, **QUIET})
+    admin.create_topics([NewTopic(topic, 1)])[topic].result(15)
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(15)
+    p = Producer({"bootstrap.servers": bs, "acks": "all", "linger.ms": 5, "batch.num.messages": batch_records,
+                  "batch.size": 1_000_000, **QUIET})
+    value = b"x" * value_size
+    for _ in range(count):
+        while True:
+            try:
+                p.produce(topic, value)
+                break
+            except BufferError:
+                p.poll(0.01)
+    p.flush(60)
+
+
+def plain_consume(bs: str, topic: str, count: int) -> float:
+    c = Consumer({"bootstrap.servers": bs, "group.id": "unused", "enable.auto.commit": False,
+                  "fetch.queue.backoff.ms": 1, **QUIET})
+    c.assign([TopicPartition(topic, 0, 0)])
+    n = 0
+    t0 = time.perf_counter()
+    while n < count:
+        n += sum(1 for m in c.consume(1000, 1.0) if m.error() is None)
+    dt = time.perf_counter() - t0
+    c.close()
+    return count / dt
+
+
+def share_consume(bs: str, topic: str, group: str, count: int) -> float:
+    c = ShareConsumer({"bootstrap.servers": bs, "group.id": group, "max.poll.records": 2000, **QUIET})
+    c.subscribe([topic])
+    n = 0
+    t0 = None
+    while n < count:
+        got = sum(1 for m in c.poll(1.0) if m.error() is None)
+        if got and t0 is None:
+            t0 = time.perf_counter()
+        n += got
+    assert t0 is not None
+    dt = time.perf_counter() - t0
+    c.commit_sync()
+    c.close()
+    return count / dt
+
+
+def case_a(bs: str, pid: int, count: int, batch_records: int) -> None:
+    topic = f"a-{uuid.uuid4().hex[:8]}"
+    setup(bs, topic, "bench-a", count, 100, batch_records)
+    results = []
+    for name, fn in (("plain consumer (assign)", lambda: plain_consume(bs, topic, count)),
+                     ("share consumer (implicit ack)", lambda: share_consume(bs, topic, "bench-a", count))):
+        cpu0 = cpu_seconds(pid)
+        rate = fn()
+        cpu = cpu_seconds(pid) - cpu0
+        results.append((name, rate, cpu))
+    print(f"(a) one partition, {count} records of 100 B, {batch_records} records per batch")
+    for name, rate, cpu in results:
+        print(f"    {name:32s} {rate:10.0f} records/s   broker CPU {cpu * 1e6 / count:6.1f} us/record")
+    print(f"    share / plain = {results[1][1] / results[0][1]:.2f}")
+
+
+def case_b(bs: str, consumers: list[int], seconds: float, work_ms: float) -> None:
+    print(f"(b) one partition, {work_ms:g} ms of work per record, {seconds:g} s measured per row")
+    print(f"    {'consumers':>9s} {'records/s':>10s} {'ideal':>8s} {'ratio':>6s} {'active':>6s}")
+    for n in consumers:
+        topic = f"b{n}-{uuid.uuid4().hex[:8]}"
+        group = f"bench-b{n}"
+        ideal = n * 1000 / work_ms
+        count = int(ideal * (seconds + 6)) + 1000
+        setup(bs, topic, group, count, 100, 5)
+        counts = [0] * n
+        stop = threading.Event()
+        ready = threading.Barrier(n + 1)
+
+        def run(i: int) -> None:
+            c = ShareConsumer({"bootstrap.servers": bs, "group.id": group, "max.poll.records": 5, **QUIET})
+            c.subscribe([topic])
+            ready.wait()
+            try:
+                while not stop.is_set():
+                    for m in c.poll(0.2):
+                        if m.error() is None:
+                            time.sleep(work_ms / 1000)
+                            counts[i] += 1
+            finally:
+                c.close()
+
+        threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(n)]
+        for t in threads:
+            t.start()
+        ready.wait()
+        time.sleep(3.0)  # joining and assignment
+        start = sum(counts)
+        before = list(counts)
+        t0 = time.perf_counter()
+        time.sleep(seconds)
+        done = sum(counts) - start
+        dt = time.perf_counter() - t0
+        active = sum(1 for a, b in zip(before, counts) if b > a)
+        stop.set()
+        for t in threads:
+            t.join(30)
+        rate = done / dt
+        print(f"    {n:9d} {rate:10.0f} {ideal:8.0f} {rate / ideal:6.2f} {active:6d}", flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", choices=("a", "b"))
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--consumers", default="1,2,4,8,16,32,64")
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--work-ms", type=float, default=5.0)
+    ap.add_argument("--batch-records", type=int, default=500, help="(a) records per produced batch")
+    ap.add_argument("-o", "--override", action="append", default=[], help="broker KEY=VALUE, repeatable")
+    args = ap.parse_args()
+    data_dir = tempfile.mkdtemp(prefix="shoal-share-bench-")
+    proc, port = start_shoal(data_dir, args.override)
+    bs = f"127.0.0.1:{port}"
+    try:
+        if args.only in (None, "a"):
+            case_a(bs, proc.pid, args.records, args.batch_records)
+        if args.only in (None, "b"):
+            case_b(bs, [int(x) for x in args.consumers.split(",")], args.seconds, args.work_ms)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        shutil.rmtree(data_dir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""The share service's glue against a real LogStore in a temporary directory (no sockets)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from shoal.config import BrokerConfig
+from shoal.log.store import LogStore
+from shoal.protocol.batch import build_batch
+from shoal.server.broker import AppendWaiters
+from shoal.server.share_service import SHARE_STATE_TOPIC, ShareService
+from shoal.server.state_files import DynamicConfigs
+from shoal.share.coordinator import SharePartitionKey, StateBatch
+from shoal.share.partition import UpdateStatus
+from shoal.share.state import AcknowledgeType, RecordState
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def now_ms(self) -> int:
+        return self.now
+
+
+class FakeBroker:
+    def __init__(self, data_dir: Path, **overrides: str) -> None:
+        self.config = BrokerConfig(overrides)
+        self.clock = FakeClock()
+        self.store = LogStore(data_dir, self.config, now_ms=self.clock.now_ms())
+        self.dynamic_configs = DynamicConfigs(data_dir / "dynamic-configs.json", self.config)
+        self.append_waiters = AppendWaiters()
+        self.extensions: dict[str, Any] = {}
+        self.shutting_down = False
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def run(fn: Any) -> Any:
+    async def main() -> Any:
+        return fn()
+
+    return asyncio.run(main())
+
+
+def test_state_topic_is_not_compacted_and_state_survives_a_restart(tmp_path: Path) -> None:
+    def first() -> None:
+        b = FakeBroker(tmp_path)
+        svc = ShareService(b)
+        svc.start()
+        meta = b.store.get_topic(SHARE_STATE_TOPIC)
+        assert meta.configs["cleanup.policy"] == "delete"
+        assert meta.configs["retention.ms"] == "-1"
+        key = SharePartitionKey.of("g", uuid.UUID(int=7), 0)
+        assert svc.persister.initialize(key, 0, 5).ok
+        assert svc.persister.write(key, 0, 0, 7, [StateBatch(7, 9, 0, 2), StateBatch(10, 10, 4, 1)]).ok
+        svc.stop()
+        b.close()
+
+    def second() -> None:
+        b = FakeBroker(tmp_path)
+        svc = ShareService(b)
+        svc.start()
+        st = svc.persister.read(SharePartitionKey.of("g", uuid.UUID(int=7), 0)).state
+        assert st is not None and st.start_offset == 7
+        assert [(x.first_offset, x.last_offset, x.delivery_state, x.delivery_count) for x in st.state_batches] == [
+            (7, 9, 0, 2), (10, 10, 4, 1)]
+        svc.stop()
+        b.close()
+
+    run(first)
+    run(second)
+
+
+def test_prune_deletes_superseded_records(tmp_path: Path) -> None:
+    def body() -> None:
+        b = FakeBroker(tmp_path, **{"share.coordinator.snapshot.update.records.per.snapshot": "2"})
+        svc = ShareService(b)
+        svc.start()
+        key = SharePartitionKey.of("g", uuid.UUID(int=1), 0)
+        svc.persister.initialize(key, 0, 0)
+        for i in range(1, 8):
+            assert svc.persister.write(key, 0, 0, i, []).ok
+        plog = b.store.partition(SHARE_STATE_TOPIC, 0)
+        assert plog.log_start_offset == 0
+        svc.prune()
+        assert plog.log_start_offset > 0
+        cut = plog.log_start_offset
+        svc.stop()
+        b.close()
+        b2 = FakeBroker(tmp_path)
+        svc2 = ShareService(b2)
+        svc2.start()
+        assert svc2.persister.read(key).state.start_offset == 7
+        assert b2.store.partition(SHARE_STATE_TOPIC, 0).log_start_offset == cut
+        svc2.stop()
+        b2.close()
+
+    run(body)
+
+
+def _topic_with_records(b: FakeBroker, name: str, n: int) -> uuid.UUID:
+    meta = b.store.create_topic(name, 1, {}, now_ms=b.clock.now_ms())
+    plog = b.store.partition(name, 0)
+    for i in range(n):
+        plog.append(build_batch([(None, b"%d" % i, (), b.clock.now_ms())]), b.clock.now_ms())
+    return meta.topic_id
+
+
+def test_share_partition_starts_at_latest_or_earliest(tmp_path: Path) -> None:
+    def body() -> None:
+        b = FakeBroker(tmp_path)
+        svc = ShareService(b)
+        svc.start()
+        tid = _topic_with_records(b, "t", 4)
+        assert svc.get_partition("late", tid, 0).start_offset == 4
+        b.dynamic_configs.set_group("early", {"share.auto.offset.reset": "earliest"})
+        assert svc.get_partition("early", tid, 0).start_offset == 0
+        svc.stop()
+        b.close()
+
+    run(body)
+
+
+def test_acknowledgement_is_durable_before_it_is_answered(tmp_path: Path) -> None:
+    def first() -> None:
+        b = FakeBroker(tmp_path)
+        b.dynamic_configs.set_group("g", {"share.auto.offset.reset": "earliest"})
+        svc = ShareService(b)
+        svc.start()
+        tid = _topic_with_records(b, "t", 3)
+        sp = svc.get_partition("g", tid, 0)
+        got = sp.acquire("m", [(0, 0), (1, 1), (2, 2)], b.clock.now_ms(), 10)
+        assert [(a.first_offset, a.last_offset) for a in got] == [(0, 2)]
+        update = sp.acknowledge("m", [(0, 0, [AcknowledgeType.ACCEPT]), (1, 1, [AcknowledgeType.RELEASE])],
+                                b.clock.now_ms())
+        assert update.status is UpdateStatus.PENDING
+        assert svc.persist(sp)
+        assert update.status is UpdateStatus.COMMITTED
+        assert sp.start_offset == 1
+        svc.stop()
+        b.close()
+
+    def second() -> None:
+        b = FakeBroker(tmp_path)
+        svc = ShareService(b)
+        svc.start()
+        tid = b.store.get_topic("t").topic_id
+        sp = svc.get_partition("g", tid, 0)
+        assert sp.start_offset == 1
+        assert sp.record(1)[:2] == (RecordState.AVAILABLE, 1)
+        svc.stop()
+        b.close()
+
+    run(first)
+    run(second)
+
+
+def test_lock_expiry_timer_releases_and_persists(tmp_path: Path) -> None:
+    async def body() -> None:
+        b = FakeBroker(tmp_path)
+        b.dynamic_configs.set_group("g", {"share.auto.offset.reset": "earliest",
+                                          "share.record.lock.duration.ms": "15000"})
+        svc = ShareService(b)
+        svc.start()
+        tid = _topic_with_records(b, "t", 2)
+        sp = svc.get_partition("g", tid, 0)
+        sp.acquire("m", [(0, 1)], b.clock.now_ms(), 10)
+        b.clock.now += 15_000  # the timer computes its delay from the clock: it is due now
+        svc.reschedule(sp)
+        await asyncio.sleep(0.05)
+        assert sp.record(0)[:2] == (RecordState.AVAILABLE, 1)
+        st = svc.persister.read(SharePartitionKey.of("g", tid, 0)).state
+        assert [(x.first_offset, x.last_offset, x.delivery_state, x.delivery_count) for x in st.state_batches] == [
+            (0, 1, 0, 1)]
+        svc.stop()
+        b.close()
+
+    asyncio.run(body())
+
+
+def test_failed_write_rolls_back_and_reports(tmp_path: Path) -> None:
+    def body() -> None:
+        b = FakeBroker(tmp_path)
+        b.dynamic_configs.set_group("g", {"share.auto.offset.reset": "earliest"})
+        svc = ShareService(b)
+        svc.start()
+        tid = _topic_with_records(b, "t", 1)
+        sp = svc.get_partition("g", tid, 0)
+        sp.acquire("m", [(0, 0)], b.clock.now_ms(), 10)
+        update = sp.acknowledge("m", [(0, 0, [AcknowledgeType.ACCEPT])], b.clock.now_ms())
+        real = svc.persister.write
+        svc.persister.write = lambda *a, **k: type(svc.persister.read_summary(  # type: ignore[method-assign]
+            SharePartitionKey.of("g", tid, 0)))(ErrorCode.coordinator_not_available, "down", None)
+        assert not svc.persist(sp)
+        assert update.status is UpdateStatus.ROLLED_BACK
+        assert sp.record(0)[0] is RecordState.ACQUIRED
+        svc.persister.write = real  # type: ignore[method-assign]
+        svc.stop()
+        b.close()
+
+    run(body)
