@@ -286,14 +286,16 @@ def test_admin_client_groups(start_broker: Callable[..., BrokerProcess], topic_n
     create_topic(bs, topic_name, PARTITIONS)
     produce_batch(bs, topic_name, 0, 60)
     admin = admin_client(bs)
+    # Offsets committed by a tool make an empty classic group; a KIP-848 member converts it.
+    commit_offsets(bs, "adm-848", topic_name, {0: 5})
     live_classic = group_consumer(bs, "adm-classic", CLASSIC)
     live_848 = group_consumer(bs, "adm-848", KIP848)
     for c in (live_classic, live_848):
         c.subscribe([topic_name])
     seen: list[bytes] = []
     pump([live_classic, live_848], seen,
-         lambda: len(assigned(live_classic)) == PARTITIONS and len(assigned(live_848)) == PARTITIONS,
-         "both groups to own every partition")
+         lambda: len(assigned(live_classic)) == PARTITIONS and len(assigned(live_848)) == PARTITIONS
+         and len(seen) >= 60 + 55, "both groups to own every partition and read every record")
     commit_offsets(bs, "adm-simple", topic_name, {0: 3, 1: 4})
 
     listed = admin.list_consumer_groups().result(10)
@@ -311,6 +313,9 @@ def test_admin_client_groups(start_broker: Callable[..., BrokerProcess], topic_n
         assert len(d.members) == 1
         assert {tp.partition for tp in d.members[0].assignment.topic_partitions} == set(range(PARTITIONS))
     assert described["adm-848"].type.name == "CONSUMER" and described["adm-classic"].type.name == "CLASSIC"
+    got = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("adm-848")])["adm-848"].result(10)
+    assert {tp.partition: tp.offset for tp in got.topic_partitions}[0] == 10  # resumed at 5, read to the end
+    assert len(seen) == 60 + 55
 
     offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("adm-simple")])["adm-simple"].result(10)
     assert {(tp.partition, tp.offset) for tp in offsets.topic_partitions} == {(0, 3), (1, 4)}
