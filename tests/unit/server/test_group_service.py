@@ -1,0 +1,186 @@
+"""The group service's glue, driven through its handlers on a real log store (no sockets).
+
+Covers what the integration tests cannot see from a client: the contract with the share
+service (initialize before answering, retry after a failure, member removal, two-stage
+deletion), one namespace for all group kinds, and the timers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from shoal.config import BrokerConfig
+from shoal.log.store import LogStore
+from shoal.protocol.codec import codec_for
+from shoal.protocol.entities import make, sub
+from shoal.server.group_service import GroupCoordinatorService
+from shoal.server.handlers import consumer_groups, groups_admin, groups_classic, share_groups
+from shoal.server.state_files import DynamicConfigs
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.ms = int(time.time() * 1000)
+
+    def now_ms(self) -> int:
+        return self.ms
+
+
+class FakeBroker:
+    def __init__(self, data_dir: Path, **overrides: Any) -> None:
+        self.config = BrokerConfig({"offsets.topic.num.partitions": 2, **overrides})
+        self.clock = FakeClock()
+        self.store = LogStore(data_dir, self.config, now_ms=self.clock.now_ms())
+        self.dynamic_configs = DynamicConfigs(data_dir / "dynamic-configs.json", self.config)
+        self.extensions: dict[str, Any] = {}
+
+
+class FakeShare:
+    """Records the group service's calls; fails initializations while ``fail`` is set."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any, ...]] = []
+        self.fail = False
+
+    async def initialize_share_state(self, group_id: str, partitions: dict[uuid.UUID, list[int]]) -> None:
+        await asyncio.sleep(0)
+        self.calls.append(("initialize", group_id, {t: sorted(p) for t, p in partitions.items()}))
+        if self.fail:
+            raise RuntimeError("share coordinator unavailable")
+
+    async def delete_share_state(self, group_id: str, partitions: dict[uuid.UUID, list[int]]) -> None:
+        self.calls.append(("delete", group_id, {t: sorted(p) for t, p in partitions.items()}))
+
+    def on_share_member_removed(self, group_id: str, member_id: str) -> None:
+        self.calls.append(("removed", group_id, member_id))
+
+
+class Header:
+    client_id = "unit"
+
+
+class Conn:
+    peer = "127.0.0.1:5555"
+
+
+class Ctx:
+    def __init__(self, broker: FakeBroker, api_key: int, version: int) -> None:
+        self.broker = broker
+        self.connection = Conn()
+        self.header = Header()
+        self.api_key = api_key
+        self.api_version = version
+        self.codec = codec_for(api_key, version)
+        self.response_type = self.codec.response_type
+
+    def now_ms(self) -> int:
+        return self.broker.clock.now_ms()
+
+
+def request(api_key: int, version: int, **fields: Any) -> Any:
+    return make(codec_for(api_key, version).request_type, **fields)
+
+
+def share_heartbeat(broker: FakeBroker, group: str, member: str, epoch: int, topics: tuple[str, ...] | None) -> Any:
+    req = request(76, 1, group_id=group, member_id=member, member_epoch=epoch, rack_id=None,
+                  subscribed_topic_names=topics)
+    return share_groups.handle_share_group_heartbeat(Ctx(broker, 76, 1), req)
+
+
+def start(tmp_path: Path, **overrides: Any) -> tuple[FakeBroker, GroupCoordinatorService]:
+    broker = FakeBroker(tmp_path, **overrides)
+    svc = GroupCoordinatorService(broker)
+    svc.load()
+    broker.extensions["groups"] = svc
+    return broker, svc
+
+
+def test_share_state_is_initialized_before_the_heartbeat_is_answered(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        broker, svc = start(tmp_path)
+        share = broker.extensions["share"] = FakeShare()
+        meta = broker.store.create_topic("t", 2, {}, now_ms=broker.clock.now_ms())
+        share.fail = True
+        r = await share_heartbeat(broker, "sg", "m1", 0, ("t",))
+        assert r.error_code == ErrorCode.none and r.member_epoch == 1
+        assert share.calls == [("initialize", "sg", {meta.topic_id: [0, 1]})]
+        assert svc.share_assignment("sg", "m1") == {meta.topic_id: frozenset({0, 1})}
+        p = svc.partition_for("sg")
+        assert not svc.share_groups(p).initialized_partitions("sg")
+        # The next heartbeat retries, and succeeds.
+        share.fail = False
+        r = await share_heartbeat(broker, "sg", "m1", 1, None)
+        assert r.error_code == ErrorCode.none
+        assert share.calls[-1] == ("initialize", "sg", {meta.topic_id: [0, 1]})
+        assert svc.share_groups(p).initialized_partitions("sg") == {meta.topic_id: frozenset({0, 1})}
+        # Initialized partitions are not initialized again.
+        await share_heartbeat(broker, "sg", "m1", 1, None)
+        assert len(share.calls) == 2
+        assert svc.group_type("sg") == "share" and svc.share_group_exists("sg")
+        # Leaving is reported once durable; the empty group's state is deleted with it.
+        r = await share_heartbeat(broker, "sg", "m1", -1, None)
+        assert r.member_epoch == -1 and share.calls[-1] == ("removed", "sg", "m1")
+        dg = await groups_admin.handle_delete_groups(Ctx(broker, 42, 2), request(42, 2, groups_names=("sg",)))
+        assert [(x.group_id, x.error_code) for x in dg.results] == [("sg", ErrorCode.none)]
+        assert share.calls[-1] == ("delete", "sg", {meta.topic_id: [0, 1]})
+        assert svc.group_type("sg") is None and svc.share_assignment("sg", "m1") is None
+        svc.close()
+
+    asyncio.run(scenario())
+
+
+def test_one_namespace_for_every_kind(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        broker, svc = start(tmp_path)
+        broker.store.create_topic("t", 1, {}, now_ms=broker.clock.now_ms())
+        await share_heartbeat(broker, "shared", "m1", 0, ("t",))
+        # A consumer-protocol heartbeat for a share group's id.
+        hb = request(68, 1, group_id="shared", member_id="c1", member_epoch=0, instance_id=None, rack_id=None,
+                     rebalance_timeout=30_000, subscribed_topic_names=("t",), subscribed_topic_regex=None,
+                     server_assignor=None, topic_partitions=())
+        r = consumer_groups.handle_consumer_group_heartbeat(Ctx(broker, 68, 1), hb)
+        assert r.error_code == ErrorCode.group_id_not_found
+        # A consumer group's id refuses a share member and a classic JoinGroup.
+        r = consumer_groups.handle_consumer_group_heartbeat(Ctx(broker, 68, 1), dataclasses.replace(hb, group_id="cg"))
+        assert r.error_code == ErrorCode.none and r.assignment is not None
+        assert (await share_heartbeat(broker, "cg", "m2", 0, ("t",))).error_code == ErrorCode.group_id_not_found
+        jcls = codec_for(11, 9).request_type
+        join = make(jcls, group_id="cg", session_timeout=10_000, rebalance_timeout=10_000, member_id="",
+                    group_instance_id=None, protocol_type="consumer", reason=None,
+                    protocols=(make(sub(jcls, "JoinGroupRequestProtocol"), name="range", metadata=b""),))
+        jr = await groups_classic.handle_join_group(Ctx(broker, 11, 9), join)
+        assert jr.error_code == ErrorCode.inconsistent_group_protocol
+        # ConsumerGroupDescribe of a share group: GROUP_ID_NOT_FOUND; ListGroups shows each kind.
+        d = consumer_groups.handle_consumer_group_describe(
+            Ctx(broker, 69, 1), request(69, 1, group_ids=("shared", "cg"), include_authorized_operations=False))
+        assert [g.error_code for g in d.groups] == [ErrorCode.group_id_not_found, ErrorCode.none]
+        lg = groups_admin.handle_list_groups(Ctx(broker, 16, 5), request(16, 5, states_filter=(), types_filter=()))
+        assert {(g.group_id, g.group_type) for g in lg.groups} == {("shared", "share"), ("cg", "consumer")}
+        svc.close()
+
+    asyncio.run(scenario())
+
+
+def test_expired_share_member_is_removed_by_the_timer(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        broker, svc = start(tmp_path, **{"group.share.session.timeout.ms": 45_000})
+        share = broker.extensions["share"] = FakeShare()
+        broker.store.create_topic("t", 1, {}, now_ms=broker.clock.now_ms())
+        broker.dynamic_configs.set_group("sg", {"share.session.timeout.ms": "50"})
+        await share_heartbeat(broker, "sg", "m1", 0, ("t",))
+        broker.clock.ms += 60  # the session runs out; the service's timer must notice
+        deadline = time.monotonic() + 5
+        while ("removed", "sg", "m1") not in share.calls:
+            assert time.monotonic() < deadline, share.calls
+            await asyncio.sleep(0.01)
+        assert svc.share_assignment("sg", "m1") is None
+        svc.close()
+
+    asyncio.run(scenario())
