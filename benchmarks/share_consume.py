@@ -122,9 +122,10 @@ def case_a(bs: str, pid: int, count: int, batch_records: int) -> None:
     print(f"    share / plain = {results[1][1] / results[0][1]:.2f}")
 
 
-def case_b(bs: str, consumers: list[int], seconds: float, work_ms: float) -> None:
+def case_b(bs: str, pid: int, consumers: list[int], seconds: float, work_ms: float) -> None:
     print(f"(b) one partition, {work_ms:g} ms of work per record, {seconds:g} s measured per row")
-    print(f"    {'consumers':>9s} {'records/s':>10s} {'ideal':>8s} {'ratio':>6s} {'active':>6s}")
+    print(f"    {'consumers':>9s} {'records/s':>10s} {'ideal':>8s} {'ratio':>6s} {'active':>6s} "
+          f"{'broker CPU':>10s} {'client CPU':>10s}")
     for n in consumers:
         topic = f"b{n}-{uuid.uuid4().hex[:8]}"
         group = f"bench-b{n}"
@@ -155,16 +156,19 @@ def case_b(bs: str, consumers: list[int], seconds: float, work_ms: float) -> Non
         time.sleep(3.0)  # joining and assignment
         start = sum(counts)
         before = list(counts)
+        cpu0, own0 = cpu_seconds(pid), sum(os.times()[:2])
         t0 = time.perf_counter()
         time.sleep(seconds)
         done = sum(counts) - start
         dt = time.perf_counter() - t0
+        cpu, own = (cpu_seconds(pid) - cpu0) / dt, (sum(os.times()[:2]) - own0) / dt
         active = sum(1 for a, b in zip(before, counts) if b > a)
         stop.set()
         for t in threads:
             t.join(30)
         rate = done / dt
-        print(f"    {n:9d} {rate:10.0f} {ideal:8.0f} {rate / ideal:6.2f} {active:6d}", flush=True)
+        print(f"    {n:9d} {rate:10.0f} {ideal:8.0f} {rate / ideal:6.2f} {active:6d} {cpu:9.0%} {own:10.0%}",
+              flush=True)
 
 
 def main() -> int:
@@ -184,7 +188,7 @@ def main() -> int:
         if args.only in (None, "a"):
             case_a(bs, proc.pid, args.records, args.batch_records)
         if args.only in (None, "b"):
-            case_b(bs, [int(x) for x in args.consumers.split(",")], args.seconds, args.work_ms)
+            case_b(bs, proc.pid, [int(x) for x in args.consumers.split(",")], args.seconds, args.work_ms)
     finally:
         proc.terminate()
         proc.wait(30)

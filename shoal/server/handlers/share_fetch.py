@@ -106,26 +106,36 @@ def _acquire_one(ctx: Any, svc: ShareService, group_id: str, member_id: str, top
     meta = store.topic_by_id(topic_id)
     plog = store.partition(meta.name, partition)
     offset = max(offset, plog.log_start_offset)
-    if offset >= plog.high_watermark:
-        return b"", []
-    data = plog.read(offset, min(budget, PARTITION_MAX_READ_BYTES))
-    if not data:
-        return b"", []
-    headers = [h for h in iter_batches(data) if not h.is_control]
-    acquired = sp.acquire(member_id, [(h.base_offset, h.last_offset) for h in headers], ctx.now_ms(),
-                          max_records, acquire_mode=mode, batch_size=batch_size)
+    # Read a little at a time: the records wanted are usually few batches, and every
+    # batch read is parsed and offered to acquire.
+    chunk = max(8192, max_records * 128)
+    acquired: list[Any] = []
+    parts: list[bytes] = []
+    while max_records > 0 and budget > 0 and offset < plog.high_watermark:
+        data = plog.read(offset, min(budget, chunk, PARTITION_MAX_READ_BYTES))
+        if not data:
+            break
+        headers = list(iter_batches(data))
+        offset = headers[-1].next_offset
+        headers = [h for h in headers if not h.is_control]
+        got = sp.acquire(member_id, [(h.base_offset, h.last_offset) for h in headers], ctx.now_ms(),
+                         max_records, acquire_mode=mode, batch_size=batch_size)
+        j = 0
+        for h in headers:
+            while j < len(got) and got[j].last_offset < h.base_offset:
+                j += 1
+            if j < len(got) and got[j].first_offset <= h.last_offset:
+                parts.append(bytes(data[h.position:h.position + h.size]))
+                budget -= h.size
+        acquired.extend(got)
+        max_records -= sum(a.last_offset - a.first_offset + 1 for a in got)
+        chunk *= 4
+        if sp.next_fetch_offset() is None:
+            break
     if sp.needs_write:
         svc.persist(sp)
-    if not acquired:
-        return b"", []
-    svc.reschedule(sp)
-    parts = []
-    j = 0
-    for h in headers:
-        while j < len(acquired) and acquired[j].last_offset < h.base_offset:
-            j += 1
-        if j < len(acquired) and acquired[j].first_offset <= h.last_offset:
-            parts.append(bytes(data[h.position:h.position + h.size]))
+    if acquired:
+        svc.reschedule(sp)
     return b"".join(parts), acquired
 
 
