@@ -1,0 +1,140 @@
+"""The ``shoal`` sink: ``df.write.format("shoal")`` and ``writeStream.format("shoal")``.
+
+Columns as in Spark's Kafka sink: ``value`` (required, string or binary), ``key``,
+``headers`` (array<struct<key:string,value:binary>>), ``topic`` (the option ``topic``
+wins over the column, as in Spark), ``partition`` (int; absent or null lets the
+producer's partitioner choose). Each task has its own idempotent producer
+(``enable.idempotence=true``); it flushes before returning its commit message, and any
+delivery error fails the task, so a committed task's records are all in the log.
+Spark re-runs a failed task, so the guarantee is at-least-once (as Spark's Kafka sink).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+
+from .kafka import producer_conf
+from .options import Options
+
+__all__ = ["ShoalWriter", "ShoalStreamWriter", "WriteReport", "write_rows"]
+
+FLUSH_TIMEOUT_S = 120.0
+
+
+@dataclass
+class WriteReport(WriterCommitMessage):
+    records: int
+    bytes: int
+
+
+def _b(v: Any) -> bytes | None:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return v.encode()
+    return bytes(v)
+
+
+def _rows(iterator: Iterator[Any]) -> Iterator[dict[str, Any]]:
+    """Rows as dicts, from Spark Rows or pyarrow RecordBatches."""
+    for item in iterator:
+        if hasattr(item, "to_pylist") and hasattr(item, "schema"):
+            yield from item.to_pylist()
+        else:
+            yield item.asDict(recursive=True)
+
+
+def write_rows(opts: Options, iterator: Iterator[Any]) -> WriteReport:
+    from confluent_kafka import KafkaException, Producer
+
+    producer = Producer(producer_conf(opts))
+    errors: list[Any] = []
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+
+    n = size = 0
+    for row in _rows(iterator):
+        topic = opts.topic or row.get("topic")
+        if not topic:
+            raise ValueError("no topic: give the option topic or a topic column")
+        value = _b(row.get("value"))
+        key = _b(row.get("key"))
+        kw: dict[str, Any] = {"value": value, "key": key, "on_delivery": on_delivery}
+        part = row.get("partition")
+        if part is not None:
+            kw["partition"] = int(part)
+        hdrs = row.get("headers")
+        if hdrs:
+            kw["headers"] = [(h["key"], _b(h["value"])) for h in hdrs]
+        while True:
+            try:
+                producer.produce(topic, **kw)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        n += 1
+        size += len(value or b"") + len(key or b"")
+        if errors:
+            raise KafkaException(errors[0])
+        if n % 10_000 == 0:
+            producer.poll(0)
+    left = producer.flush(FLUSH_TIMEOUT_S)
+    if errors:
+        raise KafkaException(errors[0])
+    if left:
+        raise RuntimeError(f"{left} records not delivered within {FLUSH_TIMEOUT_S} s")
+    return WriteReport(n, size)
+
+
+try:
+    from pyspark.sql.datasource import DataSourceArrowWriter as _BatchBase
+except ImportError:  # pragma: no cover
+    _BatchBase = DataSourceWriter  # type: ignore[misc,assignment]
+try:
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamBase
+except ImportError:  # pragma: no cover
+    _StreamBase = DataSourceStreamWriter  # type: ignore[misc,assignment]
+
+
+class ShoalWriter(_BatchBase):  # type: ignore[misc,valid-type]
+    def __init__(self, opts: Options, schema: Any) -> None:
+        self.opts = opts
+        _check_schema(opts, schema)
+
+    def write(self, iterator: Iterator[Any]) -> WriteReport:
+        return write_rows(self.opts, iterator)
+
+    def commit(self, messages: list[Any]) -> None:
+        pass
+
+    def abort(self, messages: list[Any]) -> None:
+        pass
+
+
+class ShoalStreamWriter(_StreamBase):  # type: ignore[misc,valid-type]
+    def __init__(self, opts: Options, schema: Any) -> None:
+        self.opts = opts
+        _check_schema(opts, schema)
+
+    def write(self, iterator: Iterator[Any]) -> WriteReport:
+        return write_rows(self.opts, iterator)
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        pass
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        pass
+
+
+def _check_schema(opts: Options, schema: Any) -> None:
+    names = set(schema.names)
+    if "value" not in names:
+        raise ValueError("the sink needs a value column (string or binary)")
+    if opts.topic is None and "topic" not in names:
+        raise ValueError("the sink needs the option topic or a topic column")
