@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -176,3 +177,24 @@ def test_consumer_on_unknown_partition_offsets(shared_broker, topic_name):
         assert (r.offset, r.value) == (3, b"after")
     finally:
         c.close()
+
+
+def test_small_fetch_limits_still_make_progress(shared_broker, topic_name):
+    """A batch larger than the fetch limits is returned whole, so consumers never stall."""
+    bs = shared_broker.bootstrap
+    create_topic(bs, topic_name, 2)
+    items = [{"partition": i % 2, "value": bytes([i]) * 10_000} for i in range(40)]
+    produce_all(producer(bs, **{"linger.ms": 0}), topic_name, items)
+    got = records_of(bs, topic_name, 2, 40, **{"max.partition.fetch.bytes": 100, "fetch.max.bytes": 1000,
+                                                   "message.max.bytes": 1000})
+    assert sorted((r.partition, r.offset, r.value) for r in got) == sorted(
+        (i % 2, i // 2, bytes([i]) * 10_000) for i in range(40))
+
+
+def test_large_values_near_the_size_limit(shared_broker, topic_name):
+    bs = shared_broker.bootstrap
+    create_topic(bs, topic_name, 1)
+    values = [os.urandom(900_000), os.urandom(500_000), b"small"]
+    produce_all(producer(bs, **{"linger.ms": 0}), topic_name, [{"value": v} for v in values])
+    got = records_of(bs, topic_name, [0], 3)
+    assert [r.value for r in got] == values
