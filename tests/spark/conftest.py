@@ -1,0 +1,59 @@
+"""Fixtures for the Spark tests: one local SparkSession and one ``shoal serve`` for the whole run.
+
+The session runs ``local[4,3]``: four task slots and up to three attempts per task, so a
+test can kill a task and see it retried (plain ``local[N]`` never retries). Workers run
+this interpreter (``PYSPARK_PYTHON``), which has shoal installed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+
+from tests.support.broker import BrokerProcess  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def spark_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path_factory.mktemp("spark-broker") / "data",
+                      {"group.share.record.lock.duration.ms": "15000"})
+    b.start()
+    yield b
+    b.stop(check=False)
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    import shoal.spark
+
+    session = (SparkSession.builder.master("local[4,3]").appName("shoal-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.local.dir", str(tmp_path_factory.mktemp("spark-local")))
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    shoal.spark.register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> str:
+    return re.sub(r"[^a-zA-Z0-9._-]", "-", request.node.name)[:120]
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> str:
+    return str(tmp_path / "share-state")
