@@ -25,8 +25,10 @@ Theory of operation
   ``next_deadline_ms()``. Whenever records become acquirable again (released,
   expired, rolled back, or the in-flight limit freed), the parked ShareFetches of that
   partition are woken through ``broker.append_waiters``.
-* **Sessions.** A :class:`~shoal.share.session.ShareSessionCache`. Closing a session,
-  a disconnect, or the member leaving the group releases the member's acquired records.
+* **Sessions.** A :class:`~shoal.share.session.ShareSessionCache`. Closing a session
+  or a disconnect releases the member's acquired records; a member that leaves the
+  group keeps them until its session closes (see :meth:`ShareService.on_share_member_removed`).
+  Replacing a session (epoch 0) keeps them in the partitions the new session names.
 
 Event loop only. The group service calls :meth:`on_share_member_removed`,
 :meth:`initialize_share_state` and :meth:`delete_share_state`.
@@ -348,7 +350,21 @@ class ShareService:
             self.persist(sp)
 
     def on_share_member_removed(self, group_id: str, member_id: str) -> None:
-        """The member left the group or was fenced: close its session, release its records."""
+        """The member left the group or was fenced.
+
+        A member with a share session on an open connection keeps the session and its
+        acquired records: a closing client sends its leave heartbeat (to the group
+        coordinator) and its final ShareAcknowledge/ShareFetch (epoch -1, carrying the
+        last acknowledgements, to the partition leader) at the same time, on different
+        connections. Releasing here would let the records it is just accepting be
+        redelivered, and fail its final acknowledgement. As in Kafka, the member's records
+        are released when that session closes, when its connection closes, or when their
+        locks expire; the member can no longer fetch (it is not a member). Without a live
+        session, everything it still holds is released now.
+        """
+        session = self.sessions.get(group_id, member_id)
+        if session is not None and session.connection_id is not None:
+            return
         self.sessions.remove_member(group_id, member_id)
         self.release_member(group_id, member_id)
 

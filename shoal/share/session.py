@@ -8,8 +8,9 @@ share-partitions ``(topic_id, partition)``. Each request carries
 ``share_session_epoch``:
 
 * ``0`` opens a session with the partitions the request names. An existing session of
-  the same member is replaced (the shell should release that member's acquired records
-  of the old partitions: the outcome lists them in ``replaced``).
+  the same member is replaced; the outcome lists its partitions in ``replaced``. As in
+  Kafka, the member keeps the records it acquired in partitions the new session names
+  (it may acknowledge them); the shell releases those of partitions it no longer names.
 * ``-1`` closes the session (the request may still acknowledge; it fetches nothing).
 * any other value must equal the session's expected epoch; it adds the partitions the
   request names (``topics``) and removes ``forgotten_topics_data``. The expected epoch
@@ -120,7 +121,7 @@ class SessionOutcome:
     * ``added``/``forgotten``: partitions this request added to or removed from the
       session (the shell may release the member's acquired records of ``forgotten``);
     * ``replaced``: for epoch 0 over an existing session, the old session's partitions
-      (release the member's acquired records there); else ();
+      (release the member's acquired records in those not in ``added``); else ();
     * ``closed``: epoch -1 closed the session (release the member's acquired records);
     * ``next_epoch``: the epoch the member's next request must carry (-1 once closed).
     """

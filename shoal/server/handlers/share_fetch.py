@@ -2,7 +2,8 @@
 
 A request first goes through the member's share session (``ShareSessionCache``: epoch
 0 opens, -1 closes, any other must match). The member must belong to the share group
-(the group service's ``share_assignment`` is not None), else UNKNOWN_MEMBER_ID. As in
+(the group service's ``share_assignment`` is not None), else UNKNOWN_MEMBER_ID; a
+member that has left may still acknowledge in, and close, the session it had. As in
 Kafka, a fetch serves the partitions its session names; the assignment decides what
 the client puts in the session.
 
@@ -14,7 +15,8 @@ from the log at ``next_fetch_offset()``, their (base, last) offsets go to
 ``SharePartition.acquire``, and the batches overlapping the acquired ranges are
 returned (never a split batch; ``acquired_records`` says which offsets the member
 owns). With nothing acquired the request parks on ``broker.append_waiters`` until an
-append, a release or a lock expiry touches one of its partitions, or ``max_wait``.
+append, a release or a lock expiry touches one of its partitions, or ``max_wait``; a
+parked request whose session was closed or replaced meanwhile acquires nothing.
 """
 
 from __future__ import annotations
@@ -163,11 +165,18 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
 
     ack_codes = apply_acknowledgements(ctx, svc, group_id, member_id, request.topics)
 
-    # Release what the member held where it no longer fetches.
+    # Release what the member held where it no longer fetches. A session replaced by
+    # epoch 0 (the client reset it after an error) keeps the member's records in the
+    # partitions the new session still names, as in Kafka: they stay the member's to
+    # acknowledge, and are not released and re-acquired by this very request with a
+    # delivery count one higher.
     if outcome.closed:
         svc.release_member(group_id, member_id, previous_parts)
-    elif outcome.replaced or outcome.forgotten:
-        svc.release_member(group_id, member_id, outcome.replaced + outcome.forgotten)
+    else:
+        dropped = [sp for sp in outcome.replaced if sp not in outcome.added] + list(outcome.forgotten)
+        if dropped:
+            svc.release_member(group_id, member_id, dropped)
+    session = svc.sessions.get(group_id, member_id)
 
     errors: dict[tuple[uuid.UUID, int], ErrorCode] = {}
     fetched: dict[tuple[uuid.UUID, int], tuple[bytes, list[Any]]] = {}
@@ -207,8 +216,10 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
                 if meta is not None:
                     keys.append((meta.name, p))
             await broker.append_waiters.wait(keys, left / 1000)
-            # The session may have been closed meanwhile (disconnect, member left).
-            if svc.sessions.get(group_id, member_id) is None:
+            # While parked, the session may have been closed (final epoch, disconnect) or
+            # replaced by a new one (epoch 0), or the member may have left the group: this
+            # request then acquires nothing; the client no longer waits for its answer.
+            if svc.sessions.get(group_id, member_id) is not session or not _is_member(ctx, group_id, member_id):
                 break
 
     tcls = sub(cls, "ShareFetchableTopicResponse")
@@ -243,9 +254,11 @@ def handle_share_acknowledge(ctx: Any, request: Any) -> Any:
                     responses=(), node_endpoints=())
 
     epoch = int(request.share_session_epoch)
-    if epoch != FINAL_EPOCH and not _is_member(ctx, group_id, member_id):
-        return fail(ErrorCode.unknown_member_id)
     previous = svc.sessions.get(group_id, member_id)
+    # A member that just left the group keeps its share session until the client closes
+    # it, and may still acknowledge what it holds (see ShareService.on_share_member_removed).
+    if epoch != FINAL_EPOCH and previous is None and not _is_member(ctx, group_id, member_id):
+        return fail(ErrorCode.unknown_member_id)
     previous_parts = tuple(previous.partitions) if previous is not None else ()
     outcome = svc.sessions.handle_share_acknowledge(request, ctx.connection.connection_id)
     if not outcome.ok:
