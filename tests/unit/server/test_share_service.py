@@ -17,7 +17,7 @@ from shoal.server.share_service import SHARE_STATE_TOPIC, ShareService
 from shoal.server.state_files import DynamicConfigs
 from shoal.share.coordinator import SharePartitionKey, StateBatch
 from shoal.share.partition import UpdateStatus
-from shoal.share.state import AcknowledgeType, RecordState
+from shoal.share.state import AcknowledgeType, AcquireMode, RecordState
 
 
 class FakeClock:
@@ -202,6 +202,36 @@ def test_failed_write_rolls_back_and_reports(tmp_path: Path) -> None:
         assert update.status is UpdateStatus.ROLLED_BACK
         assert sp.record(0)[0] is RecordState.ACQUIRED
         svc.persister.write = real  # type: ignore[method-assign]
+        svc.stop()
+        b.close()
+
+    run(body)
+
+
+def test_member_leaving_with_an_open_session_keeps_its_records_until_the_session_closes(tmp_path: Path) -> None:
+    def body() -> None:
+        b = FakeBroker(tmp_path)
+        b.dynamic_configs.set_group("g", {"share.auto.offset.reset": "earliest"})
+        svc = ShareService(b)
+        svc.start()
+        tid = _topic_with_records(b, "t", 4)
+        part = (str(tid), 0)
+        assert svc.sessions.share_fetch("g", "m", 0, add=[part], connection_id="c1").ok
+        assert svc.sessions.share_fetch("g", "gone", 0, add=[part], connection_id="c2").ok
+        sp = svc.get_partition("g", tid, 0)
+        sp.acquire("m", [(0, 1)], b.clock.now_ms(), 2, acquire_mode=AcquireMode.RECORD_LIMIT)
+        sp.acquire("gone", [(2, 3)], b.clock.now_ms(), 2, acquire_mode=AcquireMode.RECORD_LIMIT)
+        svc.sessions.disconnect("c2")
+        # The leave heartbeat of a closing client is seen before its final acknowledgement.
+        svc.on_share_member_removed("g", "m")
+        svc.on_share_member_removed("g", "gone")  # no session left: released at once
+        assert sp.record(0)[:3] == (RecordState.ACQUIRED, 1, "m")
+        assert sp.record(2)[:3] == (RecordState.AVAILABLE, 1, None)
+        update = sp.acknowledge("m", [(0, 0, [AcknowledgeType.ACCEPT])], b.clock.now_ms())
+        assert svc.persist(sp) and update.status is UpdateStatus.COMMITTED
+        assert svc.sessions.share_acknowledge("g", "m", -1, connection_id="c1").closed
+        svc.release_member("g", "m")
+        assert sp.start_offset == 1 and sp.record(1)[:3] == (RecordState.AVAILABLE, 1, None)
         svc.stop()
         b.close()
 
