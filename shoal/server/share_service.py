@@ -244,6 +244,20 @@ class ShareService:
         self.partitions[pid] = sp
         return sp
 
+    def follow_log_start(self, sp: SharePartition, log_start_offset: int) -> None:
+        """Move the SPSO up to the log start offset if retention or DeleteRecords passed it.
+
+        The records below can never be delivered; the in-flight state below is dropped
+        and the new SPSO is persisted at once. Parked fetches are woken if that freed
+        in-flight room.
+        """
+        if not sp.advance_start_to(log_start_offset):
+            return
+        log.info("share-partition %s-%s-%d: log start %d is past the SPSO; SPSO moved up",
+                 sp.group_id, sp.topic_id, sp.partition, log_start_offset)
+        self.persist(sp)
+        self.wake(sp)
+
     def refresh_config(self, sp: SharePartition) -> None:
         self._configure(sp)
 

@@ -28,6 +28,9 @@ Rules:
   whose member left, is released as above (archived at the limit).
 * **SPSO** moves up over ACKNOWLEDGED and ARCHIVED records; their state is dropped.
   It never moves down.  SPEO never moves below SPSO.
+* **Log start.**  When retention or DeleteRecords moves the log start offset above
+  SPSO, the shell calls :meth:`SharePartition.advance_start_to`: SPSO jumps to it and
+  the in-flight state below is dropped (those records no longer exist).
 
 Durability is two-phase.  Acknowledgements (except renew) do not change a record's
 state at once: they mark it pending with a target state and return a
@@ -527,6 +530,34 @@ class SharePartition:
         """
         del now_ms  # part of the contract; release does not depend on time
         return self._release_where(lambda st: st.member_id == member_id)
+
+    # ------------------------------------------------------------------ log start
+    def advance_start_to(self, log_start_offset: int) -> bool:
+        """The log's start offset moved to ``log_start_offset`` (retention, DeleteRecords).
+
+        Records below it are gone from the log and can never be delivered, so SPSO moves
+        up to it (SPEO too, if it was below) and the in-flight state below it is dropped,
+        whatever it was: available, acquired (the holder's acknowledgement of those
+        offsets will fail with INVALID_RECORD_STATE) or pending (the write carrying it
+        still commits or rolls back, but no longer affects this partition).  Then SPSO
+        moves on over terminal records as usual.  Returns True if SPSO moved (the
+        partition is then dirty: the new SPSO must be persisted); False, changing
+        nothing, if ``log_start_offset`` <= SPSO.
+        """
+        if log_start_offset <= self.start_offset:
+            return False
+        batches = self._batches
+        drop = 0
+        while drop < len(batches) and batches[drop].last_offset < log_start_offset:
+            drop += 1
+        del batches[:drop]
+        if batches and batches[0].first_offset < log_start_offset:
+            batches[0].trim_below(log_start_offset)
+        self.start_offset = log_start_offset
+        self.end_offset = max(self.end_offset, log_start_offset)
+        self._dirty = True
+        self._advance_start()
+        return True
 
     # ------------------------------------------------------------------ durability
     def snapshot(self) -> StateWrite:

@@ -4,7 +4,8 @@ The model keeps one entry per in-flight offset and applies the rules offset by o
 the machine keeps batches.  Acquisition uses the record-limit mode, so the two must
 agree exactly.  Across restarts (rebuild from the last committed write) the test also
 checks: an accepted record is never delivered again, persisted delivery counts never
-decrease, and the SPSO never moves backwards.
+decrease, and the SPSO never moves backwards.  The log start may move up (retention,
+DeleteRecords); SPSO then follows it.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class SharePartitionModel(RuleBasedStateMachine):
         self.now = 0
         self.log: list[tuple[int, int]] = []
         self.log_end = 0
+        self.log_start = 0
         self.start = 0
         self.end = 0
         self.recs: dict[int, Rec] = {}
@@ -83,6 +85,26 @@ class SharePartitionModel(RuleBasedStateMachine):
     def produce(self, n: int) -> None:
         self.log.append((self.log_end, self.log_end + n - 1))
         self.log_end += n
+
+    def _apply_log_start(self) -> None:
+        """What the shell does before reading: SPSO moves up to the log start offset."""
+        moved = self.sp.advance_start_to(self.log_start)
+        assert moved == (self.log_start > self.start)
+        if not moved:
+            return
+        for o in range(self.start, min(self.log_start, self.end)):
+            del self.recs[o]
+        self.start = self.log_start
+        self.end = max(self.end, self.log_start)
+        self.dirty = True
+        self._advance()
+
+    @rule(k=st.integers(1, 12))
+    def delete_records(self, k: int) -> None:
+        """Retention or DeleteRecords: the log start moves up (possibly inside a batch)."""
+        self.log_start = min(self.log_end, self.log_start + k)
+        self.log = [b for b in self.log if b[1] >= self.log_start]
+        self._apply_log_start()
 
     @rule(member=st.sampled_from(MEMBERS), max_records=st.integers(1, 12))
     def acquire(self, member: str, max_records: int) -> None:
@@ -246,6 +268,7 @@ class SharePartitionModel(RuleBasedStateMachine):
         self.dirty = self.untaken = False
         self.outstanding = None
         self._advance()
+        self._apply_log_start()
 
     # -- invariants ----------------------------------------------------------------
     @invariant()

@@ -102,19 +102,32 @@ def _acquire_one(ctx: Any, svc: ShareService, group_id: str, member_id: str, top
     store = ctx.broker.store
     sp = svc.get_partition(group_id, topic_id, partition)
     svc.refresh_config(sp)
-    offset = sp.next_fetch_offset()
-    if offset is None or budget <= 0:
+    if budget <= 0:
         return b"", []
     meta = store.topic_by_id(topic_id)
     plog = store.partition(meta.name, partition)
-    offset = max(offset, plog.log_start_offset)
+    svc.follow_log_start(sp, plog.log_start_offset)
+    offset = sp.next_fetch_offset()
+    if offset is None:
+        return b"", []
     # Read a little at a time: the records wanted are usually few batches, and every
     # batch read is parsed and offered to acquire.
     chunk = max(8192, max_records * 128)
     acquired: list[Any] = []
     parts: list[bytes] = []
     while max_records > 0 and budget > 0 and offset < plog.high_watermark:
-        data = plog.read(offset, min(budget, chunk, PARTITION_MAX_READ_BYTES))
+        try:
+            data = plog.read(offset, min(budget, chunk, PARTITION_MAX_READ_BYTES))
+        except ApiError as e:
+            if e.error_code != ErrorCode.offset_out_of_range or offset >= plog.log_start_offset:
+                raise
+            # Retention or DeleteRecords removed what was to be read: SPSO follows.
+            svc.follow_log_start(sp, plog.log_start_offset)
+            nxt = sp.next_fetch_offset()
+            if nxt is None or nxt <= offset:
+                break
+            offset = nxt
+            continue
         if not data:
             break
         headers = list(iter_batches(data))

@@ -236,3 +236,41 @@ def test_member_leaving_with_an_open_session_keeps_its_records_until_the_session
         b.close()
 
     run(body)
+
+
+class _Ctx:
+    """What a handler needs of its request context."""
+
+    def __init__(self, broker: FakeBroker) -> None:
+        self.broker = broker
+
+
+def test_fetch_path_follows_the_log_start_past_the_spso(tmp_path: Path) -> None:
+    from shoal.server.handlers.share_fetch import _acquire_one
+
+    class Ctx(_Ctx):
+        def now_ms(self) -> int:
+            return b.clock.now_ms()
+
+    b = FakeBroker(tmp_path)
+
+    def body() -> None:
+        b.dynamic_configs.set_group("g", {"share.auto.offset.reset": "earliest"})
+        svc = ShareService(b)
+        svc.start()
+        tid = _topic_with_records(b, "t", 10)
+        sp = svc.get_partition("g", tid, 0)
+        sp.acquire("m", [(i, i) for i in range(4)], b.clock.now_ms(), 4, acquire_mode=AcquireMode.RECORD_LIMIT)
+        update = sp.acknowledge("m", [(0, 0, [AcknowledgeType.RELEASE])], b.clock.now_ms())
+        assert svc.persist(sp) and update.status is UpdateStatus.COMMITTED
+        assert sp.next_fetch_offset() == 0  # offset 0 is available again
+        b.store.partition("t", 0).delete_records(6)  # DeleteRecords past SPSO and SPEO
+        _data, got = _acquire_one(Ctx(b), svc, "g", "n", tid, 0, 10, 1 << 20, AcquireMode.BATCH_OPTIMIZED, None)
+        assert [(a.first_offset, a.last_offset, a.delivery_count) for a in got] == [(6, 9, 1)]
+        assert sp.start_offset == 6
+        assert svc.persister.read(SharePartitionKey.of("g", tid, 0)).state.start_offset == 6
+        svc.stop()
+        b.close()
+
+    run(body)
+

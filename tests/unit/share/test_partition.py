@@ -297,3 +297,65 @@ def test_constructor_rejects_bad_config() -> None:
         make(-1)
     with pytest.raises(ValueError):
         make(delivery_count_limit=0)
+
+
+# -- log start moves (retention, DeleteRecords) --------------------------------------
+def test_log_start_below_or_at_spso_changes_nothing() -> None:
+    sp = make(10)
+    sp.acquire("m", [(10, 14)], 0, 10)
+    assert not sp.advance_start_to(10) and not sp.advance_start_to(3)
+    assert (sp.start_offset, sp.end_offset) == (10, 15) and not sp.needs_write
+
+
+def test_log_start_inside_in_flight_drops_state_below_and_persists_new_spso() -> None:
+    sp = make(0)
+    sp.acquire("m", [(0, 4), (5, 9)], 0, 10)
+    ack(sp, "m", 7, 7, RELEASE)
+    assert sp.advance_start_to(6)
+    assert (sp.start_offset, sp.end_offset) == (6, 10)
+    assert sp.describe() == [(6, 6, Q, 1), (7, 7, A, 1), (8, 9, Q, 1)]
+    assert sp.record(3) == (K, 0, None, None)  # below SPSO: done
+    with pytest.raises(ApiError) as e:  # the holder can no longer acknowledge what is gone
+        sp.acknowledge("m", [(4, 6, [ACCEPT])], 0)
+    assert e.value.error_code == ErrorCode.invalid_record_state
+    write = sp.take_write()
+    assert write is not None and write.start_offset == 6
+    assert write.state_batches == (StateBatch(6, 9, int(A), 1),)
+    sp.commit(write)
+    assert sp.next_fetch_offset() == 7
+
+
+def test_log_start_past_speo_empties_the_partition() -> None:
+    sp = make(0)
+    sp.acquire("m", [(0, 4)], 0, 10)
+    assert sp.advance_start_to(20)
+    assert (sp.start_offset, sp.end_offset) == (20, 20) and sp.describe() == []
+    assert sp.next_fetch_offset() == 20 and sp.next_deadline_ms() is None
+    assert sp.release_member("m", 0) == []
+    write = sp.take_write()
+    assert write is not None and (write.start_offset, write.state_batches) == (20, ())
+
+
+def test_log_start_then_spso_moves_on_over_terminal_records() -> None:
+    sp = make(0)
+    sp.acquire("m", [(0, 9)], 0, 10)
+    ack(sp, "m", 5, 7, ACCEPT)
+    assert sp.advance_start_to(4)
+    assert (sp.start_offset, sp.end_offset) == (4, 10)
+    ack(sp, "m", 4, 4, REJECT)
+    assert sp.start_offset == 8
+
+
+def test_log_start_over_a_pending_acknowledgement() -> None:
+    sp = make(0)
+    sp.acquire("m", [(0, 9)], 0, 10)
+    update = sp.acknowledge("m", [(0, 5, [ACCEPT])], 0)
+    write = sp.take_write()
+    assert write is not None
+    assert sp.advance_start_to(3)
+    assert sp.is_pending(3) and sp.start_offset == 3
+    assert sp.commit(write) == (update,) and update.status is UpdateStatus.COMMITTED
+    assert sp.start_offset == 6
+    nxt = sp.take_write()  # the dirty SPSO move is written next
+    assert nxt is not None and nxt.start_offset == 6
+    assert sp.acquire("n", [(0, 9)], 0, 10) == []  # 6-9 are still m's
