@@ -239,7 +239,7 @@ class ShareService:
             group_id, topic_id, partition, start_offset=st.start_offset, state_epoch=st.state_epoch,
             state_batches=[(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
                            for b in st.state_batches],
-            leader_epoch=0, **config,
+            leader_epoch=max(0, st.leader_epoch), **config,
         )
         self.partitions[pid] = sp
         return sp
@@ -260,6 +260,18 @@ class ShareService:
 
     def refresh_config(self, sp: SharePartition) -> None:
         self._configure(sp)
+
+    def forget_partition(self, group_id: str, topic_id: uuid.UUID, partition: int) -> None:
+        """Drop the in-memory share-partition, if loaded, without writing anything.
+
+        For when its persisted state was changed by someone else (the share-state RPCs
+        over the wire): the next use reloads it from the persisted state.
+        """
+        pid = (group_id, topic_id, partition)
+        if pid in self.partitions:
+            log.info("share-partition %s-%s-%d: persisted state changed over the wire; reloading",
+                     group_id, topic_id, partition)
+        self._drop(pid)
 
     def _drop(self, pid: PartitionId) -> None:
         self.partitions.pop(pid, None)

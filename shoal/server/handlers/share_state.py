@@ -7,21 +7,38 @@ partition of a request is routed to its ``__share_group_state`` partition
 appended, fsynced and replayed before the response goes out.
 
 These are the persister's RPCs in a multi-broker Kafka. Here the share-partition
-leader calls the shards in-process; a write sent over the wire to a share-partition
-this broker also leads in memory is not merged into that in-memory state.
+leader calls the shards in-process. A successful Initialize, Write or Delete over the
+wire (or a Read naming a leader epoch, which may raise the stored one) replaces the
+persisted state behind the back of a share-partition this broker may hold in memory, as
+a new share-partition leader would: the in-memory share-partition is then dropped
+(``ShareService.forget_partition``) without writing anything, and reloads from the
+persisted state on next use, adopting its state and leader epochs. Records it had
+acquired are available again after the reload, as after a restart.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
+import uuid
+
+from ...errors import ErrorCode
 from ...share.coordinator import SharePartitionKey, partition_for
 from ..dispatch import api
 from ..share_service import share_service
 
 
-def _route(ctx: Any, request: Any, method: str) -> Any:
+def _changes_state(p: Any) -> bool:
+    return True
+
+
+def _read_bumps_leader_epoch(p: Any) -> bool:
+    return int(p.leader_epoch) != -1
+
+
+def _route(ctx: Any, request: Any, method: str, changes_state: Callable[[Any], bool] | None = _changes_state) -> Any:
     svc = share_service(ctx.broker)
     runtime = svc.runtime
     answers: list[tuple[Any, list[Any]]] = []
@@ -34,7 +51,11 @@ def _route(ctx: Any, request: Any, method: str) -> Any:
                                         runtime.num_partitions)
             result = runtime.run(shard_index, lambda shard, one=one: getattr(shard, method)(one))
             response = result.response
-            parts.append(response.results[0].partitions[0])
+            answer = response.results[0].partitions[0]
+            if answer.error_code == ErrorCode.none and changes_state is not None and changes_state(p):
+                tid = topic.topic_id if isinstance(topic.topic_id, uuid.UUID) else uuid.UUID(str(topic.topic_id))
+                svc.forget_partition(request.group_id, tid, int(p.partition))
+            parts.append(answer)
         answers.append((topic.topic_id, parts))
     if response is None:
         response = getattr(runtime.shards[0], method)(dataclasses.replace(request, topics=())).response
@@ -51,7 +72,7 @@ def handle_initialize_share_group_state(ctx: Any, request: Any) -> Any:
 
 @api(84, 0, 0)
 def handle_read_share_group_state(ctx: Any, request: Any) -> Any:
-    return _route(ctx, request, "handle_read_share_group_state")
+    return _route(ctx, request, "handle_read_share_group_state", _read_bumps_leader_epoch)
 
 
 @api(85, 1, 1)
@@ -66,4 +87,4 @@ def handle_delete_share_group_state(ctx: Any, request: Any) -> Any:
 
 @api(87, 1, 1)
 def handle_read_share_group_state_summary(ctx: Any, request: Any) -> Any:
-    return _route(ctx, request, "handle_read_share_group_state_summary")
+    return _route(ctx, request, "handle_read_share_group_state_summary", None)

@@ -208,41 +208,87 @@ def test_failed_write_rolls_back_and_reports(tmp_path: Path) -> None:
     run(body)
 
 
-def test_member_leaving_with_an_open_session_keeps_its_records_until_the_session_closes(tmp_path: Path) -> None:
-    def body() -> None:
-        b = FakeBroker(tmp_path)
-        b.dynamic_configs.set_group("g", {"share.auto.offset.reset": "earliest"})
-        svc = ShareService(b)
-        svc.start()
-        tid = _topic_with_records(b, "t", 4)
-        part = (str(tid), 0)
-        assert svc.sessions.share_fetch("g", "m", 0, add=[part], connection_id="c1").ok
-        assert svc.sessions.share_fetch("g", "gone", 0, add=[part], connection_id="c2").ok
-        sp = svc.get_partition("g", tid, 0)
-        sp.acquire("m", [(0, 1)], b.clock.now_ms(), 2, acquire_mode=AcquireMode.RECORD_LIMIT)
-        sp.acquire("gone", [(2, 3)], b.clock.now_ms(), 2, acquire_mode=AcquireMode.RECORD_LIMIT)
-        svc.sessions.disconnect("c2")
-        # The leave heartbeat of a closing client is seen before its final acknowledgement.
-        svc.on_share_member_removed("g", "m")
-        svc.on_share_member_removed("g", "gone")  # no session left: released at once
-        assert sp.record(0)[:3] == (RecordState.ACQUIRED, 1, "m")
-        assert sp.record(2)[:3] == (RecordState.AVAILABLE, 1, None)
-        update = sp.acknowledge("m", [(0, 0, [AcknowledgeType.ACCEPT])], b.clock.now_ms())
-        assert svc.persist(sp) and update.status is UpdateStatus.COMMITTED
-        assert svc.sessions.share_acknowledge("g", "m", -1, connection_id="c1").closed
-        svc.release_member("g", "m")
-        assert sp.start_offset == 1 and sp.record(1)[:3] == (RecordState.AVAILABLE, 1, None)
-        svc.stop()
-        b.close()
-
-    run(body)
-
-
 class _Ctx:
     """What a handler needs of its request context."""
 
     def __init__(self, broker: FakeBroker) -> None:
         self.broker = broker
+
+
+def _wire_write(tid: uuid.UUID, leader_epoch: int, start: int, batches: list[tuple[int, int, int, int]]) -> Any:
+    from kio.schema.write_share_group_state.v1.request import PartitionData, WriteShareGroupStateRequest, \
+        WriteStateData
+    from kio.schema.write_share_group_state.v1.request import StateBatch as WireBatch
+    from kio.static.primitive import i8, i16, i32, i64
+
+    return WriteShareGroupStateRequest(group_id="g", topics=(WriteStateData(topic_id=tid, partitions=(
+        PartitionData(partition=i32(0), state_epoch=i32(0), leader_epoch=i32(leader_epoch), start_offset=i64(start),
+                      state_batches=tuple(WireBatch(first_offset=i64(f), last_offset=i64(la), delivery_state=i8(s),
+                                                    delivery_count=i16(c)) for f, la, s, c in batches)),)),))
+
+
+def test_wire_write_drops_the_loaded_share_partition_which_reloads_from_it(tmp_path: Path) -> None:
+    from shoal.server.handlers.share_state import handle_write_share_group_state
+
+    async def body() -> None:
+        b = FakeBroker(tmp_path)
+        b.dynamic_configs.set_group("g", {"share.auto.offset.reset": "earliest"})
+        svc = ShareService(b)
+        svc.start()
+        b.extensions["share"] = svc
+        tid = _topic_with_records(b, "t", 6)
+        sp = svc.get_partition("g", tid, 0)
+        sp.acquire("m", [(i, i) for i in range(6)], b.clock.now_ms(), 10)
+        svc.reschedule(sp)  # a lock-expiry timer for the old object
+        key = SharePartitionKey.of("g", tid, 0)
+        before = svc.persister.read(key).state
+        resp = handle_write_share_group_state(_Ctx(b), _wire_write(tid, 3, 2, [(2, 3, 4, 1), (4, 4, 0, 2)]))
+        assert [p.error_code for p in resp.results[0].partitions] == [ErrorCode.none]
+        # Nothing of the old in-memory state was written over the wire write.
+        assert svc.persister.read(key).state.start_offset == 2
+        assert before is not None and before.start_offset == 0
+        assert ("g", tid, 0) not in svc.partitions and ("g", tid, 0) not in svc._timers
+        again = svc.get_partition("g", tid, 0)
+        assert again is not sp
+        assert (again.start_offset, again.leader_epoch) == (4, 3)  # 2-3 archived, so SPSO moves on
+        assert again.record(4)[:2] == (RecordState.AVAILABLE, 2)
+        assert again.record(5)[:2] == (RecordState.AVAILABLE, 0)  # m's lock is gone, as after a restart
+        got = again.acquire("n", [(i, i) for i in range(4, 6)], b.clock.now_ms(), 10)
+        assert [(a.first_offset, a.last_offset, a.delivery_count) for a in got] == [(4, 4, 3), (5, 5, 1)]
+        # The reloaded partition writes with the adopted leader epoch and is not fenced.
+        update = again.acknowledge("n", [(4, 5, [AcknowledgeType.ACCEPT])], b.clock.now_ms())
+        assert svc.persist(again) and update.status is UpdateStatus.COMMITTED
+        assert svc.persister.read(key).state.start_offset == 6
+        # The old object is stale: its timer is cancelled and nothing it does is persisted.
+        await asyncio.sleep(0)
+        assert svc.persister.read(key).state.start_offset == 6
+        svc.stop()
+        b.close()
+
+    asyncio.run(body())
+
+
+def test_wire_write_that_fails_keeps_the_loaded_share_partition(tmp_path: Path) -> None:
+    from shoal.server.handlers.share_state import handle_write_share_group_state
+
+    def body() -> None:
+        b = FakeBroker(tmp_path)
+        b.dynamic_configs.set_group("g", {"share.auto.offset.reset": "earliest"})
+        svc = ShareService(b)
+        svc.start()
+        b.extensions["share"] = svc
+        tid = _topic_with_records(b, "t", 2)
+        sp = svc.get_partition("g", tid, 0)
+        assert handle_write_share_group_state(_Ctx(b), _wire_write(tid, 5, 1, [])).results[0].partitions[0] \
+            .error_code == ErrorCode.none
+        sp = svc.get_partition("g", tid, 0)
+        resp = handle_write_share_group_state(_Ctx(b), _wire_write(tid, 4, 0, []))  # an older leader: fenced
+        assert [p.error_code for p in resp.results[0].partitions] == [ErrorCode.fenced_leader_epoch]
+        assert svc.partitions[("g", tid, 0)] is sp
+        svc.stop()
+        b.close()
+
+    run(body)
 
 
 def test_fetch_path_follows_the_log_start_past_the_spso(tmp_path: Path) -> None:
@@ -274,3 +320,32 @@ def test_fetch_path_follows_the_log_start_past_the_spso(tmp_path: Path) -> None:
 
     run(body)
 
+
+def test_member_leaving_with_an_open_session_keeps_its_records_until_the_session_closes(tmp_path: Path) -> None:
+    def body() -> None:
+        b = FakeBroker(tmp_path)
+        b.dynamic_configs.set_group("g", {"share.auto.offset.reset": "earliest"})
+        svc = ShareService(b)
+        svc.start()
+        tid = _topic_with_records(b, "t", 4)
+        part = (str(tid), 0)
+        assert svc.sessions.share_fetch("g", "m", 0, add=[part], connection_id="c1").ok
+        assert svc.sessions.share_fetch("g", "gone", 0, add=[part], connection_id="c2").ok
+        sp = svc.get_partition("g", tid, 0)
+        sp.acquire("m", [(0, 1)], b.clock.now_ms(), 2, acquire_mode=AcquireMode.RECORD_LIMIT)
+        sp.acquire("gone", [(2, 3)], b.clock.now_ms(), 2, acquire_mode=AcquireMode.RECORD_LIMIT)
+        svc.sessions.disconnect("c2")
+        # The leave heartbeat of a closing client is seen before its final acknowledgement.
+        svc.on_share_member_removed("g", "m")
+        svc.on_share_member_removed("g", "gone")  # no session left: released at once
+        assert sp.record(0)[:3] == (RecordState.ACQUIRED, 1, "m")
+        assert sp.record(2)[:3] == (RecordState.AVAILABLE, 1, None)
+        update = sp.acknowledge("m", [(0, 0, [AcknowledgeType.ACCEPT])], b.clock.now_ms())
+        assert svc.persist(sp) and update.status is UpdateStatus.COMMITTED
+        assert svc.sessions.share_acknowledge("g", "m", -1, connection_id="c1").closed
+        svc.release_member("g", "m")
+        assert sp.start_offset == 1 and sp.record(1)[:3] == (RecordState.AVAILABLE, 1, None)
+        svc.stop()
+        b.close()
+
+    run(body)
