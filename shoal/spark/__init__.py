@@ -5,7 +5,8 @@
     df = spark.read.format("shoal").option("kafka.bootstrap.servers", "127.0.0.1:9092") \\
         .option("subscribe", "events").load()
 
-See docs/SPARK.md for the options, the share-group source and its guarantees.
+See examples/README.md for the options, and shoal/spark/share.py for the share-group
+source and its guarantees.
 pyspark is imported only when these functions are called.
 """
 
