@@ -176,57 +176,85 @@ def test_consumer_protocol_group_librdkafka(start_broker: Callable[..., BrokerPr
     group_lifecycle(start_broker(BROKER_SETTINGS), topic_name, "kip848-g", KIP848)
 
 
-def test_kafka_python_group(start_broker: Callable[..., BrokerProcess], topic_name: str) -> None:
-    from kafka import KafkaConsumer
+class KafkaPythonMember:
+    """One kafka-python KafkaConsumer polled by its own thread, as applications run it.
 
-    b = start_broker(BROKER_SETTINGS)
-    create_topic(b.bootstrap, topic_name, PARTITIONS)
+    kafka-python 3.0.12 starts a fresh JoinGroup when a join+sync it began finished
+    while the application was outside ``poll()`` (``ensure_active_group`` discards a
+    completed join task). Several consumers polled in turn from one thread therefore
+    keep rebalancing; a thread per consumer keeps every consumer inside ``poll()``.
+    """
 
-    def member() -> KafkaConsumer:
-        c = KafkaConsumer(bootstrap_servers=b.bootstrap, group_id="kp-g", auto_offset_reset="earliest",
-                          enable_auto_commit=False, session_timeout_ms=3000, heartbeat_interval_ms=200,
-                          fetch_max_wait_ms=100, metadata_max_age_ms=1000)
-        c.subscribe([topic_name])
-        return c
+    def __init__(self, bootstrap: str, topic: str, seen: list[bytes], lock: threading.Lock) -> None:
+        from kafka import KafkaConsumer
 
-    members = [member() for _ in range(3)]
-    seen: list[bytes] = []
+        self.consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap, group_id="kp-g", auto_offset_reset="earliest", enable_auto_commit=False,
+            session_timeout_ms=3000, heartbeat_interval_ms=200, fetch_max_wait_ms=100, metadata_max_age_ms=1000)
+        self.consumer.subscribe([topic])
+        self.assigned: frozenset[int] = frozenset()
+        self._seen, self._lock = seen, lock
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
 
-    def poll_all() -> None:
-        for c in members:
-            batch = [r.value for recs in c.poll(timeout_ms=50, max_records=500).values() for r in recs]
+    def _run(self) -> None:
+        c = self.consumer
+        while not self._stop.is_set():
+            batch = [r.value for recs in c.poll(timeout_ms=200, max_records=500).values() for r in recs]
             if batch:
                 c.commit()
-                seen.extend(batch)
-
-    def kp_settled() -> bool:
-        parts = [{tp.partition for tp in c.assignment()} for c in members]
-        return all(parts) and sum(map(len, parts)) == PARTITIONS and set().union(*parts) == set(range(PARTITIONS))
-
-    def until(cond: Callable[[], bool], what: str) -> None:
-        deadline = time.monotonic() + 20
-        while not cond():
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            poll_all()
-
-    until(kp_settled, "three disjoint assignments")
-    expected = produce_batch(b.bootstrap, topic_name, 0, 600)
-    until(lambda: len(seen) >= 600, "600 records")
-    assert len(seen) == 600 and set(seen) == expected
-    members.pop().close()
-    until(kp_settled, "a rebalance after a member left")
-    expected = produce_batch(b.bootstrap, topic_name, 600, 300)
-    until(lambda: len(seen) >= 900, "300 more records")
-    assert len(seen) == len(set(seen)) == 900
-    for c in members:
+                with self._lock:
+                    self._seen.extend(batch)
+            self.assigned = frozenset(tp.partition for tp in c.assignment())
         c.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        assert not self._thread.is_alive()
+
+
+def test_kafka_python_group(start_broker: Callable[..., BrokerProcess], topic_name: str) -> None:
+    b = start_broker(BROKER_SETTINGS)
+    create_topic(b.bootstrap, topic_name, PARTITIONS)
+    seen: list[bytes] = []
+    lock = threading.Lock()
+    members = [KafkaPythonMember(b.bootstrap, topic_name, seen, lock) for _ in range(3)]
+
+    def settled() -> bool:
+        parts = [m.assigned for m in members]
+        return all(parts) and sum(map(len, parts)) == PARTITIONS and frozenset().union(*parts) == set(range(PARTITIONS))
+
+    def count() -> int:
+        with lock:
+            return len(seen)
+
+    try:
+        wait_until("three disjoint assignments covering the topic", settled, 30)
+        expected = produce_batch(b.bootstrap, topic_name, 0, 600)
+        wait_until("600 records", lambda: count() >= 600, 30)
+        with lock:
+            assert len(seen) == 600 and set(seen) == expected
+        members.pop().close()
+        wait_until("a rebalance after a member left", lambda: len(members) == 2 and settled(), 30)
+        expected = produce_batch(b.bootstrap, topic_name, 600, 300)
+        wait_until("300 more records", lambda: count() >= 900, 30)
+        with lock:
+            assert len(seen) == len(set(seen)) == 900
+    finally:
+        while members:
+            members.pop().close()
     # A new member resumes at the committed offsets: it sees only what came after.
     expected = produce_batch(b.bootstrap, topic_name, 900, 60)
-    members = [member()]
-    start = len(seen)
-    until(lambda: len(seen) - start >= 60, "the 60 newest records")
-    members[0].close()
-    assert set(seen[start:]) == expected and len(seen) - start == 60
+    start = count()
+    members = [KafkaPythonMember(b.bootstrap, topic_name, seen, lock)]
+    try:
+        wait_until("the 60 newest records", lambda: count() - start >= 60, 30)
+    finally:
+        members[0].close()
+    with lock:
+        assert set(seen[start:]) == expected and len(seen) - start == 60
 
 
 def commit_offsets(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
