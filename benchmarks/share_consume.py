@@ -7,7 +7,7 @@
 
     python benchmarks/share_consume.py            # both
     python benchmarks/share_consume.py --only a --records 200000
-    python benchmarks/share_consume.py --only b --consumers 1,2,4,8,16,32,64
+    python benchmarks/share_consume.py --only b --consumers 1,2,4,8,16,32,64 --max-poll-records 20
 """
 
 from __future__ import annotations
@@ -124,11 +124,16 @@ def case_a(bs: str, pid: int, count: int, batch_records: int) -> None:
     print(f"    share / plain = {results[1][1] / results[0][1]:.2f}")
 
 
-def _worker(bs: str, group: str, topic: str, slots: list[int], counts: Any, stop: Any, work_ms: float) -> None:
+def _worker(bs: str, group: str, topic: str, slots: list[int], counts: Any, stop: Any, work_ms: float,
+            max_poll_records: int) -> None:
     """One process running ShareConsumers (one thread each) that spend ``work_ms`` per record."""
 
     def run(i: int) -> None:
-        c = ShareConsumer({"bootstrap.servers": bs, "group.id": group, "max.poll.records": 5, **QUIET})
+        # max.poll.records is sent as the ShareFetch's MaxRecords: it bounds what the
+        # broker acquires for this consumer per fetch, so the partition's records are
+        # spread over all consumers instead of a few holding hundreds each.
+        c = ShareConsumer({"bootstrap.servers": bs, "group.id": group, "max.poll.records": max_poll_records,
+                           **QUIET})
         c.subscribe([topic])
         try:
             while not stop.is_set():
@@ -146,9 +151,11 @@ def _worker(bs: str, group: str, topic: str, slots: list[int], counts: Any, stop
         t.join()
 
 
-def case_b(bs: str, pid: int, consumers: list[int], seconds: float, work_ms: float) -> None:
-    print(f"(b) one partition, {work_ms:g} ms of work per record, {seconds:g} s measured per row")
-    print(f"    {'consumers':>9s} {'records/s':>10s} {'ideal':>8s} {'ratio':>6s} {'active':>6s} {'broker CPU':>10s}")
+def case_b(bs: str, pid: int, consumers: list[int], seconds: float, work_ms: float, max_poll_records: int) -> None:
+    print(f"(b) one partition, {work_ms:g} ms of work per record, max.poll.records={max_poll_records}, "
+          f"{seconds:g} s measured per row")
+    print(f"    {'consumers':>9s} {'records/s':>10s} {'ideal':>8s} {'ratio':>6s} {'active':>6s} {'broker CPU':>10s}"
+          f" {'client CPU':>10s}")
     for n in consumers:
         topic = f"b{n}-{uuid.uuid4().hex[:8]}"
         group = f"bench-b{n}"
@@ -159,7 +166,7 @@ def case_b(bs: str, pid: int, consumers: list[int], seconds: float, work_ms: flo
         counts = multiprocessing.Array("l", n, lock=False)
         stop = multiprocessing.Event()
         workers = [multiprocessing.Process(target=_worker, args=(bs, group, topic, list(range(i, n, procs)), counts,
-                                                                 stop, work_ms), daemon=True)
+                                                                 stop, work_ms, max_poll_records), daemon=True)
                    for i in range(procs)]
         for w in workers:
             w.start()
@@ -170,17 +177,20 @@ def case_b(bs: str, pid: int, consumers: list[int], seconds: float, work_ms: flo
         start = sum(counts)
         before = list(counts)
         cpu0 = cpu_seconds(pid)
+        ccpu0 = sum(cpu_seconds(w.pid) for w in workers if w.pid is not None)
         t0 = time.perf_counter()
         time.sleep(seconds)
         done = sum(counts) - start
         dt = time.perf_counter() - t0
         cpu = (cpu_seconds(pid) - cpu0) / dt
+        ccpu = (sum(cpu_seconds(w.pid) for w in workers if w.pid is not None) - ccpu0) / dt
         active = sum(1 for a, b in zip(before, counts) if b > a)
         stop.set()
         for w in workers:
             w.join(30)
         rate = done / dt
-        print(f"    {n:9d} {rate:10.0f} {ideal:8.0f} {rate / ideal:6.2f} {active:6d} {cpu:9.0%}", flush=True)
+        print(f"    {n:9d} {rate:10.0f} {ideal:8.0f} {rate / ideal:6.2f} {active:6d} {cpu:9.0%} {ccpu:10.0%}",
+              flush=True)
 
 
 def main() -> int:
@@ -190,6 +200,8 @@ def main() -> int:
     ap.add_argument("--consumers", default="1,2,4,8,16,32,64")
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--work-ms", type=float, default=5.0)
+    ap.add_argument("--max-poll-records", type=int, default=20,
+                    help="(b) each ShareConsumer's max.poll.records (20 x 5 ms = 100 ms of work per poll)")
     ap.add_argument("--batch-records", type=int, default=500, help="(a) records per produced batch")
     ap.add_argument("-o", "--override", action="append", default=[], help="broker KEY=VALUE, repeatable")
     args = ap.parse_args()
@@ -200,7 +212,8 @@ def main() -> int:
         if args.only in (None, "a"):
             case_a(bs, proc.pid, args.records, args.batch_records)
         if args.only in (None, "b"):
-            case_b(bs, proc.pid, [int(x) for x in args.consumers.split(",")], args.seconds, args.work_ms)
+            case_b(bs, proc.pid, [int(x) for x in args.consumers.split(",")], args.seconds, args.work_ms,
+                   args.max_poll_records)
     finally:
         proc.terminate()
         proc.wait(30)
