@@ -76,7 +76,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar, Generic, TypeVar
 
 from kio.schema.consumer_group_describe.v1 import request as describe_req
 from kio.schema.consumer_group_describe.v1 import response as describe_resp
@@ -442,10 +442,46 @@ def _random_member_id() -> str:
 # --- the manager-facing class -----------------------------------------------------------
 
 
-class ConsumerGroups:
+G = TypeVar("G")
+
+
+class GroupKindQueries(Generic[G]):
+    """Look-ups shared by the heartbeat-driven group kinds (consumer and share groups).
+
+    A subclass keeps its groups in ``self._groups`` (group id -> group with a ``state``
+    enum) and names its ``protocol_type`` and ``group_type``.
+    """
+
+    protocol_type: ClassVar[str]
+    group_type: ClassVar[str]
+    _groups: dict[str, G]
+
+    def has_group(self, group_id: str) -> bool:
+        return group_id in self._groups
+
+    def group(self, group_id: str) -> G | None:
+        return self._groups.get(group_id)
+
+    @property
+    def groups(self) -> Mapping[str, G]:
+        return self._groups
+
+    def list_groups(self, states: Iterable[str] = ()) -> list[GroupListing]:
+        """ListGroups entries; ``states`` filters case-insensitively (empty: all)."""
+        wanted = {s.lower() for s in states}
+        out = []
+        for gid in sorted(self._groups):
+            st = self._groups[gid].state.value  # type: ignore[attr-defined]
+            if not wanted or st.lower() in wanted:
+                out.append(GroupListing(gid, self.protocol_type, st, self.group_type))
+        return out
+
+
+class ConsumerGroups(GroupKindQueries[ConsumerGroup]):
     """All consumer-protocol groups of one ``__consumer_offsets`` partition."""
 
     group_type = GROUP_TYPE
+    protocol_type = "consumer"
     record_types = _RECORD_TYPES
 
     def __init__(
@@ -471,26 +507,6 @@ class ConsumerGroups:
         self._revocation_deadlines: dict[tuple[str, str], int] = {}
 
     # --- queries ------------------------------------------------------------------------
-
-    def has_group(self, group_id: str) -> bool:
-        return group_id in self._groups
-
-    def group(self, group_id: str) -> ConsumerGroup | None:
-        return self._groups.get(group_id)
-
-    @property
-    def groups(self) -> Mapping[str, ConsumerGroup]:
-        return self._groups
-
-    def list_groups(self, states: Iterable[str] = ()) -> list[GroupListing]:
-        """ListGroups entries; ``states`` filters case-insensitively (empty: all)."""
-        wanted = {s.lower() for s in states}
-        out = []
-        for gid in sorted(self._groups):
-            st = self._groups[gid].state.value
-            if not wanted or st.lower() in wanted:
-                out.append(GroupListing(gid, "consumer", st, GROUP_TYPE))
-        return out
 
     def is_subscribed_to_topic(self, group_id: str, topic_name: str) -> bool:
         """For OffsetDelete (GROUP_SUBSCRIBED_TO_TOPIC)."""

@@ -98,7 +98,7 @@ from .assignors import (
     normalize,
     partitions_of,
 )
-from .consumer import GroupListing, TopicsMetadata, _td
+from .consumer import GroupKindQueries, GroupListing, TopicsMetadata, _td
 
 __all__ = [
     "GROUP_TYPE",
@@ -276,10 +276,11 @@ def _random_member_id() -> str:
     return str(uuid.uuid4())
 
 
-class ShareGroups:
+class ShareGroups(GroupKindQueries[ShareGroup]):
     """All share groups of one ``__consumer_offsets`` partition."""
 
     group_type = GROUP_TYPE
+    protocol_type = "share"
     record_types = _RECORD_TYPES
 
     def __init__(self, *, max_size: int = 200, session_timeout_ms: int = 45_000,
@@ -292,25 +293,6 @@ class ShareGroups:
         """Volatile: (group_id, member_id) -> session deadline. Not durable."""
 
     # --- queries --------------------------------------------------------------------
-
-    def has_group(self, group_id: str) -> bool:
-        return group_id in self._groups
-
-    def group(self, group_id: str) -> ShareGroup | None:
-        return self._groups.get(group_id)
-
-    @property
-    def groups(self) -> Mapping[str, ShareGroup]:
-        return self._groups
-
-    def list_groups(self, states: Iterable[str] = ()) -> list[GroupListing]:
-        wanted = {s.lower() for s in states}
-        out = []
-        for gid in sorted(self._groups):
-            st = self._groups[gid].state.value
-            if not wanted or st.lower() in wanted:
-                out.append(GroupListing(gid, "share", st, GROUP_TYPE))
-        return out
 
     def is_member(self, group_id: str, member_id: str) -> bool:
         """Whether ``member_id`` is a member (ShareFetch/ShareAcknowledge checks)."""

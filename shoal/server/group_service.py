@@ -85,21 +85,34 @@ _SHARD_CONFIG_KEYS = (
 
 
 # ----------------------------------------------------------------- kind views
-class _ConsumerGroupView:
-    """A consumer group as ``shard.groups`` sees it (see ``manager.py``'s kind contract)."""
+class _KindView:
+    """A heartbeat-driven group as ``shard.groups`` sees it (``manager.py``'s kind contract)."""
 
-    group_type = "consumer"
-    protocol_type = "consumer"
     __slots__ = ("kind", "group_id")
 
-    def __init__(self, kind: ConsumerGroups, group_id: str) -> None:
+    def __init__(self, kind: Any, group_id: str) -> None:
         self.kind = kind
         self.group_id = group_id
+
+    @property
+    def group_type(self) -> str:
+        return self.kind.group_type
+
+    @property
+    def protocol_type(self) -> str:
+        return self.kind.protocol_type
 
     @property
     def state_name(self) -> str:
         g = self.kind.group(self.group_id)
         return "Dead" if g is None else g.state.value
+
+
+class _ConsumerGroupView(_KindView):
+    """A consumer group: committed offsets checked against member epochs."""
+
+    __slots__ = ()
+    kind: ConsumerGroups
 
     def validate_offset_commit(self, member_id: str, group_instance_id: str | None, generation_id: int,
                                api_version: int) -> ErrorCode:
@@ -128,21 +141,11 @@ class _ConsumerGroupView:
         return self.kind.delete_group(self.group_id).records
 
 
-class _ShareGroupView:
-    """A share group as ``shard.groups`` sees it: no committed offsets of its own."""
+class _ShareGroupView(_KindView):
+    """A share group: no committed offsets of its own."""
 
-    group_type = "share"
-    protocol_type = "share"
-    __slots__ = ("kind", "group_id")
-
-    def __init__(self, kind: ShareGroups, group_id: str) -> None:
-        self.kind = kind
-        self.group_id = group_id
-
-    @property
-    def state_name(self) -> str:
-        g = self.kind.group(self.group_id)
-        return "Dead" if g is None else g.state.value
+    __slots__ = ()
+    kind: ShareGroups
 
     def validate_offset_commit(self, *args: Any) -> ErrorCode:
         return ErrorCode.group_id_not_found
