@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+import heapq
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -126,6 +127,10 @@ class PendingUpdate:
     member_id: str
     status: UpdateStatus = UpdateStatus.PENDING
     _states: list[InFlightState] = field(default_factory=list, repr=False)
+    _first_offset: int = field(default=0, repr=False)
+    """Lowest offset the acknowledgement names."""
+    _last_offset: int = field(default=-1, repr=False)
+    """Highest offset the acknowledgement names."""
 
     @property
     def done(self) -> bool:
@@ -222,6 +227,14 @@ class SharePartition:
         """Memory changed in a way no taken write carries yet."""
         self._write: StateWrite | None = None
         """The outstanding write, if any."""
+        self._available_from = start_offset
+        """No in-flight offset in ``[start_offset, _available_from)`` is AVAILABLE: where the
+        search of :meth:`next_fetch_offset` starts. Lowered whenever a record becomes
+        AVAILABLE, raised by that search."""
+        self._locks: list[tuple[int, int, int]] = []
+        """Min-heap of (deadline_ms, first_offset, last_offset) lock entries. Every ACQUIRED,
+        non-pending record lies in an entry with its deadline; entries whose records no
+        longer hold that lock are stale and dropped when they reach the top."""
 
     # ------------------------------------------------------------------ restart
     @classmethod
@@ -270,33 +283,32 @@ class SharePartition:
         The lowest AVAILABLE in-flight offset (released or timed-out records below SPEO)
         if there is one; else ``end_offset`` if the in-flight limit leaves room for new
         records; else None (nothing can be acquired until records are acknowledged).
+        Amortized constant time: the search resumes where the last one stopped.
         """
-        for batch in self._batches:
-            for first, _last, st in batch.states(batch.first_offset, batch.last_offset):
-                if st.state is RecordState.AVAILABLE and not st.is_pending:
-                    return first
+        offset = self._first_available()
+        if offset is not None:
+            return offset
         if self.end_offset - self.start_offset < self.max_in_flight_records:
             return self.end_offset
         return None
 
     def has_available_in_flight(self) -> bool:
         """True if some offset below SPEO can be acquired again."""
-        nxt = self.next_fetch_offset()
-        return nxt is not None and nxt < self.end_offset
+        return self._first_available() is not None
 
     def next_deadline_ms(self) -> int | None:
         """The earliest lock deadline of an ACQUIRED, non-pending record; None if there is none.
 
-        The shell schedules :meth:`expire` for then.
+        The shell schedules :meth:`expire` for then. Amortized constant time (a heap of
+        lock entries, stale ones dropped lazily).
         """
-        best: int | None = None
-        for batch in self._batches:
-            for _f, _l, st in batch.states(batch.first_offset, batch.last_offset):
-                if st.state is RecordState.ACQUIRED and not st.is_pending:
-                    d = st.deadline_ms
-                    if d is not None and (best is None or d < best):
-                        best = d
-        return best
+        locks = self._locks
+        while locks:
+            deadline, lo, hi = locks[0]
+            if self._holds_lock(deadline, lo, hi):
+                return deadline
+            heapq.heappop(locks)
+        return None
 
     def record(self, offset: int) -> tuple[RecordState, int, str | None, int | None]:
         """(state, delivery_count, member_id, deadline_ms) of one offset, as in memory.
@@ -437,6 +449,8 @@ class SharePartition:
             remaining -= hi - pos + 1
             pos = hi + 1
         self.end_offset = max(self.end_offset, pos)
+        for a in out:
+            self._push_lock(deadline, a.first_offset, a.last_offset)
 
         if archived:
             self._dirty = True
@@ -497,7 +511,7 @@ class SharePartition:
                     raise ApiError(ErrorCode.invalid_record_state,
                                    f"offsets {first}-{last} are not acquired by this member")
 
-        update = PendingUpdate(member_id)
+        update = PendingUpdate(member_id, _first_offset=runs[0][0], _last_offset=runs[-1][1])
         for lo, hi, kind in runs:
             for st in self._isolate(lo, hi):
                 if kind is AcknowledgeType.RENEW:
@@ -508,6 +522,8 @@ class SharePartition:
                     target = RecordState.ARCHIVED
                 st.pending_state = target
                 update._states.append(st)
+            if kind is AcknowledgeType.RENEW:
+                self._push_lock(now_ms + self.record_lock_duration_ms, lo, hi)
         if update._states:
             self._untaken.append(update)
         else:
@@ -595,6 +611,8 @@ class SharePartition:
             for st in update._states:
                 new = st.pending_state
                 assert new is not None
+                if new is RecordState.AVAILABLE:
+                    self._available_from = min(self._available_from, update._first_offset)
                 st.state = new
                 st.member_id = None
                 st.deadline_ms = None
@@ -615,11 +633,17 @@ class SharePartition:
         self._check_outstanding(write)
         self._write = None
         for update in write.updates:
+            held: set[int] = set()
             for st in update._states:
                 st.pending_state = None
                 st.pending_write = None
                 if st.deadline_ms is not None and st.deadline_ms <= now_ms:
                     self._release(st)
+                    self._available_from = min(self._available_from, update._first_offset)
+                elif st.deadline_ms is not None:
+                    held.add(st.deadline_ms)
+            for deadline in held:  # locked again: their entries may have been dropped while pending
+                self._push_lock(deadline, update._first_offset, update._last_offset)
             update.status = UpdateStatus.ROLLED_BACK
         self._dirty = True
         self._advance_start()
@@ -648,6 +672,7 @@ class SharePartition:
             for first, last, st in batch.states(batch.first_offset, batch.last_offset):
                 if st.state is RecordState.ACQUIRED and not st.is_pending and predicate(st):
                     self._release(st)
+                    self._available_from = min(self._available_from, first)
                     if released and released[-1][1] + 1 == first:
                         released[-1] = (released[-1][0], last)
                     else:
@@ -656,6 +681,41 @@ class SharePartition:
             self._dirty = True
             self._advance_start()
         return released
+
+    def _first_available(self) -> int | None:
+        """The lowest AVAILABLE in-flight offset, searching from ``_available_from``."""
+        lo = max(self._available_from, self.start_offset)
+        batches = self._batches
+        i = self._index_of(lo) if lo < self.end_offset else len(batches)
+        while i < len(batches):
+            batch = batches[i]
+            i += 1
+            for first, _last, st in batch.states(lo, batch.last_offset):
+                if st.state is RecordState.AVAILABLE and not st.is_pending:
+                    self._available_from = first
+                    return first
+        # Records beyond SPEO enter as ACQUIRED or ARCHIVED, never AVAILABLE.
+        self._available_from = self.end_offset
+        return None
+
+    def _push_lock(self, deadline_ms: int, first_offset: int, last_offset: int) -> None:
+        locks = self._locks
+        heapq.heappush(locks, (deadline_ms, first_offset, last_offset))
+        if len(locks) > 64 + 2 * (self.end_offset - self.start_offset):
+            # Mostly stale entries under one long-held lock: keep the live ones.
+            self._locks = [e for e in locks if self._holds_lock(*e)]
+            heapq.heapify(self._locks)
+
+    def _holds_lock(self, deadline_ms: int, first_offset: int, last_offset: int) -> bool:
+        """Whether some ACQUIRED, non-pending record of the range has this lock deadline."""
+        lo = max(first_offset, self.start_offset)
+        hi = min(last_offset, self.end_offset - 1)
+        if lo > hi:
+            return False
+        for _f, _l, st in self._states(lo, hi):
+            if st.state is RecordState.ACQUIRED and st.deadline_ms == deadline_ms and not st.is_pending:
+                return True
+        return False
 
     def _index_of(self, offset: int) -> int:
         """Index of the batch holding ``offset`` (or the first one after it)."""

@@ -282,6 +282,9 @@ class SharePartitionModel(RuleBasedStateMachine):
             assert sp.is_pending(o) == (r.pending is not None), o
         deadlines = [r.deadline for r in self.recs.values() if r.state is Q and r.pending is None]
         assert sp.next_deadline_ms() == (min(deadlines) if deadlines else None)
+        nxt = self._next_fetch()
+        assert sp.next_fetch_offset() == nxt
+        assert sp.has_available_in_flight() == (nxt is not None and nxt < self.end)
 
 
 SharePartitionModel.TestCase.settings = settings(
