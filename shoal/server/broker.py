@@ -31,6 +31,9 @@ from .state_files import DynamicConfigs, ProducerIdAllocator
 
 log = logging.getLogger("shoal.broker")
 
+HALT_EXIT_CODE = 70
+"""Exit status after :meth:`Broker.halt_on_storage_error` (EX_SOFTWARE)."""
+
 
 class Clock:
     """Wall-clock milliseconds; tests of the shell may substitute their own."""
@@ -240,6 +243,17 @@ class Broker:
             self.store.close()
         log.info("shut down cleanly")
         self._stopped.set()
+
+    def halt_on_storage_error(self, reason: str) -> None:
+        """Stop the process at once, without a clean shutdown (Kafka halts when a log flush fails).
+
+        For a failed fsync of coordinator state: memory is ahead of the disk and the file
+        can no longer be trusted, so nothing more is answered or written; the next start
+        recovers and replays what is on disk.
+        """
+        log.critical("halting: %s", reason)
+        logging.shutdown()
+        os._exit(HALT_EXIT_CODE)
 
     # -- topics (hooks let coordinators react) -----------------------------------------
     def create_topic(self, name: str, num_partitions: int, configs: dict[str, str], *,

@@ -12,10 +12,12 @@ group of one kind there: every kind's groups appear in ``shard.groups`` (consume
 share groups as small views), so offsets, ListGroups, DeleteGroups and the classic
 APIs see one namespace.
 
-Every write goes through :meth:`GroupCoordinatorService.apply`: the runtime appends the
-result's records, fsyncs and replays them; then parked JoinGroup/SyncGroup requests
-named in the result's completions are answered, removed share members are reported,
-and the shard's timer is moved to its earliest deadline. Handlers are plain functions
+Every write goes through :meth:`GroupCoordinatorService.apply` (append, fsync, replay)
+or, for OffsetCommit, :meth:`GroupCoordinatorService.apply_durable` (append and replay
+at once, then await a group-commit fsync shared with concurrent writes); then parked
+JoinGroup/SyncGroup requests named in the result's completions are answered, removed
+share members are reported, and the shard's timer is moved to its earliest deadline.
+OffsetFetch answers only once everything its shard had appended is durable. Handlers are plain functions
 of (shard, request, now_ms) and never await between computing a result and applying
 it, so one shard's operations never interleave.
 
@@ -305,7 +307,7 @@ class GroupCoordinatorService:
 
     # ------------------------------------------------------------ writes
     def apply(self, partition: int, result: Result[Any]) -> Result[Any]:
-        """Make ``result`` durable, then deliver what it says (see the module docstring).
+        """Make ``result`` durable (fsync on the event loop), then deliver what it says.
 
         Raises ApiError(COORDINATOR_NOT_AVAILABLE) if the records cannot be written; the
         parked requests the result would have answered then get that error.
@@ -313,13 +315,30 @@ class GroupCoordinatorService:
         try:
             self.runtime.apply(partition, result)
         except ApiError as e:
-            if isinstance(result.after, list):
-                for c in result.after:
-                    if isinstance(c, Completion):
-                        fut = self._parked.pop(c.token, None)
-                        if fut is not None and not fut.done():
-                            fut.set_exception(ApiError(e.error_code, e.message))
+            self._fail_completions(result, e)
             raise
+        return self._deliver(partition, result)
+
+    async def apply_durable(self, partition: int, result: Result[Any]) -> Result[Any]:
+        """As :meth:`apply`, but the fsync is shared with concurrent writes to the partition
+        and runs off the event loop (``CoordinatorRuntime.apply_durable``): the result is
+        replayed at once and delivered once durable. Raises as :meth:`apply` does."""
+        try:
+            await self.runtime.apply_durable(partition, result)
+        except ApiError as e:
+            self._fail_completions(result, e)
+            raise
+        return self._deliver(partition, result)
+
+    def _fail_completions(self, result: Result[Any], e: ApiError) -> None:
+        if isinstance(result.after, list):
+            for c in result.after:
+                if isinstance(c, Completion):
+                    fut = self._parked.pop(c.token, None)
+                    if fut is not None and not fut.done():
+                        fut.set_exception(ApiError(e.error_code, e.message))
+
+    def _deliver(self, partition: int, result: Result[Any]) -> Result[Any]:
         after = result.after
         if isinstance(after, list):
             for c in after:

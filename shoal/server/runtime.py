@@ -8,13 +8,30 @@ topic. A shard is a pure state machine (``shoal.groups.manager``,
 ``shoal.share.coordinator``) with request handlers that return a
 :class:`~shoal.coordinator.result.Result` and a ``replay(record)`` method.
 
-``CoordinatorRuntime.apply(partition, result)`` makes a result durable, in this order:
-encode its records into one uncompressed batch, append it to the partition's log,
-fsync, then replay every record into the shard. Only after that does the caller send
-the response. Everything happens on the event loop without awaiting, so no other
-operation on the shard can interleave between computing a result and applying it:
-one shard's operations are serial, as Kafka's runtime guarantees with its queue.
-If the append fails, nothing is replayed and ``apply`` raises; the shard is unchanged.
+Two ways to make a result durable, both appending its records as one uncompressed
+batch to the partition's log and replaying them into the shard without awaiting in
+between, so no other operation on the shard can interleave between computing a result
+and applying it: one shard's operations are serial, as Kafka's runtime guarantees with
+its queue. If the append fails, nothing is replayed, the call raises
+ApiError(COORDINATOR_NOT_AVAILABLE) and the shard is unchanged.
+
+* ``apply(partition, result)``: append, fsync on the event loop, replay. When it
+  returns, the records are durable; the caller may answer at once.
+* ``await apply_durable(partition, result)`` (group commit): append without fsync,
+  replay at once (so later operations see the change), then await
+  ``broker.flusher.durable(plog, end_offset)``. The fsync runs in a worker thread and is
+  shared by every write appended to the partition meanwhile; the event loop keeps
+  serving. The caller answers its client only after the await returns. A result with
+  no records still waits until everything already appended to the partition is
+  durable, so no answer is ever computed from state that is not on disk yet.
+
+A failed fsync leaves the shard's memory ahead of the disk, and after a failed fsync
+the kernel may have dropped the unwritten pages while a later fsync reports success.
+So, as Kafka halts when flushing a log fails, it is fatal: the partition is marked
+failed (every later operation on it, and every write still waiting on it, fails with
+COORDINATOR_NOT_AVAILABLE, so nobody is told of a success), the error is logged, and
+``broker.halt_on_storage_error`` stops the process without a clean shutdown. A restart
+replays only what is on disk; no client was told that anything beyond it succeeded.
 
 At start, ``load`` creates the topic if needed (compacted unless ``topic_configs`` says
 otherwise, Kafka's partition count key) and replays every record at or above the log
@@ -66,6 +83,8 @@ class CoordinatorRuntime(Generic[S]):
         self._num_partitions_key = num_partitions_key
         self._new_shard = new_shard
         self.shards: list[S] = []
+        self._failed: set[int] = set()
+        """Partitions whose fsync failed: memory may be ahead of the disk."""
 
     @property
     def num_partitions(self) -> int:
@@ -111,32 +130,99 @@ class CoordinatorRuntime(Generic[S]):
         log.info("%s: replayed %d records into %d shard(s)", self.topic, total, len(self.shards))
 
     def apply(self, partition: int, result: Result[Any]) -> Result[Any]:
-        """Append ``result.records`` durably, then replay them into the shard.
+        """Append ``result.records``, fsync on the event loop, then replay them into the shard.
 
-        Returns ``result``. Raises ApiError(COORDINATOR_NOT_AVAILABLE) if the write fails
-        (nothing replayed).
+        Returns ``result``. Raises ApiError(COORDINATOR_NOT_AVAILABLE) if the append fails
+        (nothing replayed) or the partition failed; a failed fsync is fatal (see above).
         """
         if not result.records:
             return result
+        plog, base_offset, durable = self._append(partition, result)
+        if not durable:
+            try:
+                plog.flush(self.broker.clock.now_ms())
+            except OSError as e:
+                self._fail(partition, e)
+                raise ApiError(ErrorCode.coordinator_not_available, "coordinator state could not be written") from e
+        self._replay(partition, result, base_offset)
+        return result
+
+    async def apply_durable(self, partition: int, result: Result[Any]) -> Result[Any]:
+        """Append and replay ``result.records`` now, return once they are fsynced (group commit).
+
+        Returns ``result``. Raises ApiError(COORDINATOR_NOT_AVAILABLE) if the append fails
+        (nothing replayed; raised before the first await), or if the partition failed or
+        fails before the records are durable.
+        """
+        if result.records:
+            _plog, base_offset, _durable = self._append(partition, result, defer_flush=True)
+            self._replay(partition, result, base_offset)
+        await self.wait_durable(partition)
+        return result
+
+    async def wait_durable(self, partition: int) -> None:
+        """Return once every record appended to ``partition`` so far is fsynced.
+
+        For an answer computed from the shard's state, which may include replayed records
+        whose fsync is still running. Raises ApiError(COORDINATOR_NOT_AVAILABLE) if the
+        partition failed.
+        """
+        self._check(partition)
+        plog = self.broker.store.partition(self.topic, partition)
+        if plog.unflushed_messages:  # else everything appended so far is already durable
+            try:
+                await self.broker.flusher.durable(plog, plog.log_end_offset)
+            except OSError as e:
+                self._fail(partition, e)
+        self._check(partition)
+
+    def run(self, partition: int, operation: Callable[[S], Result[Any]]) -> Result[Any]:
+        """Compute ``operation(shard)`` and apply its result; returns the result."""
+        return self.apply(partition, operation(self.shards[partition]))
+
+    async def run_durable(self, partition: int, operation: Callable[[S], Result[Any]]) -> Result[Any]:
+        """Compute ``operation(shard)`` and ``apply_durable`` its result; returns the result."""
+        self._check(partition)
+        return await self.apply_durable(partition, operation(self.shards[partition]))
+
+    def failed(self, partition: int) -> bool:
+        """Whether an fsync of this partition failed (it then refuses every operation)."""
+        return partition in self._failed
+
+    # -- internals -------------------------------------------------------------------
+    def _check(self, partition: int) -> None:
+        if partition in self._failed:
+            raise ApiError(ErrorCode.coordinator_not_available,
+                           f"{self.topic}-{partition} failed to write its state")
+
+    def _append(self, partition: int, result: Result[Any], *, defer_flush: bool = False) -> tuple[Any, int, bool]:
+        self._check(partition)
         now_ms = self.broker.clock.now_ms()
         pairs = [r.to_bytes() for r in result.records]
         batch = build_batch([(k, v, (), now_ms) for k, v in pairs])
         plog = self.broker.store.partition(self.topic, partition)
         try:
-            appended = plog.append(batch, now_ms)
-            if not appended.durable:
-                plog.flush(now_ms)
-        except (ApiError, OSError) as e:
+            appended = plog.append(batch, now_ms, defer_flush=defer_flush)
+        except OSError as e:  # the fsync of a non-deferred append
+            self._fail(partition, e)
+            raise ApiError(ErrorCode.coordinator_not_available, "coordinator state could not be written") from e
+        except ApiError as e:
             log.error("%s-%d: cannot write coordinator records: %s", self.topic, partition, e)
             raise ApiError(ErrorCode.coordinator_not_available, "coordinator state could not be written") from e
+        return plog, appended.base_offset, appended.durable
+
+    def _replay(self, partition: int, result: Result[Any], base_offset: int) -> None:
         shard = self.shards[partition]
         for i, record in enumerate(result.records):
             if self.replay_offsets:
-                shard.replay(record, appended.base_offset + i)  # type: ignore[attr-defined]
+                shard.replay(record, base_offset + i)  # type: ignore[attr-defined]
             else:
                 shard.replay(record)  # type: ignore[attr-defined]
-        return result
 
-    def run(self, partition: int, operation: Callable[[S], Result[Any]]) -> Result[Any]:
-        """Compute ``operation(shard)`` and apply its result; returns the result."""
-        return self.apply(partition, operation(self.shards[partition]))
+    def _fail(self, partition: int, error: BaseException) -> None:
+        if partition in self._failed:
+            return
+        self._failed.add(partition)
+        log.error("%s-%d: fsync failed (%s); its coordinator state in memory is ahead of the disk", self.topic,
+                  partition, error)
+        self.broker.halt_on_storage_error(f"fsync of {self.topic}-{partition} failed: {error}")

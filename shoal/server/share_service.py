@@ -12,16 +12,20 @@ Theory of operation
   timer. Keys are routed with :func:`shoal.share.coordinator.partition_for` (Kafka's
   ``hash("group:topicId:partition")``).
 * **Persister.** Kafka's five operations (initialize, read, write, delete,
-  read_summary). Each runs the shard operation and ``runtime.apply`` (append, fsync,
-  replay) before returning, on the event loop, so it is synchronous: when it returns,
-  the state is durable or the call failed. A failure comes back as the outcome's
-  error code (COORDINATOR_NOT_AVAILABLE when the append failed).
+  read_summary). ``initialize``, ``read``, ``delete`` and ``read_summary`` run the
+  shard operation and ``runtime.apply`` (append, fsync, replay) on the event loop:
+  when they return, the state is durable or the call failed. ``write`` is awaited: it
+  runs ``runtime.run_durable`` (append and replay at once, then a group-commit fsync
+  shared with every write to the same ``__share_group_state`` partition meanwhile).
+  A failure comes back as the outcome's error code (COORDINATOR_NOT_AVAILABLE when the
+  append or the fsync failed).
 * **Share-partition manager.** One :class:`~shoal.share.partition.SharePartition` per
   ``(group_id, topic_id, partition)``, created on first use from the persisted state
   (or, when nothing is persisted, from ``share.auto.offset.reset``). After any change
-  the durability loop of ``shoal.share.partition`` runs (:meth:`ShareService.persist`):
-  take a write, hand it to the persister, commit or roll back; a rolled-back write is
-  retried by a timer. Lock expiry: one ``loop.call_at`` per share-partition at
+  the durability loop of ``shoal.share.partition`` runs as one task per share-partition
+  (:meth:`ShareService.schedule_persist`): take a write, await the persister, commit or
+  roll back, repeat while changes are left; a rolled-back write is retried by a timer.
+  Acknowledgement handlers await :meth:`ShareService.wait_for` before answering. Lock expiry: one ``loop.call_at`` per share-partition at
   ``next_deadline_ms()``. Whenever records become acquirable again (released,
   expired, rolled back, or the in-flight limit freed), the parked ShareFetches of that
   partition are woken through ``broker.append_waiters``.
@@ -52,7 +56,7 @@ from ..share.coordinator import (
     StateBatch,
     partition_for,
 )
-from ..share.partition import SharePartition, StateWrite, UpdateStatus
+from ..share.partition import PendingUpdate, SharePartition, StateWrite
 from ..share.session import ShareSessionCache
 from .broker import on_disconnect, on_start, on_stop, on_topic_deleted
 from .runtime import CoordinatorRuntime
@@ -95,11 +99,21 @@ class Persister:
     def read(self, key: SharePartitionKey, leader_epoch: int = -1) -> PartitionOutcome:
         return self._run(key, lambda s: s.read(key, leader_epoch))
 
-    def write(self, key: SharePartitionKey, state_epoch: int, leader_epoch: int, start_offset: int,
-              batches: Iterable[StateBatch], delivery_complete_count: int = -1) -> PartitionOutcome:
+    async def write(self, key: SharePartitionKey, state_epoch: int, leader_epoch: int, start_offset: int,
+                    batches: Iterable[StateBatch], delivery_complete_count: int = -1) -> PartitionOutcome:
+        """Write a share-partition's state; returns once it is durable (group commit).
+
+        The record is appended and replayed at once, so writes of many share-partitions
+        to one ``__share_group_state`` partition share one fsync.
+        """
         batches = tuple(batches)
-        return self._run(key, lambda s: s.write(key, state_epoch, leader_epoch, start_offset, batches,
-                                                delivery_complete_count))
+        try:
+            result = await self.runtime.run_durable(
+                self.partition_of(key),
+                lambda s: s.write(key, state_epoch, leader_epoch, start_offset, batches, delivery_complete_count))
+        except ApiError as e:
+            return PartitionOutcome(e.error_code, str(e), None)
+        return result.response  # type: ignore[no-any-return]
 
     def delete(self, key: SharePartitionKey) -> PartitionOutcome:
         return self._run(key, lambda s: s.delete(key))
@@ -129,6 +143,8 @@ class ShareService:
         self._retry: dict[PartitionId, asyncio.TimerHandle] = {}
         self._prune_timer: asyncio.TimerHandle | None = None
         self._loading: dict[PartitionId, asyncio.Future[SharePartition]] = {}
+        self._writers: dict[SharePartition, asyncio.Task[bool]] = {}
+        """The running durability loop of each share-partition that has one."""
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
@@ -255,7 +271,7 @@ class ShareService:
             return
         log.info("share-partition %s-%s-%d: log start %d is past the SPSO; SPSO moved up",
                  sp.group_id, sp.topic_id, sp.partition, log_start_offset)
-        self.persist(sp)
+        self.schedule_persist(sp)
         self.wake(sp)
 
     def refresh_config(self, sp: SharePartition) -> None:
@@ -283,38 +299,82 @@ class ShareService:
             r.cancel()
 
     # -- durability and timers --------------------------------------------------------------
-    def persist(self, sp: SharePartition) -> bool:
+    def schedule_persist(self, sp: SharePartition) -> asyncio.Task[bool] | None:
+        """Start ``sp``'s durability loop unless it runs or nothing needs writing.
+
+        Returns the loop's task (None if nothing is to be written). The loop runs as its
+        own task, so a client that goes away cannot leave a write half done.
+        """
+        task = self._writers.get(sp)
+        if task is not None:
+            return task
+        if not sp.needs_write:
+            return None
+        task = asyncio.ensure_future(self._write_loop(sp))
+        self._writers[sp] = task
+        return task
+
+    async def persist(self, sp: SharePartition) -> bool:
         """Run the durability loop until nothing is left to write; False if a write failed.
 
-        Pending acknowledgements are COMMITTED or ROLLED_BACK when this returns. A failed
-        write is rolled back and retried later by a timer.
+        The acknowledgements pending when this is called are COMMITTED or ROLLED_BACK
+        when it returns (unless the loop stopped at a failed write before taking them;
+        :meth:`wait_for` waits for one acknowledgement whatever happens).
         """
-        ok = True
-        before = sp.next_fetch_offset()
-        released = False
-        while (w := sp.take_write()) is not None:
-            key = SharePartitionKey.of(w.group_id, w.topic_id, w.partition)
-            outcome = self.persister.write(
-                key, w.state_epoch, w.leader_epoch, w.start_offset,
-                [StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
-                 for b in w.state_batches],
-                _complete_count(w),
-            )
-            if outcome.ok:
-                updates = sp.commit(w)
-                if any(u.status is UpdateStatus.COMMITTED for u in updates):
-                    released = True  # a release commits to AVAILABLE; the SPSO may have moved
-            else:
-                log.warning("share-partition %s-%s-%d: state write failed (%s); rolled back",
-                            w.group_id, w.topic_id, w.partition, outcome.error_code.name)
-                sp.rollback(w, self.broker.clock.now_ms())
-                ok = False
-                released = True
-                self._schedule_retry(sp)
+        task = self.schedule_persist(sp)
+        if task is None:
+            return True
+        return await asyncio.shield(task)
+
+    async def wait_for(self, sp: SharePartition, update: PendingUpdate) -> None:
+        """Return once ``update`` is COMMITTED (its write is durable) or ROLLED_BACK."""
+        while not update.done:
+            task = self.schedule_persist(sp)
+            if task is None:  # nothing to write: only a dropped partition's leftovers
                 break
-        if released and (before is None or sp.has_available_in_flight()):
-            self.wake(sp)
-        self.reschedule(sp)
+            await asyncio.shield(task)
+
+    async def _write_loop(self, sp: SharePartition) -> bool:
+        """take_write -> persister write (durable) -> commit, or rollback; at most one write
+        of ``sp`` is outstanding. Stops at the first failed write (a timer retries)."""
+        pid: PartitionId = (sp.group_id, sp.topic_id, sp.partition)  # type: ignore[assignment]
+        ok = True
+        try:
+            while (w := sp.take_write()) is not None:
+                if self.partitions.get(pid) is not sp:
+                    # Dropped (its persisted state was replaced): write nothing more of it.
+                    sp.rollback(w, self.broker.clock.now_ms())
+                    ok = False
+                    break
+                key = SharePartitionKey.of(w.group_id, w.topic_id, w.partition)
+                outcome = await self.persister.write(
+                    key, w.state_epoch, w.leader_epoch, w.start_offset,
+                    [StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+                     for b in w.state_batches],
+                    _complete_count(w),
+                )
+                live = self.partitions.get(pid) is sp
+                before = sp.next_fetch_offset()
+                if outcome.ok:
+                    sp.commit(w)
+                    # A release commits to AVAILABLE, and the SPSO may have moved.
+                    released = bool(w.updates) and (before is None or sp.has_available_in_flight())
+                else:
+                    log.warning("share-partition %s-%s-%d: state write failed (%s); rolled back",
+                                w.group_id, w.topic_id, w.partition, outcome.error_code.name)
+                    sp.rollback(w, self.broker.clock.now_ms())
+                    released = True
+                if live:
+                    if released:
+                        self.wake(sp)
+                    self.reschedule(sp)
+                if not outcome.ok:
+                    ok = False
+                    if live:
+                        self._schedule_retry(sp)
+                    break
+        finally:
+            self._writers.pop(sp, None)
         return ok
 
     def _schedule_retry(self, sp: SharePartition) -> None:
@@ -325,7 +385,7 @@ class ShareService:
         def run() -> None:
             self._retry.pop(pid, None)
             if self.partitions.get(pid) is sp and not self.broker.shutting_down:  # type: ignore[arg-type]
-                self.persist(sp)
+                self.schedule_persist(sp)
 
         self._retry[pid] = asyncio.get_running_loop().call_later(RETRY_WRITE_S, run)  # type: ignore[index]
 
@@ -357,7 +417,8 @@ class ShareService:
             released = sp.expire(self.broker.clock.now_ms())
             if released:
                 self.wake(sp)
-            self.persist(sp)
+            self.schedule_persist(sp)
+            self.reschedule(sp)
 
         self._timers[pid] = (deadline, loop.call_at(loop.time() + delay_s, fire))
 
@@ -373,7 +434,8 @@ class ShareService:
                 continue
             if sp.release_member(member_id, now):
                 self.wake(sp)
-            self.persist(sp)
+            self.schedule_persist(sp)
+            self.reschedule(sp)
 
     def on_share_member_removed(self, group_id: str, member_id: str) -> None:
         """The member left the group or was fenced.

@@ -15,19 +15,24 @@ from ..group_service import group_service
 
 
 @api(8, 2, 9)
-def handle_offset_commit(ctx: Any, request: Any) -> Any:
+async def handle_offset_commit(ctx: Any, request: Any) -> Any:
+    """Answered once the commit is durable; commits from many consumers share an fsync."""
     svc = group_service(ctx.broker)
     p = svc.partition_for(request.group_id)
-    return svc.apply(p, svc.shard(p).handle_offset_commit(request, ctx.now_ms())).response
+    result = await svc.apply_durable(p, svc.shard(p).handle_offset_commit(request, ctx.now_ms()))
+    return result.response
 
 
 @api(9, 1, 9)
-def handle_offset_fetch(ctx: Any, request: Any) -> Any:
+async def handle_offset_fetch(ctx: Any, request: Any) -> Any:
+    """Answered once every offset it reports is durable (a commit's fsync may be running)."""
     svc = group_service(ctx.broker)
     now = ctx.now_ms()
     if ctx.api_version < 8:
         p = svc.partition_for(request.group_id)
-        return svc.shard(p).handle_offset_fetch(request, now).response
+        response = svc.shard(p).handle_offset_fetch(request, now).response
+        await svc.runtime.wait_durable(p)
+        return response
     by_partition: dict[int, list[Any]] = {}
     for g in request.groups:
         by_partition.setdefault(svc.partition_for(g.group_id), []).append(g)
@@ -39,6 +44,8 @@ def handle_offset_fetch(ctx: Any, request: Any) -> Any:
             answers[g.group_id] = g
     if response is None:
         response = svc.shard(0).handle_offset_fetch(request, now).response
+    for p in by_partition:
+        await svc.runtime.wait_durable(p)
     return dataclasses.replace(response, groups=tuple(answers[g.group_id] for g in request.groups))
 
 

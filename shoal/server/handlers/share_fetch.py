@@ -49,11 +49,14 @@ def _uuid(topic_id: Any) -> uuid.UUID:
 
 
 def apply_acknowledgements(ctx: Any, svc: ShareService, group_id: str, member_id: str,
-                           topics: Any) -> dict[tuple[uuid.UUID, int], ErrorCode]:
-    """Apply every partition's acknowledgement batches; returns an error code per partition."""
+                           topics: Any) -> list[tuple[tuple[uuid.UUID, int], SharePartition | None, Any]]:
+    """Apply every partition's acknowledgement batches in memory and start their writes.
+
+    Returns one (key, share-partition, PendingUpdate or ErrorCode) per partition; pass
+    it to :func:`acknowledgement_codes` before answering.
+    """
     now = ctx.now_ms()
-    codes: dict[tuple[uuid.UUID, int], ErrorCode] = {}
-    pending: list[tuple[tuple[uuid.UUID, int], SharePartition, Any]] = []
+    pending: list[tuple[tuple[uuid.UUID, int], SharePartition | None, Any]] = []
     for t in topics:
         for p in t.partitions:
             if not p.acknowledgement_batches:
@@ -71,19 +74,25 @@ def apply_acknowledgements(ctx: Any, svc: ShareService, group_id: str, member_id
                     now,
                 )
             except ApiError as e:
-                codes[key] = ErrorCode(e.error_code)
+                pending.append((key, None, ErrorCode(e.error_code)))
                 continue
             pending.append((key, sp, update))
-    persisted: dict[int, bool] = {}
-    for _key, sp, _u in pending:
-        if id(sp) not in persisted:
-            persisted[id(sp)] = svc.persist(sp)
+            svc.schedule_persist(sp)
+            svc.reschedule(sp)  # renewals move deadlines
+    return pending
+
+
+async def acknowledgement_codes(svc: ShareService, pending: list[tuple[tuple[uuid.UUID, int],
+                                                                        SharePartition | None, Any]]
+                                ) -> dict[tuple[uuid.UUID, int], ErrorCode]:
+    """Wait until each acknowledgement's write is durable (or failed); its error code per partition."""
+    codes: dict[tuple[uuid.UUID, int], ErrorCode] = {}
     for key, sp, update in pending:
-        if update.status is UpdateStatus.COMMITTED:
-            codes[key] = ErrorCode.none
-        else:
-            codes[key] = ErrorCode.coordinator_not_available
-        svc.reschedule(sp)  # renewals move deadlines
+        if sp is None:
+            codes[key] = update
+            continue
+        await svc.wait_for(sp, update)
+        codes[key] = ErrorCode.none if update.status is UpdateStatus.COMMITTED else ErrorCode.coordinator_not_available
     return codes
 
 
@@ -148,7 +157,7 @@ def _acquire_one(ctx: Any, svc: ShareService, group_id: str, member_id: str, top
         if sp.next_fetch_offset() is None:
             break
     if sp.needs_write:
-        svc.persist(sp)
+        svc.schedule_persist(sp)
     if acquired:
         svc.reschedule(sp)
     return b"".join(parts), acquired
@@ -176,7 +185,11 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
     if not outcome.ok:
         return fail(outcome.error_code)
 
-    ack_codes = apply_acknowledgements(ctx, svc, group_id, member_id, request.topics)
+    acks = apply_acknowledgements(ctx, svc, group_id, member_id, request.topics)
+    if outcome.closed or outcome.replaced or outcome.forgotten:
+        # Settle the acknowledgements before releasing: a write that fails leaves its
+        # records acquired by the member, and the release below must see them.
+        ack_codes = await acknowledgement_codes(svc, acks)
 
     # Release what the member held where it no longer fetches. A session replaced by
     # epoch 0 (the client reset it after an error) keeps the member's records in the
@@ -235,6 +248,10 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
             if svc.sessions.get(group_id, member_id) is not session or not _is_member(ctx, group_id, member_id):
                 break
 
+    # The fetch ran while the acknowledgements' writes were in flight; answer only once
+    # they are durable (or failed).
+    if not (outcome.closed or outcome.replaced or outcome.forgotten):
+        ack_codes = await acknowledgement_codes(svc, acks)
     tcls = sub(cls, "ShareFetchableTopicResponse")
     pcls = sub(cls, "PartitionData")
     acls = sub(cls, "AcquiredRecords")
@@ -254,7 +271,7 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
 
 
 @api(79, 1, 2)
-def handle_share_acknowledge(ctx: Any, request: Any) -> Any:
+async def handle_share_acknowledge(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
     cls = ctx.response_type
     svc = share_service(broker)
@@ -276,7 +293,7 @@ def handle_share_acknowledge(ctx: Any, request: Any) -> Any:
     outcome = svc.sessions.handle_share_acknowledge(request, ctx.connection.connection_id)
     if not outcome.ok:
         return fail(outcome.error_code)
-    codes = apply_acknowledgements(ctx, svc, group_id, member_id, request.topics)
+    codes = await acknowledgement_codes(svc, apply_acknowledgements(ctx, svc, group_id, member_id, request.topics))
     if outcome.closed:
         svc.release_member(group_id, member_id, previous_parts)
 

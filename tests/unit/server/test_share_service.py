@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import uuid
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from shoal.config import BrokerConfig
 from shoal.log.store import LogStore
 from shoal.protocol.batch import build_batch
-from shoal.server.broker import AppendWaiters
+from shoal.server.broker import AppendWaiters, Flusher
 from shoal.server.share_service import SHARE_STATE_TOPIC, ShareService
 from shoal.server.state_files import DynamicConfigs
 from shoal.share.coordinator import SharePartitionKey, StateBatch
@@ -35,22 +36,29 @@ class FakeBroker:
         self.store = LogStore(data_dir, self.config, now_ms=self.clock.now_ms())
         self.dynamic_configs = DynamicConfigs(data_dir / "dynamic-configs.json", self.config)
         self.append_waiters = AppendWaiters()
+        self.flusher = Flusher(self.clock)
         self.extensions: dict[str, Any] = {}
         self.shutting_down = False
+        self.halted: list[str] = []
+
+    def halt_on_storage_error(self, reason: str) -> None:
+        self.halted.append(reason)
 
     def close(self) -> None:
+        self.flusher.close()
         self.store.close()
 
 
 def run(fn: Any) -> Any:
     async def main() -> Any:
-        return fn()
+        out = fn()
+        return await out if inspect.isawaitable(out) else out
 
     return asyncio.run(main())
 
 
 def test_state_topic_is_not_compacted_and_state_survives_a_restart(tmp_path: Path) -> None:
-    def first() -> None:
+    async def first() -> None:
         b = FakeBroker(tmp_path)
         svc = ShareService(b)
         svc.start()
@@ -59,11 +67,11 @@ def test_state_topic_is_not_compacted_and_state_survives_a_restart(tmp_path: Pat
         assert meta.configs["retention.ms"] == "-1"
         key = SharePartitionKey.of("g", uuid.UUID(int=7), 0)
         assert svc.persister.initialize(key, 0, 5).ok
-        assert svc.persister.write(key, 0, 0, 7, [StateBatch(7, 9, 0, 2), StateBatch(10, 10, 4, 1)]).ok
+        assert (await svc.persister.write(key, 0, 0, 7, [StateBatch(7, 9, 0, 2), StateBatch(10, 10, 4, 1)])).ok
         svc.stop()
         b.close()
 
-    def second() -> None:
+    async def second() -> None:
         b = FakeBroker(tmp_path)
         svc = ShareService(b)
         svc.start()
@@ -79,14 +87,14 @@ def test_state_topic_is_not_compacted_and_state_survives_a_restart(tmp_path: Pat
 
 
 def test_prune_deletes_superseded_records(tmp_path: Path) -> None:
-    def body() -> None:
+    async def body() -> None:
         b = FakeBroker(tmp_path, **{"share.coordinator.snapshot.update.records.per.snapshot": "2"})
         svc = ShareService(b)
         svc.start()
         key = SharePartitionKey.of("g", uuid.UUID(int=1), 0)
         svc.persister.initialize(key, 0, 0)
         for i in range(1, 8):
-            assert svc.persister.write(key, 0, 0, i, []).ok
+            assert (await svc.persister.write(key, 0, 0, i, [])).ok
         plog = b.store.partition(SHARE_STATE_TOPIC, 0)
         assert plog.log_start_offset == 0
         svc.prune()
@@ -114,7 +122,7 @@ def _topic_with_records(b: FakeBroker, name: str, n: int) -> uuid.UUID:
 
 
 def test_share_partition_starts_at_latest_or_earliest(tmp_path: Path) -> None:
-    def body() -> None:
+    async def body() -> None:
         b = FakeBroker(tmp_path)
         svc = ShareService(b)
         svc.start()
@@ -129,7 +137,7 @@ def test_share_partition_starts_at_latest_or_earliest(tmp_path: Path) -> None:
 
 
 def test_acknowledgement_is_durable_before_it_is_answered(tmp_path: Path) -> None:
-    def first() -> None:
+    async def first() -> None:
         b = FakeBroker(tmp_path)
         b.dynamic_configs.set_group("g", {"share.auto.offset.reset": "earliest"})
         svc = ShareService(b)
@@ -141,13 +149,13 @@ def test_acknowledgement_is_durable_before_it_is_answered(tmp_path: Path) -> Non
         update = sp.acknowledge("m", [(0, 0, [AcknowledgeType.ACCEPT]), (1, 1, [AcknowledgeType.RELEASE])],
                                 b.clock.now_ms())
         assert update.status is UpdateStatus.PENDING
-        assert svc.persist(sp)
+        assert await svc.persist(sp)
         assert update.status is UpdateStatus.COMMITTED
         assert sp.start_offset == 1
         svc.stop()
         b.close()
 
-    def second() -> None:
+    async def second() -> None:
         b = FakeBroker(tmp_path)
         svc = ShareService(b)
         svc.start()
@@ -186,7 +194,7 @@ def test_lock_expiry_timer_releases_and_persists(tmp_path: Path) -> None:
 
 
 def test_failed_write_rolls_back_and_reports(tmp_path: Path) -> None:
-    def body() -> None:
+    async def body() -> None:
         b = FakeBroker(tmp_path)
         b.dynamic_configs.set_group("g", {"share.auto.offset.reset": "earliest"})
         svc = ShareService(b)
@@ -196,9 +204,13 @@ def test_failed_write_rolls_back_and_reports(tmp_path: Path) -> None:
         sp.acquire("m", [(0, 0)], b.clock.now_ms(), 10)
         update = sp.acknowledge("m", [(0, 0, [AcknowledgeType.ACCEPT])], b.clock.now_ms())
         real = svc.persister.write
-        svc.persister.write = lambda *a, **k: type(svc.persister.read_summary(  # type: ignore[method-assign]
-            SharePartitionKey.of("g", tid, 0)))(ErrorCode.coordinator_not_available, "down", None)
-        assert not svc.persist(sp)
+
+        async def down(*a: Any, **k: Any) -> Any:
+            return type(svc.persister.read_summary(SharePartitionKey.of("g", tid, 0)))(
+                ErrorCode.coordinator_not_available, "down", None)
+
+        svc.persister.write = down  # type: ignore[method-assign]
+        assert not await svc.persist(sp)
         assert update.status is UpdateStatus.ROLLED_BACK
         assert sp.record(0)[0] is RecordState.ACQUIRED
         svc.persister.write = real  # type: ignore[method-assign]
@@ -257,7 +269,7 @@ def test_wire_write_drops_the_loaded_share_partition_which_reloads_from_it(tmp_p
         assert [(a.first_offset, a.last_offset, a.delivery_count) for a in got] == [(4, 4, 3), (5, 5, 1)]
         # The reloaded partition writes with the adopted leader epoch and is not fenced.
         update = again.acknowledge("n", [(4, 5, [AcknowledgeType.ACCEPT])], b.clock.now_ms())
-        assert svc.persist(again) and update.status is UpdateStatus.COMMITTED
+        assert await svc.persist(again) and update.status is UpdateStatus.COMMITTED
         assert svc.persister.read(key).state.start_offset == 6
         # The old object is stale: its timer is cancelled and nothing it does is persisted.
         await asyncio.sleep(0)
@@ -271,7 +283,7 @@ def test_wire_write_drops_the_loaded_share_partition_which_reloads_from_it(tmp_p
 def test_wire_write_that_fails_keeps_the_loaded_share_partition(tmp_path: Path) -> None:
     from shoal.server.handlers.share_state import handle_write_share_group_state
 
-    def body() -> None:
+    async def body() -> None:
         b = FakeBroker(tmp_path)
         b.dynamic_configs.set_group("g", {"share.auto.offset.reset": "earliest"})
         svc = ShareService(b)
@@ -300,7 +312,7 @@ def test_fetch_path_follows_the_log_start_past_the_spso(tmp_path: Path) -> None:
 
     b = FakeBroker(tmp_path)
 
-    def body() -> None:
+    async def body() -> None:
         b.dynamic_configs.set_group("g", {"share.auto.offset.reset": "earliest"})
         svc = ShareService(b)
         svc.start()
@@ -308,12 +320,13 @@ def test_fetch_path_follows_the_log_start_past_the_spso(tmp_path: Path) -> None:
         sp = svc.get_partition("g", tid, 0)
         sp.acquire("m", [(i, i) for i in range(4)], b.clock.now_ms(), 4, acquire_mode=AcquireMode.RECORD_LIMIT)
         update = sp.acknowledge("m", [(0, 0, [AcknowledgeType.RELEASE])], b.clock.now_ms())
-        assert svc.persist(sp) and update.status is UpdateStatus.COMMITTED
+        assert await svc.persist(sp) and update.status is UpdateStatus.COMMITTED
         assert sp.next_fetch_offset() == 0  # offset 0 is available again
         b.store.partition("t", 0).delete_records(6)  # DeleteRecords past SPSO and SPEO
         _data, got = _acquire_one(Ctx(b), svc, "g", "n", tid, 0, 10, 1 << 20, AcquireMode.BATCH_OPTIMIZED, None)
         assert [(a.first_offset, a.last_offset, a.delivery_count) for a in got] == [(6, 9, 1)]
         assert sp.start_offset == 6
+        assert await svc.persist(sp)  # the new SPSO's write was started by the fetch path
         assert svc.persister.read(SharePartitionKey.of("g", tid, 0)).state.start_offset == 6
         svc.stop()
         b.close()
@@ -322,7 +335,7 @@ def test_fetch_path_follows_the_log_start_past_the_spso(tmp_path: Path) -> None:
 
 
 def test_member_leaving_with_an_open_session_keeps_its_records_until_the_session_closes(tmp_path: Path) -> None:
-    def body() -> None:
+    async def body() -> None:
         b = FakeBroker(tmp_path)
         b.dynamic_configs.set_group("g", {"share.auto.offset.reset": "earliest"})
         svc = ShareService(b)
@@ -341,7 +354,7 @@ def test_member_leaving_with_an_open_session_keeps_its_records_until_the_session
         assert sp.record(0)[:3] == (RecordState.ACQUIRED, 1, "m")
         assert sp.record(2)[:3] == (RecordState.AVAILABLE, 1, None)
         update = sp.acknowledge("m", [(0, 0, [AcknowledgeType.ACCEPT])], b.clock.now_ms())
-        assert svc.persist(sp) and update.status is UpdateStatus.COMMITTED
+        assert await svc.persist(sp) and update.status is UpdateStatus.COMMITTED
         assert svc.sessions.share_acknowledge("g", "m", -1, connection_id="c1").closed
         svc.release_member("g", "m")
         assert sp.start_offset == 1 and sp.record(1)[:3] == (RecordState.AVAILABLE, 1, None)
