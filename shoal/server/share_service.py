@@ -152,6 +152,11 @@ class ShareService:
         self.prune()
         self._schedule_prune()
 
+    async def drain(self) -> None:
+        """Wait for the running durability loops (at shutdown, before the log closes)."""
+        while self._writers:
+            await asyncio.gather(*list(self._writers.values()), return_exceptions=True)
+
     def stop(self) -> None:
         for _d, h in self._timers.values():
             h.cancel()
@@ -347,12 +352,17 @@ class ShareService:
                     ok = False
                     break
                 key = SharePartitionKey.of(w.group_id, w.topic_id, w.partition)
-                outcome = await self.persister.write(
-                    key, w.state_epoch, w.leader_epoch, w.start_offset,
-                    [StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
-                     for b in w.state_batches],
-                    _complete_count(w),
-                )
+                try:
+                    outcome = await self.persister.write(
+                        key, w.state_epoch, w.leader_epoch, w.start_offset,
+                        [StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+                         for b in w.state_batches],
+                        _complete_count(w),
+                    )
+                except Exception as e:  # e.g. the flusher closed at shutdown: the write is not durable
+                    log.exception("share-partition %s-%s-%d: state write raised", w.group_id, w.topic_id,
+                                  w.partition)
+                    outcome = PartitionOutcome(ErrorCode.unknown_server_error, str(e), None)
                 live = self.partitions.get(pid) is sp
                 before = sp.next_fetch_offset()
                 if outcome.ok:
@@ -532,6 +542,7 @@ async def _start(broker: Any) -> None:
 async def _stop(broker: Any) -> None:
     svc = broker.extensions.get("share")
     if svc is not None:
+        await svc.drain()
         svc.stop()
 
 
