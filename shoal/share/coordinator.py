@@ -270,20 +270,12 @@ def combine_state_batches(
     straddles it is cut. Adjacent batches with equal state and count are merged.
     ``current`` must already be non-overlapping (any canonical list is).
     """
-    spans: list[StateBatch] = sorted(current, key=lambda b: b.first_offset)
-    for b in new:
-        out: list[StateBatch] = []
-        for s in spans:
-            if s.last_offset < b.first_offset or s.first_offset > b.last_offset:
-                out.append(s)
-                continue
-            if s.first_offset < b.first_offset:
-                out.append(replace(s, last_offset=b.first_offset - 1))
-            if s.last_offset > b.last_offset:
-                out.append(replace(s, first_offset=b.last_offset + 1))
-        out.append(b)
-        out.sort(key=lambda x: x.first_offset)
-        spans = out
+    spans: list[StateBatch] = sorted(current, key=_first_offset)
+    overlay = list(new)
+    if all(a.last_offset < b.first_offset for a, b in zip(overlay, overlay[1:])):
+        spans = _overlay_sorted(spans, overlay)
+    else:
+        spans = _overlay_in_order(spans, overlay)
     merged: list[StateBatch] = []
     for s in spans:
         if start_offset != UNINITIALIZED_START_OFFSET and s.first_offset < start_offset:
@@ -298,6 +290,55 @@ def combine_state_batches(
                 continue
         merged.append(s)
     return tuple(merged)
+
+
+def _first_offset(b: StateBatch) -> int:
+    return b.first_offset
+
+
+def _overlay_sorted(spans: list[StateBatch], overlay: list[StateBatch]) -> list[StateBatch]:
+    """``spans`` minus the offsets ``overlay`` covers, plus ``overlay``; both sorted and
+    non-overlapping (what a share-partition writes): one pass and one sort, where the
+    general case costs a pass per overlay batch."""
+    out: list[StateBatch] = []
+    j = 0
+    n = len(overlay)
+    for s in spans:
+        while j < n and overlay[j].last_offset < s.first_offset:
+            j += 1
+        lo = s.first_offset
+        k = j
+        while k < n and overlay[k].first_offset <= s.last_offset:
+            b = overlay[k]
+            if b.first_offset > lo:
+                out.append(replace(s, first_offset=lo, last_offset=b.first_offset - 1))
+            lo = max(lo, b.last_offset + 1)
+            k += 1
+        if lo == s.first_offset:
+            out.append(s)
+        elif lo <= s.last_offset:
+            out.append(replace(s, first_offset=lo))
+    out.extend(overlay)
+    out.sort(key=_first_offset)
+    return out
+
+
+def _overlay_in_order(spans: list[StateBatch], overlay: list[StateBatch]) -> list[StateBatch]:
+    """The general case: each batch of ``overlay``, in order, replaces what it covers."""
+    for b in overlay:
+        out: list[StateBatch] = []
+        for s in spans:
+            if s.last_offset < b.first_offset or s.first_offset > b.last_offset:
+                out.append(s)
+                continue
+            if s.first_offset < b.first_offset:
+                out.append(replace(s, last_offset=b.first_offset - 1))
+            if s.last_offset > b.last_offset:
+                out.append(replace(s, first_offset=b.last_offset + 1))
+        out.append(b)
+        out.sort(key=_first_offset)
+        spans = out
+    return spans
 
 
 def _batches_json(batches: Iterable[StateBatch]) -> list[dict[str, int]]:
