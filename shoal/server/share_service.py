@@ -145,6 +145,8 @@ class ShareService:
         self._loading: dict[PartitionId, asyncio.Future[SharePartition]] = {}
         self._writers: dict[SharePartition, asyncio.Task[bool]] = {}
         """The running durability loop of each share-partition that has one."""
+        self._settled: dict[SharePartition, asyncio.Future[None]] = {}
+        """Completed when the share-partition's current write commits or rolls back."""
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
@@ -334,10 +336,19 @@ class ShareService:
     async def wait_for(self, sp: SharePartition, update: PendingUpdate) -> None:
         """Return once ``update`` is COMMITTED (its write is durable) or ROLLED_BACK."""
         while not update.done:
-            task = self.schedule_persist(sp)
-            if task is None:  # nothing to write: only a dropped partition's leftovers
+            if self.schedule_persist(sp) is None:  # nothing to write: only a dropped partition's leftovers
                 break
-            await asyncio.shield(task)
+            # Woken after each write of sp settles, not when its loop runs dry: under a
+            # steady stream of acknowledgements the loop keeps going.
+            settled = self._settled.get(sp)
+            if settled is None:
+                settled = self._settled[sp] = asyncio.get_running_loop().create_future()
+            await asyncio.shield(settled)
+
+    def _wake_settled(self, sp: SharePartition) -> None:
+        settled = self._settled.pop(sp, None)
+        if settled is not None and not settled.done():
+            settled.set_result(None)
 
     async def _write_loop(self, sp: SharePartition) -> bool:
         """take_write -> persister write (durable) -> commit, or rollback; at most one write
@@ -374,6 +385,7 @@ class ShareService:
                                 w.group_id, w.topic_id, w.partition, outcome.error_code.name)
                     sp.rollback(w, self.broker.clock.now_ms())
                     released = True
+                self._wake_settled(sp)
                 if live:
                     if released:
                         self.wake(sp)
@@ -385,6 +397,7 @@ class ShareService:
                     break
         finally:
             self._writers.pop(sp, None)
+            self._wake_settled(sp)
         return ok
 
     def _schedule_retry(self, sp: SharePartition) -> None:
