@@ -58,19 +58,29 @@ class Flusher:
         self._running: dict[int, asyncio.Future[None]] = {}
         self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="shoal-fsync")
 
-    async def durable(self, plog: Any, end_offset: int) -> None:
+    async def durable(self, plog: Any, end_offset: int, *, inline: bool = False) -> None:
+        """Return once everything before ``end_offset`` is fsynced.
+
+        ``inline`` runs the fdatasync on the event loop instead of a worker thread: for
+        the small writes of the internal topics a sync costs about 0.1 ms, less than the
+        hand-off to a thread under load. It is still shared: the flush starts on the next
+        loop iteration and covers everything appended until then.
+        """
         key = id(plog)
         while self._durable.get(key, -1) < end_offset:
             fut = self._running.get(key)
             if fut is None:
-                fut = asyncio.ensure_future(self._flush(plog, key))
+                fut = asyncio.ensure_future(self._flush(plog, key, inline))
                 self._running[key] = fut
             await asyncio.shield(fut)
 
-    async def _flush(self, plog: Any, key: int) -> None:
+    async def _flush(self, plog: Any, key: int, inline: bool) -> None:
         ticket = plog.begin_flush()
         try:
-            await asyncio.get_running_loop().run_in_executor(self._executor, ticket.sync)
+            if inline:
+                ticket.sync()
+            else:
+                await asyncio.get_running_loop().run_in_executor(self._executor, ticket.sync)
             plog.end_flush(ticket, self._clock.now_ms())
             self._durable[key] = max(self._durable.get(key, -1), ticket.end_offset)
         finally:

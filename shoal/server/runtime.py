@@ -171,7 +171,7 @@ class CoordinatorRuntime(Generic[S]):
         plog = self.broker.store.partition(self.topic, partition)
         if plog.unflushed_messages:  # else everything appended so far is already durable
             try:
-                await self.broker.flusher.durable(plog, plog.log_end_offset)
+                await self.broker.flusher.durable(plog, plog.log_end_offset, inline=True)
             except OSError as e:
                 self._fail(partition, e)
         self._check(partition)

@@ -36,12 +36,12 @@ class GatedFlusher:
         self.fail = False
         self.calls = 0
 
-    async def durable(self, plog: Any, end_offset: int) -> None:
+    async def durable(self, plog: Any, end_offset: int, *, inline: bool = False) -> None:
         self.calls += 1
         await self.gate.wait()
         if self.fail:
             raise OSError(5, "Input/output error")
-        await self.real.durable(plog, end_offset)
+        await self.real.durable(plog, end_offset, inline=inline)
 
 
 def _acked(b: FakeBroker, svc: ShareService, topic: str) -> tuple[Any, Any]:
