@@ -178,3 +178,35 @@ def test_init_producer_id_and_idempotent_duplicates(shared_broker, versions, top
         assert c.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=10) == (0, 8)
     finally:
         c.close()
+
+
+def test_broker_fetch_max_bytes_caps_responses(start_broker, topic_name):
+    """A Fetch response stops at the broker's fetch.max.bytes, but always carries one batch."""
+    b = start_broker({"fetch.max.bytes": "4096"})
+    create_topic(b.bootstrap, topic_name, 2)
+    cls = load_request_schema(1, 12)
+    pcls = load_request_schema(0, 9)
+    big = build_batch([(None, b"x" * 10_000, [], 1_700_000_000_000)])
+    small = build_batch([(None, b"y" * 1000, [], 1_700_000_000_000)])
+    with RawConnection(b.bootstrap) as conn:
+        for partition, batches in ((0, [small] * 8), (1, [big])):
+            for batch in batches:
+                req = make(pcls, transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
+                           topic_data=(make(sub(pcls, "TopicProduceData"), name=topic_name, partition_data=(
+                               make(sub(pcls, "PartitionProduceData"), index=partition, records=batch),)),))
+                assert conn.request(req).responses[0].partition_responses[0].error_code == ErrorCode.none
+
+        def fetch(partitions: list[int]) -> dict[int, bytes]:
+            parts = tuple(make(sub(cls, "FetchPartition"), partition=p, current_leader_epoch=-1, fetch_offset=0,
+                               last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)
+                          for p in partitions)
+            req = make(cls, replica_id=-1, max_wait=datetime.timedelta(milliseconds=10), min_bytes=1,
+                       max_bytes=50 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                       topics=(make(sub(cls, "FetchTopic"), topic=topic_name, partitions=parts),))
+            return {p.partition_index: p.records for p in conn.request(req).responses[0].partitions}
+
+        got = fetch([0])[0]
+        assert 1000 < len(got) <= 4096  # whole batches, no more than fetch.max.bytes
+        assert len(got) % len(small) == 0
+        got = fetch([1])[1]
+        assert got == big  # larger than the cap, yet returned whole: the consumer can progress

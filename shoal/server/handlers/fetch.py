@@ -1,7 +1,8 @@
 """Fetch (key 1), v4-v17: whole record batches read as bytes, long poll, fetch sessions.
 
 A partition's data is the log's bytes from the batch holding ``fetch_offset``, up to
-``partition_max_bytes`` and what is left of the request's ``max_bytes``; the first
+``partition_max_bytes`` and what is left of the request's ``max_bytes`` (itself capped
+by the broker's ``fetch.max.bytes``); the first
 partition with data always gets at least one whole batch, so an oversized batch
 cannot stall a consumer (Kafka's rule since Fetch v3). When fewer than ``min_bytes``
 are ready, the request parks until an append touches one of its partitions or
@@ -94,7 +95,8 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
 
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
     min_bytes = max(request.min_bytes, 1)
-    max_bytes = request.max_bytes if has_field(type(request), "max_bytes") else 2**31 - 1
+    max_bytes = min(request.max_bytes if has_field(type(request), "max_bytes") else 2**31 - 1,
+                    broker.config["fetch.max.bytes"])
     deadline = broker.clock.now_ms() + max_wait_ms
     while True:
         results: dict[tuple[str, int], dict[str, Any]] = {}
