@@ -91,8 +91,8 @@ def plain_consume(bs: str, topic: str, count: int) -> float:
     return count / dt
 
 
-def share_consume(bs: str, topic: str, group: str, count: int) -> float:
-    c = ShareConsumer({"bootstrap.servers": bs, "group.id": group, "max.poll.records": 2000, **QUIET})
+def share_consume(bs: str, topic: str, group: str, count: int, max_poll_records: int = 2000) -> float:
+    c = ShareConsumer({"bootstrap.servers": bs, "group.id": group, "max.poll.records": max_poll_records, **QUIET})
     c.subscribe([topic])
     n = 0
     t0 = None
@@ -108,17 +108,18 @@ def share_consume(bs: str, topic: str, group: str, count: int) -> float:
     return count / dt
 
 
-def case_a(bs: str, pid: int, count: int, batch_records: int) -> None:
+def case_a(bs: str, pid: int, count: int, batch_records: int, max_poll_records: int) -> None:
     topic = f"a-{uuid.uuid4().hex[:8]}"
     setup(bs, topic, "bench-a", count, 100, batch_records)
     results = []
     for name, fn in (("plain consumer (assign)", lambda: plain_consume(bs, topic, count)),
-                     ("share consumer (implicit ack)", lambda: share_consume(bs, topic, "bench-a", count))):
+                     ("share consumer (implicit ack)", lambda: share_consume(bs, topic, "bench-a", count, max_poll_records))):
         cpu0 = cpu_seconds(pid)
         rate = fn()
         cpu = cpu_seconds(pid) - cpu0
         results.append((name, rate, cpu))
-    print(f"(a) one partition, {count} records of 100 B, {batch_records} records per batch")
+    print(f"(a) one partition, {count} records of 100 B, {batch_records} records per batch, "
+          f"share max.poll.records={max_poll_records}")
     for name, rate, cpu in results:
         print(f"    {name:32s} {rate:10.0f} records/s   broker CPU {cpu * 1e6 / count:6.1f} us/record")
     print(f"    share / plain = {results[1][1] / results[0][1]:.2f}")
@@ -203,6 +204,8 @@ def main() -> int:
     ap.add_argument("--max-poll-records", type=int, default=20,
                     help="(b) each ShareConsumer's max.poll.records (20 x 5 ms = 100 ms of work per poll)")
     ap.add_argument("--batch-records", type=int, default=500, help="(a) records per produced batch")
+    ap.add_argument("--share-max-poll-records", type=int, default=2000,
+                    help="(a) the ShareConsumer's max.poll.records (records per ShareFetch round trip)")
     ap.add_argument("-o", "--override", action="append", default=[], help="broker KEY=VALUE, repeatable")
     args = ap.parse_args()
     data_dir = tempfile.mkdtemp(prefix="shoal-share-bench-")
@@ -210,7 +213,7 @@ def main() -> int:
     bs = f"127.0.0.1:{port}"
     try:
         if args.only in (None, "a"):
-            case_a(bs, proc.pid, args.records, args.batch_records)
+            case_a(bs, proc.pid, args.records, args.batch_records, args.share_max_poll_records)
         if args.only in (None, "b"):
             case_b(bs, proc.pid, [int(x) for x in args.consumers.split(",")], args.seconds, args.work_ms,
                    args.max_poll_records)
