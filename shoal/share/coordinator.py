@@ -70,7 +70,7 @@ Whether a topic or partition exists (the shell checks metadata before calling), 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -637,112 +637,103 @@ class ShareCoordinatorShard:
         s._update_counts = dict(self._update_counts)
         return s
 
-    def handle_initialize_share_group_state(
-        self, request: InitializeShareGroupStateRequest
-    ) -> Result[InitializeShareGroupStateResponse]:
-        """InitializeShareGroupState v0: one ``initialize`` per partition."""
+    def _each_partition(self, request: Any, operate: Callable[[ShareCoordinatorShard, SharePartitionKey, Any],
+                                                             Result[PartitionOutcome]],
+                        answer: Callable[[Any, PartitionOutcome], Any], topic_result: type) -> Result[tuple[Any, ...]]:
+        """Run ``operate(scratch, key, partition)`` for every partition the request names.
+
+        The partitions run in request order against one scratch copy that replays each
+        one's records. Returns the records to append, and as response the per-topic
+        results (``topic_result`` of ``answer(partition, outcome)`` per partition).
+        """
         scratch = self._scratch()
         records: list[CoordinatorRecord] = []
         results = []
         for topic in request.topics:
             parts = []
             for p in topic.partitions:
-                r = scratch.initialize(SharePartitionKey.of(request.group_id, topic.topic_id, p.partition),
-                                       int(p.state_epoch), int(p.start_offset))
+                r = operate(scratch, SharePartitionKey.of(request.group_id, topic.topic_id, p.partition), p)
                 _take(scratch, r, records)
-                o = r.response
-                parts.append(InitializePartitionResult(
-                    partition=p.partition, error_code=o.error_code, error_message=o.error_message))
-            results.append(InitializeStateResult(topic_id=topic.topic_id, partitions=tuple(parts)))
-        return Result(records=records, response=InitializeShareGroupStateResponse(results=tuple(results)))
+                parts.append(answer(p, r.response))
+            results.append(topic_result(topic_id=topic.topic_id, partitions=tuple(parts)))
+        return Result(records=records, response=tuple(results))
+
+    def handle_initialize_share_group_state(
+        self, request: InitializeShareGroupStateRequest
+    ) -> Result[InitializeShareGroupStateResponse]:
+        """InitializeShareGroupState v0: one ``initialize`` per partition."""
+        r = self._each_partition(
+            request, lambda s, key, p: s.initialize(key, int(p.state_epoch), int(p.start_offset)),
+            lambda p, o: InitializePartitionResult(partition=p.partition, error_code=o.error_code,
+                                                   error_message=o.error_message),
+            InitializeStateResult)
+        return Result(records=r.records, response=InitializeShareGroupStateResponse(results=r.response))
 
     def handle_write_share_group_state(
         self, request: WriteShareGroupStateRequest
     ) -> Result[WriteShareGroupStateResponse]:
         """WriteShareGroupState v1: one ``write`` per partition."""
-        scratch = self._scratch()
-        records: list[CoordinatorRecord] = []
-        results = []
-        for topic in request.topics:
-            parts = []
-            for p in topic.partitions:
-                batches = tuple(StateBatch(int(b.first_offset), int(b.last_offset), int(b.delivery_state),
-                                           int(b.delivery_count)) for b in p.state_batches)
-                r = scratch.write(SharePartitionKey.of(request.group_id, topic.topic_id, p.partition),
-                                  int(p.state_epoch), int(p.leader_epoch), int(p.start_offset), batches,
-                                  int(p.delivery_complete_count))
-                _take(scratch, r, records)
-                o = r.response
-                parts.append(WritePartitionResult(
-                    partition=p.partition, error_code=o.error_code, error_message=o.error_message))
-            results.append(WriteStateResult(topic_id=topic.topic_id, partitions=tuple(parts)))
-        return Result(records=records, response=WriteShareGroupStateResponse(results=tuple(results)))
+        def write(s: ShareCoordinatorShard, key: SharePartitionKey, p: Any) -> Result[PartitionOutcome]:
+            batches = tuple(StateBatch(int(b.first_offset), int(b.last_offset), int(b.delivery_state),
+                                       int(b.delivery_count)) for b in p.state_batches)
+            return s.write(key, int(p.state_epoch), int(p.leader_epoch), int(p.start_offset), batches,
+                           int(p.delivery_complete_count))
+
+        r = self._each_partition(
+            request, write,
+            lambda p, o: WritePartitionResult(partition=p.partition, error_code=o.error_code,
+                                              error_message=o.error_message),
+            WriteStateResult)
+        return Result(records=r.records, response=WriteShareGroupStateResponse(results=r.response))
 
     def handle_read_share_group_state(
         self, request: ReadShareGroupStateRequest
     ) -> Result[ReadShareGroupStateResponse]:
         """ReadShareGroupState v0: one ``read`` per partition (may record leader epochs)."""
-        scratch = self._scratch()
-        records: list[CoordinatorRecord] = []
-        results = []
-        for topic in request.topics:
-            parts = []
-            for p in topic.partitions:
-                key = SharePartitionKey.of(request.group_id, topic.topic_id, p.partition)
-                r = scratch.read(key, int(p.leader_epoch))
-                _take(scratch, r, records)
-                o = r.response
-                st = o.state if o.ok else None
-                parts.append(ReadPartitionResult(
-                    partition=p.partition, error_code=o.error_code, error_message=o.error_message,
-                    state_epoch=i32(st.state_epoch if st else 0),
-                    start_offset=i64(st.start_offset if st else UNINITIALIZED_START_OFFSET),
-                    state_batches=tuple(
-                        ReadStateBatch(first_offset=i64(b.first_offset), last_offset=i64(b.last_offset),
-                                       delivery_state=i8(b.delivery_state), delivery_count=i16(b.delivery_count))
-                        for b in (st.state_batches if st else ())),
-                ))
-            results.append(ReadStateResult(topic_id=topic.topic_id, partitions=tuple(parts)))
-        return Result(records=records, response=ReadShareGroupStateResponse(results=tuple(results)))
+        def answer(p: Any, o: PartitionOutcome) -> ReadPartitionResult:
+            st = o.state if o.ok else None
+            return ReadPartitionResult(
+                partition=p.partition, error_code=o.error_code, error_message=o.error_message,
+                state_epoch=i32(st.state_epoch if st else 0),
+                start_offset=i64(st.start_offset if st else UNINITIALIZED_START_OFFSET),
+                state_batches=tuple(
+                    ReadStateBatch(first_offset=i64(b.first_offset), last_offset=i64(b.last_offset),
+                                   delivery_state=i8(b.delivery_state), delivery_count=i16(b.delivery_count))
+                    for b in (st.state_batches if st else ())),
+            )
+
+        r = self._each_partition(request, lambda s, key, p: s.read(key, int(p.leader_epoch)), answer,
+                                 ReadStateResult)
+        return Result(records=r.records, response=ReadShareGroupStateResponse(results=r.response))
 
     def handle_read_share_group_state_summary(
         self, request: ReadShareGroupStateSummaryRequest
     ) -> Result[ReadShareGroupStateSummaryResponse]:
         """ReadShareGroupStateSummary v1: one ``read_summary`` per partition; no records."""
-        results = []
-        for topic in request.topics:
-            parts = []
-            for p in topic.partitions:
-                key = SharePartitionKey.of(request.group_id, topic.topic_id, p.partition)
-                o = self.read_summary(key, int(p.leader_epoch)).response
-                st = o.state if o.ok else None
-                parts.append(SummaryPartitionResult(
-                    partition=p.partition, error_code=o.error_code, error_message=o.error_message,
-                    state_epoch=i32(st.state_epoch if st else 0),
-                    leader_epoch=i32(st.leader_epoch if st else -1),
-                    start_offset=i64(st.start_offset if st else UNINITIALIZED_START_OFFSET),
-                    delivery_complete_count=i32(st.delivery_complete_count if st else -1),
-                ))
-            results.append(ReadStateSummaryResult(topic_id=topic.topic_id, partitions=tuple(parts)))
-        return Result(records=[], response=ReadShareGroupStateSummaryResponse(results=tuple(results)))
+        def answer(p: Any, o: PartitionOutcome) -> SummaryPartitionResult:
+            st = o.state if o.ok else None
+            return SummaryPartitionResult(
+                partition=p.partition, error_code=o.error_code, error_message=o.error_message,
+                state_epoch=i32(st.state_epoch if st else 0),
+                leader_epoch=i32(st.leader_epoch if st else -1),
+                start_offset=i64(st.start_offset if st else UNINITIALIZED_START_OFFSET),
+                delivery_complete_count=i32(st.delivery_complete_count if st else -1),
+            )
+
+        r = self._each_partition(request, lambda s, key, p: s.read_summary(key, int(p.leader_epoch)), answer,
+                                 ReadStateSummaryResult)
+        return Result(records=r.records, response=ReadShareGroupStateSummaryResponse(results=r.response))
 
     def handle_delete_share_group_state(
         self, request: DeleteShareGroupStateRequest
     ) -> Result[DeleteShareGroupStateResponse]:
         """DeleteShareGroupState v0: one ``delete`` per partition."""
-        scratch = self._scratch()
-        records: list[CoordinatorRecord] = []
-        results = []
-        for topic in request.topics:
-            parts = []
-            for p in topic.partitions:
-                r = scratch.delete(SharePartitionKey.of(request.group_id, topic.topic_id, p.partition))
-                _take(scratch, r, records)
-                o = r.response
-                parts.append(DeletePartitionResult(
-                    partition=p.partition, error_code=o.error_code, error_message=o.error_message))
-            results.append(DeleteStateResult(topic_id=topic.topic_id, partitions=tuple(parts)))
-        return Result(records=records, response=DeleteShareGroupStateResponse(results=tuple(results)))
+        r = self._each_partition(
+            request, lambda s, key, p: s.delete(key),
+            lambda p, o: DeletePartitionResult(partition=p.partition, error_code=o.error_code,
+                                               error_message=o.error_message),
+            DeleteStateResult)
+        return Result(records=r.records, response=DeleteShareGroupStateResponse(results=r.response))
 
 
 def _take(scratch: ShareCoordinatorShard, r: Result[PartitionOutcome], records: list[CoordinatorRecord]) -> None:
