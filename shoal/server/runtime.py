@@ -43,10 +43,10 @@ share coordinator uses it to tell which records are superseded).
 from __future__ import annotations
 
 import logging
-import zlib
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from ..coordinator.partitioning import coordinator_partition
 from ..coordinator.records import CoordinatorRecord
 from ..coordinator.result import Result
 from ..errors import ApiError, ErrorCode
@@ -56,21 +56,7 @@ log = logging.getLogger("shoal.runtime")
 
 S = TypeVar("S")
 
-__all__ = ["CoordinatorRuntime", "java_string_hash"]
-
-
-def java_string_hash(text: str) -> int:
-    """Java's ``String.hashCode``, so group ids map to partitions as in Kafka."""
-    h = 0
-    for ch in text.encode("utf-16-be").decode("utf-16-be"):
-        code = ord(ch)
-        if code > 0xFFFF:  # a surrogate pair in Java
-            code -= 0x10000
-            for unit in (0xD800 + (code >> 10), 0xDC00 + (code & 0x3FF)):
-                h = (31 * h + unit) & 0xFFFFFFFF
-        else:
-            h = (31 * h + code) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
+__all__ = ["CoordinatorRuntime"]
 
 
 class CoordinatorRuntime(Generic[S]):
@@ -91,12 +77,8 @@ class CoordinatorRuntime(Generic[S]):
         return len(self.shards)
 
     def partition_for_group(self, group_id: str) -> int:
-        h = java_string_hash(group_id)
-        return (h & 0x7FFFFFFF) % len(self.shards)
-
-    def partition_for_key(self, key: str) -> int:
-        """Stable partition of an arbitrary key (share-partition keys)."""
-        return zlib.crc32(key.encode()) % len(self.shards)
+        """The partition holding ``group_id``, by Kafka's rule."""
+        return coordinator_partition(group_id, len(self.shards))
 
     def load(self) -> None:
         store = self.broker.store

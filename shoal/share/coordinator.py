@@ -113,6 +113,7 @@ from kio.schema.write_share_group_state.v1.response import (
 from kio.static.primitive import i8, i16, i32, i64
 
 from shoal.coordinator.records import CoordinatorRecord, ShareStateRecordType, record, tombstone
+from shoal.coordinator.partitioning import coordinator_partition
 from shoal.coordinator.result import Result
 
 __all__ = [
@@ -123,7 +124,6 @@ __all__ = [
     "ShareCoordinatorShard",
     "combine_state_batches",
     "partition_for",
-    "java_string_hash",
     "UNINITIALIZED_START_OFFSET",
     "SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT",
 ]
@@ -237,15 +237,6 @@ def _error(code: ErrorCode, message: str | None = None) -> Result[PartitionOutco
 # --- pure helpers ----------------------------------------------------------------------
 
 
-def java_string_hash(s: str) -> int:
-    """Java's ``String.hashCode`` (signed 32-bit, over UTF-16 code units)."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
 def partition_for(key: SharePartitionKey, num_partitions: int) -> int:
     """The ``__share_group_state`` partition that holds ``key``.
 
@@ -253,11 +244,7 @@ def partition_for(key: SharePartitionKey, num_partitions: int) -> int:
     string hash (``Utils.abs`` maps Integer.MIN_VALUE to 0). Stable across processes,
     unlike Python's ``hash``. Raises ValueError if ``num_partitions < 1``.
     """
-    if num_partitions < 1:
-        raise ValueError("num_partitions must be at least 1")
-    h = java_string_hash(key.coordinator_key())
-    h = 0 if h == -(1 << 31) else abs(h)
-    return h % num_partitions
+    return coordinator_partition(key.coordinator_key(), num_partitions)
 
 
 def combine_state_batches(

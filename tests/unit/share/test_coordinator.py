@@ -26,6 +26,7 @@ from kio.schema.write_share_group_state.v1.request import WriteShareGroupStateRe
 from kio.static.primitive import i8, i16, i32, i64
 
 from shoal.config import BrokerConfig
+from shoal.coordinator.partitioning import java_string_hash
 from shoal.coordinator.records import CoordinatorRecord, ShareStateRecordType
 from shoal.share.coordinator import (
     PartitionOutcome,
@@ -34,7 +35,6 @@ from shoal.share.coordinator import (
     ShareState,
     StateBatch,
     combine_state_batches,
-    java_string_hash,
     partition_for,
 )
 
