@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ApiError, ProtocolViolation
 from ..protocol.codec import codec_for, decode_request, encode_response
-from ..protocol.entities import make
+from ..protocol.entities import has_field, make
 from ..protocol.framing import FrameDecoder
 from ..protocol.header import parse_request_header
 from .context import RequestContext
@@ -154,24 +154,19 @@ class Connection(asyncio.Protocol):
             return
         slot = _Slot()
         self._slots.append(slot)
-        if route.is_async:
-            task = asyncio.ensure_future(route.handler(ctx, request))
+        try:
+            response = route.handler(ctx, request)
+        except ApiError as e:
+            response = self._error_response(ctx, e)
+        if asyncio.iscoroutine(response):
+            # An async handler, or a synchronous one that must wait (Produce waiting for
+            # its fsync): the slot is filled when the task ends.
+            task = asyncio.ensure_future(response)
             slot.task = task
             task.add_done_callback(lambda t, s=slot, c=ctx: self._async_done(s, c, t))
-        else:
-            try:
-                response = route.handler(ctx, request)
-            except ApiError as e:
-                response = self._error_response(ctx, e)
-            if asyncio.iscoroutine(response):
-                # A synchronous handler may hand back a coroutine when it must wait
-                # (Produce waiting for its fsync); it then completes like an async one.
-                task = asyncio.ensure_future(response)
-                slot.task = task
-                task.add_done_callback(lambda t, s=slot, c=ctx: self._async_done(s, c, t))
-                return
-            slot.pieces = encode_response(codec, api_key, header.correlation_id, response)
-            self._flush()
+            return
+        slot.pieces = encode_response(codec, api_key, header.correlation_id, response)
+        self._flush()
 
     def _run_no_response(self, ctx: RequestContext, route: Any, request: Any) -> None:
         def done(t: asyncio.Task[Any]) -> None:
@@ -204,8 +199,6 @@ class Connection(asyncio.Protocol):
         self._flush()
 
     def _error_response(self, ctx: RequestContext, e: ApiError) -> Any:
-        from ..protocol.entities import has_field
-
         cls = ctx.codec.response_type
         if not has_field(cls, "error_code"):
             raise ProtocolViolation(f"{cls.__name__} has no top-level error code for {e.error_code.name}")

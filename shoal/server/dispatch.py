@@ -32,7 +32,6 @@ class Route:
     handler: Callable[..., Any]
     min_version: int
     max_version: int
-    is_async: bool
 
 
 _REGISTRY: dict[int, Route] = {}
@@ -50,9 +49,7 @@ def api(api_key: int, min_version: int, max_version: int) -> Callable[[Callable[
             hi -= 1
         if lo > hi:
             raise RuntimeError(f"kio has no version of API {api_key} in {min_version}..{max_version}")
-        import inspect
-
-        _REGISTRY[api_key] = Route(api_key, fn, lo, hi, inspect.iscoroutinefunction(fn))
+        _REGISTRY[api_key] = Route(api_key, fn, lo, hi)
         return fn
 
     return register
