@@ -98,7 +98,7 @@ from .assignors import (
     normalize,
     partitions_of,
 )
-from .consumer import GroupKindQueries, GroupListing, TopicsMetadata, _td
+from .consumer import GroupKindQueries, TopicsMetadata, _td
 
 __all__ = [
     "GROUP_TYPE",

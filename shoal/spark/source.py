@@ -35,7 +35,6 @@ from pyspark.sql.datasource import (
     DataSourceStreamWriter,
     DataSourceWriter,
     InputPartition,
-    WriterCommitMessage,
 )
 
 from .kafka import list_partitions, read_range, resolve_offsets, watermarks

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import threading
 import time
 from pathlib import Path
 

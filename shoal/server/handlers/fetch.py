@@ -19,9 +19,6 @@ from ...protocol.entities import ZERO_UUID, has_field, make, sub
 from ..dispatch import api
 from ..fetch_session import FetchSessionError, SessionPartition
 
-_ABSENT = object()
-
-
 def _requested(ctx: Any, request: Any) -> tuple[dict[tuple[str, int], SessionPartition], dict[tuple[str, int], Any],
                                                  list[tuple[str, int]]]:
     """The request's partitions keyed by (topic name, partition), errors for unknown ids, forgotten keys."""

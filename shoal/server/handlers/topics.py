@@ -7,7 +7,7 @@ from typing import Any
 from ...errors import ApiError, ErrorCode
 from ...protocol.entities import ZERO_UUID, make, sub
 from ..dispatch import api
-from .configs import CONFIG_SOURCE, CONFIG_TYPE, topic_config_entries
+from .configs import CONFIG_SOURCE, topic_config_entries
 from .metadata import INTERNAL_TOPICS
 
 

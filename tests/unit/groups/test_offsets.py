@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode as E
 
-from tests.unit.groups.helpers import Shell, req, stable_group, subscription
+from tests.unit.groups.helpers import Shell, req, stable_group
 
 
 def fetch(sh: Shell, version: int, now: int = 0, group: str = "g", topics=None, **kw):
