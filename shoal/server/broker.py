@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import BrokerConfig
+from ..log.partition_log import atomic_write
 from ..log.store import LogStore
 from .dispatch import routes
 from .fetch_session import FetchSessionCache
@@ -196,12 +197,7 @@ class Broker:
                 if line.startswith("cluster.id="):
                     return line.split("=", 1)[1].strip()
         cid = configured or _random_cluster_id()
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            f.write(f"version=1\ncluster.id={cid}\nnode.id={self.node_id}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        atomic_write(path, f"version=1\ncluster.id={cid}\nnode.id={self.node_id}\n".encode())
         return cid
 
     def _new_connection(self) -> Any:

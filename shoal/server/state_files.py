@@ -7,27 +7,13 @@ the directory), so a crash leaves either the old or the new version.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from ..config import BrokerConfig
+from ..log.partition_log import atomic_write
 
-__all__ = ["write_atomically", "DynamicConfigs", "ProducerIdAllocator"]
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+__all__ = ["DynamicConfigs", "ProducerIdAllocator"]
 
 
 class DynamicConfigs:
@@ -46,7 +32,7 @@ class DynamicConfigs:
             config.set(k, v)
 
     def _save(self) -> None:
-        write_atomically(self.path, json.dumps({"broker": self.broker, "groups": self.groups}, indent=1).encode())
+        atomic_write(self.path, json.dumps({"broker": self.broker, "groups": self.groups}, indent=1).encode())
 
     def set_broker(self, values: dict[str, str], config: BrokerConfig) -> None:
         for k in self.broker:
@@ -94,7 +80,7 @@ class ProducerIdAllocator:
     def allocate(self) -> int:
         if self._next >= self._limit:
             self._limit = self._next + self.BLOCK
-            write_atomically(self.path, json.dumps({"next_block": self._limit}).encode())
+            atomic_write(self.path, json.dumps({"next_block": self._limit}).encode())
         pid = self._next
         self._next += 1
         return pid
