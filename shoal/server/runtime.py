@@ -8,7 +8,7 @@ topic. A shard is a pure state machine (``shoal.groups.manager``,
 ``shoal.share.coordinator``) with request handlers that return a
 :class:`~shoal.coordinator.result.Result` and a ``replay(record)`` method.
 
-Two ways to make a result durable, both appending its records as one uncompressed
+Three ways to make a result durable, all appending its records as one uncompressed
 batch to the partition's log and replaying them into the shard without awaiting in
 between, so no other operation on the shard can interleave between computing a result
 and applying it: one shard's operations are serial, as Kafka's runtime guarantees with
@@ -24,6 +24,9 @@ ApiError(COORDINATOR_NOT_AVAILABLE) and the shard is unchanged.
   serving. The caller answers its client only after the await returns. A result with
   no records still waits until everything already appended to the partition is
   durable, so no answer is ever computed from state that is not on disk yet.
+* ``apply_deferred(partition, result)`` then ``flush_now(partition)``: for a caller
+  that batches writes itself (the share service's commit rounds): append and replay
+  now, and later one fsync on the event loop for everything appended since.
 
 A failed fsync leaves the shard's memory ahead of the disk, and after a failed fsync
 the kernel may have dropped the unwritten pages while a later fsync reports success.
@@ -129,6 +132,18 @@ class CoordinatorRuntime(Generic[S]):
         self._replay(partition, result, base_offset)
         return result
 
+    def apply_deferred(self, partition: int, result: Result[Any]) -> Result[Any]:
+        """Append and replay ``result.records`` now, without waiting for their fsync.
+
+        The caller must ``await wait_durable(partition)`` before telling anyone the
+        result succeeded. Raises ApiError(COORDINATOR_NOT_AVAILABLE) if the append fails
+        (then nothing is replayed).
+        """
+        if result.records:
+            _plog, base_offset, _durable = self._append(partition, result, defer_flush=True)
+            self._replay(partition, result, base_offset)
+        return result
+
     async def apply_durable(self, partition: int, result: Result[Any]) -> Result[Any]:
         """Append and replay ``result.records`` now, return once they are fsynced (group commit).
 
@@ -136,9 +151,7 @@ class CoordinatorRuntime(Generic[S]):
         (nothing replayed; raised before the first await), or if the partition failed or
         fails before the records are durable.
         """
-        if result.records:
-            _plog, base_offset, _durable = self._append(partition, result, defer_flush=True)
-            self._replay(partition, result, base_offset)
+        self.apply_deferred(partition, result)
         await self.wait_durable(partition)
         return result
 
@@ -157,6 +170,25 @@ class CoordinatorRuntime(Generic[S]):
             except OSError as e:
                 self._fail(partition, e)
         self._check(partition)
+
+    def flush_now(self, partition: int) -> None:
+        """fdatasync ``partition`` on the event loop now, covering every append so far.
+
+        For a caller that batches its own appends (``apply_deferred``) and answers them
+        all after one sync. Raises ApiError(COORDINATOR_NOT_AVAILABLE) if the partition
+        failed or the sync fails (the partition is then failed and the broker halts).
+        """
+        self._check(partition)
+        plog = self.broker.store.partition(self.topic, partition)
+        if not plog.unflushed_messages:
+            return
+        try:
+            ticket = plog.begin_flush()
+            ticket.sync()
+        except OSError as e:
+            self._fail(partition, e)
+            raise ApiError(ErrorCode.coordinator_not_available, "coordinator state could not be written") from e
+        plog.end_flush(ticket, self.broker.clock.now_ms())
 
     def run(self, partition: int, operation: Callable[[S], Result[Any]]) -> Result[Any]:
         """Compute ``operation(shard)`` and apply its result; returns the result."""

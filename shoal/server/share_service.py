@@ -14,21 +14,25 @@ Theory of operation
 * **Persister.** Kafka's five operations (initialize, read, write, delete,
   read_summary). ``initialize``, ``read``, ``delete`` and ``read_summary`` run the
   shard operation and ``runtime.apply`` (append, fsync, replay) on the event loop:
-  when they return, the state is durable or the call failed. ``write`` is awaited: it
-  runs ``runtime.run_durable`` (append and replay at once, then a group-commit fsync
-  shared with every write to the same ``__share_group_state`` partition meanwhile).
-  A failure comes back as the outcome's error code (COORDINATOR_NOT_AVAILABLE when the
-  append or the fsync failed).
+  when they return, the state is durable or the call failed. A write is split in two:
+  ``append_write`` appends and replays it at once, and ``flush`` (or ``durable``)
+  makes every write appended so far durable. A failure comes back as the outcome's
+  error code (COORDINATOR_NOT_AVAILABLE when the append or the fsync failed; a failed
+  fsync also halts the broker).
 * **Share-partition manager.** One :class:`~shoal.share.partition.SharePartition` per
   ``(group_id, topic_id, partition)``, created on first use from the persisted state
   (or, when nothing is persisted, from ``share.auto.offset.reset``). After any change
-  the durability loop of ``shoal.share.partition`` runs as one task per share-partition
-  (:meth:`ShareService.schedule_persist`): take a write, await the persister, commit or
-  roll back, repeat while changes are left; a rolled-back write is retried by a timer.
-  Acknowledgement handlers await :meth:`ShareService.wait_for` before answering. Lock expiry: one ``loop.call_at`` per share-partition at
-  ``next_deadline_ms()``. Whenever records become acquirable again (released,
-  expired, rolled back, or the in-flight limit freed), the parked ShareFetches of that
-  partition are woken through ``broker.append_waiters``.
+  the share-partition is queued (:meth:`ShareService.schedule_persist`) for the next
+  *commit round* of its ``__share_group_state`` partition: one callback, on the next
+  loop iteration, that takes a write of every queued share-partition, appends them,
+  fsyncs once on the event loop and commits (or rolls back) each. Every
+  acknowledgement received before a round shares its fsync, and an acknowledgement is
+  answered one loop iteration after it; a rolled-back write is retried by a timer.
+  Acknowledgement handlers await :meth:`ShareService.wait_for` before answering. Lock
+  expiry: one ``loop.call_at`` per share-partition at ``next_deadline_ms()``. Whenever
+  records become acquirable again (released, expired, rolled back, or the in-flight
+  limit freed), the parked ShareFetches of that partition are woken through
+  ``broker.append_waiters``.
 * **Sessions.** A :class:`~shoal.share.session.ShareSessionCache`. Closing a session
   or a disconnect releases the member's acquired records; a member that leaves the
   group keeps them until its session closes (see :meth:`ShareService.on_share_member_removed`).
@@ -99,6 +103,41 @@ class Persister:
     def read(self, key: SharePartitionKey, leader_epoch: int = -1) -> PartitionOutcome:
         return self._run(key, lambda s: s.read(key, leader_epoch))
 
+    def append_write(self, key: SharePartitionKey, state_epoch: int, leader_epoch: int, start_offset: int,
+                     batches: Iterable[StateBatch], delivery_complete_count: int = -1) -> tuple[int, PartitionOutcome]:
+        """Append and replay a share-partition's state write now, without its fsync.
+
+        Returns (``__share_group_state`` partition, outcome). A write whose outcome is ok
+        is durable only once :meth:`durable` of that partition returns ok.
+        """
+        partition = self.partition_of(key)
+        batches = tuple(batches)
+        try:
+            self.runtime._check(partition)
+            result = self.runtime.apply_deferred(
+                partition,
+                self.runtime.shards[partition].write(key, state_epoch, leader_epoch, start_offset, batches,
+                                                     delivery_complete_count))
+        except ApiError as e:
+            return partition, PartitionOutcome(e.error_code, str(e), None)
+        return partition, result.response
+
+    async def durable(self, partition: int) -> PartitionOutcome | None:
+        """Wait until every write appended to ``partition`` is fsynced; None, or the failure."""
+        try:
+            await self.runtime.wait_durable(partition)
+        except ApiError as e:
+            return PartitionOutcome(e.error_code, str(e), None)
+        return None
+
+    def flush(self, partition: int) -> PartitionOutcome | None:
+        """fsync every write appended to ``partition`` now, on the event loop; None, or the failure."""
+        try:
+            self.runtime.flush_now(partition)
+        except ApiError as e:
+            return PartitionOutcome(e.error_code, str(e), None)
+        return None
+
     async def write(self, key: SharePartitionKey, state_epoch: int, leader_epoch: int, start_offset: int,
                     batches: Iterable[StateBatch], delivery_complete_count: int = -1) -> PartitionOutcome:
         """Write a share-partition's state; returns once it is durable (group commit).
@@ -106,14 +145,11 @@ class Persister:
         The record is appended and replayed at once, so writes of many share-partitions
         to one ``__share_group_state`` partition share one fsync.
         """
-        batches = tuple(batches)
-        try:
-            result = await self.runtime.run_durable(
-                self.partition_of(key),
-                lambda s: s.write(key, state_epoch, leader_epoch, start_offset, batches, delivery_complete_count))
-        except ApiError as e:
-            return PartitionOutcome(e.error_code, str(e), None)
-        return result.response  # type: ignore[no-any-return]
+        partition, outcome = self.append_write(key, state_epoch, leader_epoch, start_offset, batches,
+                                               delivery_complete_count)
+        if outcome.ok:
+            outcome = await self.durable(partition) or outcome
+        return outcome
 
     def delete(self, key: SharePartitionKey) -> PartitionOutcome:
         return self._run(key, lambda s: s.delete(key))
@@ -143,10 +179,11 @@ class ShareService:
         self._retry: dict[PartitionId, asyncio.TimerHandle] = {}
         self._prune_timer: asyncio.TimerHandle | None = None
         self._loading: dict[PartitionId, asyncio.Future[SharePartition]] = {}
-        self._writers: dict[SharePartition, asyncio.Task[bool]] = {}
-        """The running durability loop of each share-partition that has one."""
-        self._settled: dict[SharePartition, asyncio.Future[None]] = {}
-        """Completed when the share-partition's current write commits or rolls back."""
+        self._queued: dict[int, dict[SharePartition, None]] = {}
+        """Per ``__share_group_state`` partition: share-partitions waiting for its next commit round."""
+        self._state_partitions: dict[SharePartition, int] = {}
+        self._settled: dict[SharePartition, list[asyncio.Future[bool]]] = {}
+        """Completed (True if it committed) when the share-partition's queued write settles."""
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
@@ -155,9 +192,9 @@ class ShareService:
         self._schedule_prune()
 
     async def drain(self) -> None:
-        """Wait for the running durability loops (at shutdown, before the log closes)."""
-        while self._writers:
-            await asyncio.gather(*list(self._writers.values()), return_exceptions=True)
+        """Wait for the queued commit rounds (at shutdown, before the log closes)."""
+        while self._queued:
+            await asyncio.sleep(0)
 
     def stop(self) -> None:
         for _d, h in self._timers.values():
@@ -297,7 +334,9 @@ class ShareService:
         self._drop(pid)
 
     def _drop(self, pid: PartitionId) -> None:
-        self.partitions.pop(pid, None)
+        sp = self.partitions.pop(pid, None)
+        if sp is not None and not self._is_queued(sp):
+            self._state_partitions.pop(sp, None)
         t = self._timers.pop(pid, None)
         if t is not None:
             t[1].cancel()
@@ -306,99 +345,132 @@ class ShareService:
             r.cancel()
 
     # -- durability and timers --------------------------------------------------------------
-    def schedule_persist(self, sp: SharePartition) -> asyncio.Task[bool] | None:
-        """Start ``sp``'s durability loop unless it runs or nothing needs writing.
+    def schedule_persist(self, sp: SharePartition) -> None:
+        """Have ``sp``'s changes written in the next commit round of its state partition.
 
-        Returns the loop's task (None if nothing is to be written). The loop runs as its
-        own task, so a client that goes away cannot leave a write half done.
+        A commit round (:meth:`_commit_round`) runs on the next loop iteration. It takes
+        one write of every share-partition queued for that ``__share_group_state``
+        partition, appends them, fsyncs once, and commits them (or rolls them back),
+        all in one step: every acknowledgement received before the round shares its
+        fsync, and no write is outstanding between rounds.
         """
-        task = self._writers.get(sp)
-        if task is not None:
-            return task
         if not sp.needs_write:
-            return None
-        task = asyncio.ensure_future(self._write_loop(sp))
-        self._writers[sp] = task
-        return task
+            return
+        partition = self._state_partition(sp)
+        queued = self._queued.get(partition)
+        if queued is None:
+            queued = self._queued[partition] = {}
+            asyncio.get_running_loop().call_soon(self._commit_round, partition)
+        queued[sp] = None
+
+    def _state_partition(self, sp: SharePartition) -> int:
+        partition = self._state_partitions.get(sp)
+        if partition is None:
+            partition = self._state_partitions[sp] = self.persister.partition_of(
+                SharePartitionKey.of(sp.group_id, sp.topic_id, sp.partition))
+        return partition
+
+    def _is_queued(self, sp: SharePartition) -> bool:
+        queued = self._queued.get(self._state_partition(sp))
+        return queued is not None and sp in queued
 
     async def persist(self, sp: SharePartition) -> bool:
-        """Run the durability loop until nothing is left to write; False if a write failed.
+        """Write ``sp``'s changes; True once they are durable, False if the write failed.
 
         The acknowledgements pending when this is called are COMMITTED or ROLLED_BACK
-        when it returns (unless the loop stopped at a failed write before taking them;
-        :meth:`wait_for` waits for one acknowledgement whatever happens).
+        when it returns.
         """
-        task = self.schedule_persist(sp)
-        if task is None:
+        self.schedule_persist(sp)
+        if not self._is_queued(sp):
             return True
-        return await asyncio.shield(task)
+        settled: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._settled.setdefault(sp, []).append(settled)
+        return await settled
 
     async def wait_for(self, sp: SharePartition, update: PendingUpdate) -> None:
         """Return once ``update`` is COMMITTED (its write is durable) or ROLLED_BACK."""
         while not update.done:
-            if self.schedule_persist(sp) is None:  # nothing to write: only a dropped partition's leftovers
+            self.schedule_persist(sp)
+            if not self._is_queued(sp):  # nothing to write: only a dropped partition's leftovers
                 break
-            # Woken after each write of sp settles, not when its loop runs dry: under a
-            # steady stream of acknowledgements the loop keeps going.
-            settled = self._settled.get(sp)
-            if settled is None:
-                settled = self._settled[sp] = asyncio.get_running_loop().create_future()
-            await asyncio.shield(settled)
+            # One future per waiter: a cancelled waiter cancels nobody else's wait.
+            settled: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            self._settled.setdefault(sp, []).append(settled)
+            await settled
 
-    def _wake_settled(self, sp: SharePartition) -> None:
-        settled = self._settled.pop(sp, None)
-        if settled is not None and not settled.done():
-            settled.set_result(None)
+    def _wake_settled(self, sp: SharePartition, ok: bool) -> None:
+        for settled in self._settled.pop(sp, ()):
+            if not settled.done():
+                settled.set_result(ok)
 
-    async def _write_loop(self, sp: SharePartition) -> bool:
-        """take_write -> persister write (durable) -> commit, or rollback; at most one write
-        of ``sp`` is outstanding. Stops at the first failed write (a timer retries)."""
-        pid: PartitionId = (sp.group_id, sp.topic_id, sp.partition)  # type: ignore[assignment]
-        ok = True
+    def _start_write(self, sp: SharePartition) -> tuple[StateWrite, int | None, PartitionOutcome | None] | None:
+        """Take ``sp``'s next write and append it (no fsync yet).
+
+        None if there is nothing to write. Otherwise (write, state partition, outcome):
+        partition None if ``sp`` was dropped (nothing appended); an outcome that is not
+        ok if the append failed.
+        """
+        w = sp.take_write()
+        if w is None:
+            return None
+        if self.partitions.get((sp.group_id, sp.topic_id, sp.partition)) is not sp:  # type: ignore[arg-type]
+            return w, None, None  # dropped: its persisted state was replaced; write nothing more of it
+        key = SharePartitionKey.of(w.group_id, w.topic_id, w.partition)
         try:
-            while (w := sp.take_write()) is not None:
-                if self.partitions.get(pid) is not sp:
-                    # Dropped (its persisted state was replaced): write nothing more of it.
-                    sp.rollback(w, self.broker.clock.now_ms())
-                    ok = False
-                    break
-                key = SharePartitionKey.of(w.group_id, w.topic_id, w.partition)
-                try:
-                    outcome = await self.persister.write(
-                        key, w.state_epoch, w.leader_epoch, w.start_offset,
-                        [StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
-                         for b in w.state_batches],
-                        _complete_count(w),
-                    )
-                except Exception as e:  # e.g. the flusher closed at shutdown: the write is not durable
-                    log.exception("share-partition %s-%s-%d: state write raised", w.group_id, w.topic_id,
-                                  w.partition)
-                    outcome = PartitionOutcome(ErrorCode.unknown_server_error, str(e), None)
-                live = self.partitions.get(pid) is sp
-                before = sp.next_fetch_offset()
-                if outcome.ok:
-                    sp.commit(w)
-                    # A release commits to AVAILABLE, and the SPSO may have moved.
-                    released = bool(w.updates) and (before is None or sp.has_available_in_flight())
-                else:
-                    log.warning("share-partition %s-%s-%d: state write failed (%s); rolled back",
-                                w.group_id, w.topic_id, w.partition, outcome.error_code.name)
-                    sp.rollback(w, self.broker.clock.now_ms())
-                    released = True
-                self._wake_settled(sp)
-                if live:
-                    if released:
-                        self.wake(sp)
-                    self.reschedule(sp)
-                if not outcome.ok:
-                    ok = False
-                    if live:
-                        self._schedule_retry(sp)
-                    break
-        finally:
-            self._writers.pop(sp, None)
-            self._wake_settled(sp)
-        return ok
+            partition, outcome = self.persister.append_write(
+                key, w.state_epoch, w.leader_epoch, w.start_offset,
+                [StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+                 for b in w.state_batches],
+                _complete_count(w),
+            )
+        except Exception as e:
+            log.exception("share-partition %s-%s-%d: state write raised", w.group_id, w.topic_id, w.partition)
+            return w, -1, PartitionOutcome(ErrorCode.unknown_server_error, str(e), None)
+        return w, partition, outcome
+
+    def _commit_round(self, partition: int) -> None:
+        """Append the queued share-partitions' writes, fsync once, commit or roll back each."""
+        queued = self._queued.pop(partition, {})
+        appended: list[tuple[SharePartition, StateWrite]] = []
+        for sp in queued:
+            started = self._start_write(sp)
+            if started is None:
+                self._wake_settled(sp, True)
+                continue
+            w, state_partition, outcome = started
+            if state_partition is None:
+                sp.rollback(w, self.broker.clock.now_ms())
+                self._wake_settled(sp, False)
+            elif outcome is not None and not outcome.ok:
+                self._settle(sp, w, outcome)
+            else:
+                appended.append((sp, w))
+        if not appended:
+            return
+        failure = self.persister.flush(partition)
+        for sp, w in appended:
+            self._settle(sp, w, failure)
+
+    def _settle(self, sp: SharePartition, w: StateWrite, failure: PartitionOutcome | None) -> None:
+        pid: PartitionId = (sp.group_id, sp.topic_id, sp.partition)  # type: ignore[assignment]
+        live = self.partitions.get(pid) is sp
+        before = sp.next_fetch_offset()
+        if failure is None:
+            sp.commit(w)
+            # A release commits to AVAILABLE, and the SPSO may have moved.
+            released = bool(w.updates) and (before is None or sp.has_available_in_flight())
+        else:
+            log.warning("share-partition %s-%s-%d: state write failed (%s); rolled back",
+                        w.group_id, w.topic_id, w.partition, failure.error_code.name)
+            sp.rollback(w, self.broker.clock.now_ms())
+            released = True
+        self._wake_settled(sp, failure is None)
+        if live:
+            if released:
+                self.wake(sp)
+            self.reschedule(sp)
+            if failure is not None:
+                self._schedule_retry(sp)
 
     def _schedule_retry(self, sp: SharePartition) -> None:
         pid = (sp.group_id, sp.topic_id, sp.partition)  # type: ignore[misc]

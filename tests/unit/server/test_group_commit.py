@@ -1,8 +1,9 @@
-"""Coordinator writes with group commit (``CoordinatorRuntime.apply_durable``).
+"""Share-state writes with group commit (``ShareService`` commit rounds).
 
-Through the share service on a real log store: an acknowledgement is not settled while
-its write's fsync is held back, concurrent share-state writes share one fsync, and a
-failed fsync fails the waiting write, marks the partition failed and halts.
+Through the share service on a real log store: an acknowledgement is still pending
+while its write's fsync runs, and settles after it; writes of several share-partitions
+to one ``__share_group_state`` partition share one fsync; a failed fsync fails the
+waiting write, marks the partition failed and halts.
 """
 
 from __future__ import annotations
@@ -27,23 +28,6 @@ from .test_share_service import FakeBroker, _topic_with_records
 ONE_STATE_PARTITION = {"share.coordinator.state.topic.num.partitions": "1"}
 
 
-class GatedFlusher:
-    """A slow disk: every ``durable`` waits for ``gate``, then fails or uses the real flusher."""
-
-    def __init__(self, real: Any) -> None:
-        self.real = real
-        self.gate = asyncio.Event()
-        self.fail = False
-        self.calls = 0
-
-    async def durable(self, plog: Any, end_offset: int, *, inline: bool = False) -> None:
-        self.calls += 1
-        await self.gate.wait()
-        if self.fail:
-            raise OSError(5, "Input/output error")
-        await self.real.durable(plog, end_offset, inline=inline)
-
-
 def _acked(b: FakeBroker, svc: ShareService, topic: str) -> tuple[Any, Any]:
     tid = _topic_with_records(b, topic, 4)
     b.dynamic_configs.set_group("g", {"share.auto.offset.reset": "earliest"})
@@ -53,31 +37,35 @@ def _acked(b: FakeBroker, svc: ShareService, topic: str) -> tuple[Any, Any]:
     return sp, update
 
 
-def test_acknowledgement_settles_only_after_its_fsync(tmp_path: Path) -> None:
+def test_acknowledgement_settles_only_after_its_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[Any] = []
+    real_sync = partition_log.FlushTicket.sync
+
     async def body() -> None:
         b = FakeBroker(tmp_path, **ONE_STATE_PARTITION)
         svc = ShareService(b)
         svc.start()
-        real = b.flusher
-        b.flusher = gated = GatedFlusher(real)  # type: ignore[assignment]
         sp, update = _acked(b, svc, "t")
-        waiter = asyncio.ensure_future(svc.wait_for(sp, update))
-        await asyncio.sleep(0.05)
-        assert gated.calls == 1 and not waiter.done()
-        assert update.status is UpdateStatus.PENDING and sp.start_offset == 0
         plog = b.store.partition(SHARE_STATE_TOPIC, 0)
-        assert plog.unflushed_messages == 1  # appended, not yet fsynced
-        # Replayed at once: the next operation on the shard sees the write.
         key = SharePartitionKey.of("g", sp.topic_id, 0)
-        assert svc.persister.read(key).state.start_offset == 2
-        gated.gate.set()
+
+        def watching_sync(ticket: Any) -> None:
+            # At the fsync: appended and replayed (the shard already sees the write),
+            # but the acknowledgement is not settled yet.
+            seen.append((update.status, sp.start_offset, plog.unflushed_messages,
+                         svc.persister.read(key).state.start_offset))
+            real_sync(ticket)
+
+        monkeypatch.setattr(partition_log.FlushTicket, "sync", watching_sync)
+        waiter = asyncio.ensure_future(svc.wait_for(sp, update))
+        assert not waiter.done() and update.status is UpdateStatus.PENDING
         await waiter
+        assert seen == [(UpdateStatus.PENDING, 0, 1, 2)]
         assert update.status is UpdateStatus.COMMITTED and sp.start_offset == 2
         assert plog.unflushed_messages == 0
         assert b.halted == []
         svc.stop()
-        real.close()
-        b.store.close()
+        b.close()
 
     asyncio.run(body())
 
@@ -109,20 +97,18 @@ def test_share_state_writes_to_one_partition_share_an_fsync(tmp_path: Path, monk
     asyncio.run(body())
 
 
-def test_failed_fsync_fails_the_write_and_the_partition_and_halts(tmp_path: Path) -> None:
+def test_failed_fsync_fails_the_write_and_the_partition_and_halts(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing_sync(ticket: Any) -> None:
+        raise OSError(5, "Input/output error")
+
     async def body() -> None:
         b = FakeBroker(tmp_path, **ONE_STATE_PARTITION)
         svc = ShareService(b)
         svc.start()
-        real = b.flusher
-        b.flusher = gated = GatedFlusher(real)  # type: ignore[assignment]
-        gated.fail = True
         sp, update = _acked(b, svc, "t")
-        waiter = asyncio.ensure_future(svc.wait_for(sp, update))
-        await asyncio.sleep(0.01)
-        assert not waiter.done()
-        gated.gate.set()
-        await waiter
+        monkeypatch.setattr(partition_log.FlushTicket, "sync", failing_sync)
+        await svc.wait_for(sp, update)
         # Never reported as a success: rolled back, the records stay with their member.
         assert update.status is UpdateStatus.ROLLED_BACK
         assert sp.record(0)[:3] == (RecordState.ACQUIRED, 1, "m")
@@ -135,7 +121,7 @@ def test_failed_fsync_fails_the_write_and_the_partition_and_halts(tmp_path: Path
             svc.persister.runtime.run(0, lambda s: s.initialize(key, 0, 0))
         assert e.value.error_code == ErrorCode.coordinator_not_available
         svc.stop()
-        real.close()
-        b.store.close()
+        monkeypatch.undo()
+        b.close()
 
     asyncio.run(body())

@@ -203,17 +203,17 @@ def test_failed_write_rolls_back_and_reports(tmp_path: Path) -> None:
         sp = svc.get_partition("g", tid, 0)
         sp.acquire("m", [(0, 0)], b.clock.now_ms(), 10)
         update = sp.acknowledge("m", [(0, 0, [AcknowledgeType.ACCEPT])], b.clock.now_ms())
-        real = svc.persister.write
+        real = svc.persister.append_write
 
-        async def down(*a: Any, **k: Any) -> Any:
-            return type(svc.persister.read_summary(SharePartitionKey.of("g", tid, 0)))(
+        def down(*a: Any, **k: Any) -> Any:
+            return 0, type(svc.persister.read_summary(SharePartitionKey.of("g", tid, 0)))(
                 ErrorCode.coordinator_not_available, "down", None)
 
-        svc.persister.write = down  # type: ignore[method-assign]
+        svc.persister.append_write = down  # type: ignore[method-assign]
         assert not await svc.persist(sp)
         assert update.status is UpdateStatus.ROLLED_BACK
         assert sp.record(0)[0] is RecordState.ACQUIRED
-        svc.persister.write = real  # type: ignore[method-assign]
+        svc.persister.append_write = real  # type: ignore[method-assign]
         svc.stop()
         b.close()
 
