@@ -91,31 +91,45 @@ def plain_consume(bs: str, topic: str, count: int) -> float:
     return count / dt
 
 
-def share_consume(bs: str, topic: str, group: str, count: int, max_poll_records: int = 2000) -> float:
+def share_consume(bs: str, topic: str, group: str, count: int, max_poll_records: int = 2000
+                  ) -> tuple[float, float, int]:
+    """Records/s, the seconds spent inside poll() after the first records, and the polls that returned records."""
     c = ShareConsumer({"bootstrap.servers": bs, "group.id": group, "max.poll.records": max_poll_records, **QUIET})
     c.subscribe([topic])
     n = 0
     t0 = None
+    in_poll = 0.0
+    polls = 0
     while n < count:
-        got = sum(1 for m in c.poll(1.0) if m.error() is None)
-        if got and t0 is None:
-            t0 = time.perf_counter()
+        p0 = time.perf_counter()
+        messages = c.poll(1.0)
+        if t0 is not None:
+            in_poll += time.perf_counter() - p0
+        got = sum(1 for m in messages if m.error() is None)
+        if got:
+            polls += 1
+            if t0 is None:
+                t0 = time.perf_counter()
         n += got
     assert t0 is not None
     dt = time.perf_counter() - t0
     c.commit_sync()
     c.close()
-    return count / dt
+    return count / dt, in_poll, polls
 
 
 def case_a(bs: str, pid: int, count: int, batch_records: int, max_poll_records: int) -> None:
     topic = f"a-{uuid.uuid4().hex[:8]}"
     setup(bs, topic, "bench-a", count, 100, batch_records)
     results = []
-    for name, fn in (("plain consumer (assign)", lambda: plain_consume(bs, topic, count)),
-                     ("share consumer (implicit ack)", lambda: share_consume(bs, topic, "bench-a", count, max_poll_records))):
+    split = (0.0, 0)
+    for name in ("plain consumer (assign)", "share consumer (implicit ack)"):
         cpu0 = cpu_seconds(pid)
-        rate = fn()
+        if name.startswith("plain"):
+            rate = plain_consume(bs, topic, count)
+        else:
+            rate, in_poll, polls = share_consume(bs, topic, "bench-a", count, max_poll_records)
+            split = (in_poll, polls)
         cpu = cpu_seconds(pid) - cpu0
         results.append((name, rate, cpu))
     print(f"(a) one partition, {count} records of 100 B, {batch_records} records per batch, "
@@ -123,6 +137,14 @@ def case_a(bs: str, pid: int, count: int, batch_records: int, max_poll_records: 
     for name, rate, cpu in results:
         print(f"    {name:32s} {rate:10.0f} records/s   broker CPU {cpu * 1e6 / count:6.1f} us/record")
     print(f"    share / plain = {results[1][1] / results[0][1]:.2f}")
+    # The ShareConsumer fetches only inside poll(), when nothing is queued: time inside
+    # poll() is the round trip (request, broker, response, parsing); the rest is the
+    # application's own handling of the records.
+    in_poll, polls = split
+    outside = count / results[1][1] - in_poll
+    print(f"    share client: {polls} polls with records; per poll {in_poll / polls * 1e3:.2f} ms inside poll() "
+          f"(fetch round trip), {outside / polls * 1e3:.2f} ms outside; plain consumer "
+          f"{count / results[0][1] / polls * 1e3:.2f} ms for as many records")
 
 
 def _worker(bs: str, group: str, topic: str, slots: list[int], counts: Any, stop: Any, work_ms: float,
