@@ -194,10 +194,14 @@ class CoordinatorRuntime(Generic[S]):
         """Compute ``operation(shard)`` and apply its result; returns the result."""
         return self.apply(partition, operation(self.shards[partition]))
 
-    async def run_durable(self, partition: int, operation: Callable[[S], Result[Any]]) -> Result[Any]:
-        """Compute ``operation(shard)`` and ``apply_durable`` its result; returns the result."""
+    def run_deferred(self, partition: int, operation: Callable[[S], Result[Any]]) -> Result[Any]:
+        """Compute ``operation(shard)`` and ``apply_deferred`` its result; returns the result.
+
+        Raises ApiError(COORDINATOR_NOT_AVAILABLE) without computing anything if the
+        partition failed.
+        """
         self._check(partition)
-        return await self.apply_durable(partition, operation(self.shards[partition]))
+        return self.apply_deferred(partition, operation(self.shards[partition]))
 
     def failed(self, partition: int) -> bool:
         """Whether an fsync of this partition failed (it then refuses every operation)."""

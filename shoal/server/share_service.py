@@ -113,11 +113,9 @@ class Persister:
         partition = self.partition_of(key)
         batches = tuple(batches)
         try:
-            self.runtime._check(partition)
-            result = self.runtime.apply_deferred(
+            result = self.runtime.run_deferred(
                 partition,
-                self.runtime.shards[partition].write(key, state_epoch, leader_epoch, start_offset, batches,
-                                                     delivery_complete_count))
+                lambda s: s.write(key, state_epoch, leader_epoch, start_offset, batches, delivery_complete_count))
         except ApiError as e:
             return partition, PartitionOutcome(e.error_code, str(e), None)
         return partition, result.response
