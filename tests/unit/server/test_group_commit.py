@@ -23,7 +23,7 @@ from shoal.share.coordinator import SharePartitionKey
 from shoal.share.partition import UpdateStatus
 from shoal.share.state import AcknowledgeType, RecordState
 
-from .test_share_service import FakeBroker, _topic_with_records
+from .test_share_service import FakeBroker, _topic_with_records, started
 
 ONE_STATE_PARTITION = {"share.coordinator.state.topic.num.partitions": "1"}
 
@@ -42,9 +42,7 @@ def test_acknowledgement_settles_only_after_its_fsync(tmp_path: Path, monkeypatc
     real_sync = partition_log.FlushTicket.sync
 
     async def body() -> None:
-        b = FakeBroker(tmp_path, **ONE_STATE_PARTITION)
-        svc = ShareService(b)
-        svc.start()
+        b, svc = started(tmp_path, **ONE_STATE_PARTITION)
         sp, update = _acked(b, svc, "t")
         plog = b.store.partition(SHARE_STATE_TOPIC, 0)
         key = SharePartitionKey.of("g", sp.topic_id, 0)
@@ -81,9 +79,7 @@ def test_share_state_writes_to_one_partition_share_an_fsync(tmp_path: Path, monk
     monkeypatch.setattr(partition_log.FlushTicket, "sync", counting_sync)
 
     async def body() -> None:
-        b = FakeBroker(tmp_path, **ONE_STATE_PARTITION)
-        svc = ShareService(b)
-        svc.start()
+        b, svc = started(tmp_path, **ONE_STATE_PARTITION)
         acked = [_acked(b, svc, f"t{i}") for i in range(8)]
         for sp, _u in acked:
             svc.schedule_persist(sp)
@@ -103,9 +99,7 @@ def test_failed_fsync_fails_the_write_and_the_partition_and_halts(tmp_path: Path
         raise OSError(5, "Input/output error")
 
     async def body() -> None:
-        b = FakeBroker(tmp_path, **ONE_STATE_PARTITION)
-        svc = ShareService(b)
-        svc.start()
+        b, svc = started(tmp_path, **ONE_STATE_PARTITION)
         sp, update = _acked(b, svc, "t")
         monkeypatch.setattr(partition_log.FlushTicket, "sync", failing_sync)
         await svc.wait_for(sp, update)

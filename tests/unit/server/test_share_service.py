@@ -49,6 +49,17 @@ class FakeBroker:
         self.store.close()
 
 
+def started(data_dir: Path, group_configs: dict[str, str] | None = None,
+            **overrides: str) -> tuple[FakeBroker, ShareService]:
+    """A fake broker (group "g" given ``group_configs``, if any) and its started share service."""
+    b = FakeBroker(data_dir, **overrides)
+    if group_configs:
+        b.dynamic_configs.set_group("g", group_configs)
+    svc = ShareService(b)
+    svc.start()
+    return b, svc
+
+
 def run(fn: Any) -> Any:
     async def main() -> Any:
         out = fn()
@@ -59,9 +70,7 @@ def run(fn: Any) -> Any:
 
 def test_state_topic_is_not_compacted_and_state_survives_a_restart(tmp_path: Path) -> None:
     async def first() -> None:
-        b = FakeBroker(tmp_path)
-        svc = ShareService(b)
-        svc.start()
+        b, svc = started(tmp_path)
         meta = b.store.get_topic(SHARE_STATE_TOPIC)
         assert meta.configs["cleanup.policy"] == "delete"
         assert meta.configs["retention.ms"] == "-1"
@@ -72,9 +81,7 @@ def test_state_topic_is_not_compacted_and_state_survives_a_restart(tmp_path: Pat
         b.close()
 
     async def second() -> None:
-        b = FakeBroker(tmp_path)
-        svc = ShareService(b)
-        svc.start()
+        b, svc = started(tmp_path)
         st = svc.persister.read(SharePartitionKey.of("g", uuid.UUID(int=7), 0)).state
         assert st is not None and st.start_offset == 7
         assert [(x.first_offset, x.last_offset, x.delivery_state, x.delivery_count) for x in st.state_batches] == [
@@ -88,9 +95,7 @@ def test_state_topic_is_not_compacted_and_state_survives_a_restart(tmp_path: Pat
 
 def test_prune_deletes_superseded_records(tmp_path: Path) -> None:
     async def body() -> None:
-        b = FakeBroker(tmp_path, **{"share.coordinator.snapshot.update.records.per.snapshot": "2"})
-        svc = ShareService(b)
-        svc.start()
+        b, svc = started(tmp_path, **{"share.coordinator.snapshot.update.records.per.snapshot": "2"})
         key = SharePartitionKey.of("g", uuid.UUID(int=1), 0)
         svc.persister.initialize(key, 0, 0)
         for i in range(1, 8):
@@ -123,9 +128,7 @@ def _topic_with_records(b: FakeBroker, name: str, n: int) -> uuid.UUID:
 
 def test_share_partition_starts_at_latest_or_earliest(tmp_path: Path) -> None:
     async def body() -> None:
-        b = FakeBroker(tmp_path)
-        svc = ShareService(b)
-        svc.start()
+        b, svc = started(tmp_path)
         tid = _topic_with_records(b, "t", 4)
         assert svc.get_partition("late", tid, 0).start_offset == 4
         b.dynamic_configs.set_group("early", {"share.auto.offset.reset": "earliest"})
@@ -138,10 +141,7 @@ def test_share_partition_starts_at_latest_or_earliest(tmp_path: Path) -> None:
 
 def test_acknowledgement_is_durable_before_it_is_answered(tmp_path: Path) -> None:
     async def first() -> None:
-        b = FakeBroker(tmp_path)
-        b.dynamic_configs.set_group("g", {"share.auto.offset.reset": "earliest"})
-        svc = ShareService(b)
-        svc.start()
+        b, svc = started(tmp_path, {"share.auto.offset.reset": "earliest"})
         tid = _topic_with_records(b, "t", 3)
         sp = svc.get_partition("g", tid, 0)
         got = sp.acquire("m", [(0, 0), (1, 1), (2, 2)], b.clock.now_ms(), 10)
@@ -156,9 +156,7 @@ def test_acknowledgement_is_durable_before_it_is_answered(tmp_path: Path) -> Non
         b.close()
 
     async def second() -> None:
-        b = FakeBroker(tmp_path)
-        svc = ShareService(b)
-        svc.start()
+        b, svc = started(tmp_path)
         tid = b.store.get_topic("t").topic_id
         sp = svc.get_partition("g", tid, 0)
         assert sp.start_offset == 1
@@ -172,11 +170,8 @@ def test_acknowledgement_is_durable_before_it_is_answered(tmp_path: Path) -> Non
 
 def test_lock_expiry_timer_releases_and_persists(tmp_path: Path) -> None:
     async def body() -> None:
-        b = FakeBroker(tmp_path)
-        b.dynamic_configs.set_group("g", {"share.auto.offset.reset": "earliest",
-                                          "share.record.lock.duration.ms": "15000"})
-        svc = ShareService(b)
-        svc.start()
+        b, svc = started(tmp_path, {"share.auto.offset.reset": "earliest",
+                                    "share.record.lock.duration.ms": "15000"})
         tid = _topic_with_records(b, "t", 2)
         sp = svc.get_partition("g", tid, 0)
         sp.acquire("m", [(0, 1)], b.clock.now_ms(), 10)
@@ -195,10 +190,7 @@ def test_lock_expiry_timer_releases_and_persists(tmp_path: Path) -> None:
 
 def test_failed_write_rolls_back_and_reports(tmp_path: Path) -> None:
     async def body() -> None:
-        b = FakeBroker(tmp_path)
-        b.dynamic_configs.set_group("g", {"share.auto.offset.reset": "earliest"})
-        svc = ShareService(b)
-        svc.start()
+        b, svc = started(tmp_path, {"share.auto.offset.reset": "earliest"})
         tid = _topic_with_records(b, "t", 1)
         sp = svc.get_partition("g", tid, 0)
         sp.acquire("m", [(0, 0)], b.clock.now_ms(), 10)
@@ -243,10 +235,7 @@ def test_wire_write_drops_the_loaded_share_partition_which_reloads_from_it(tmp_p
     from shoal.server.handlers.share_state import handle_write_share_group_state
 
     async def body() -> None:
-        b = FakeBroker(tmp_path)
-        b.dynamic_configs.set_group("g", {"share.auto.offset.reset": "earliest"})
-        svc = ShareService(b)
-        svc.start()
+        b, svc = started(tmp_path, {"share.auto.offset.reset": "earliest"})
         b.extensions["share"] = svc
         tid = _topic_with_records(b, "t", 6)
         sp = svc.get_partition("g", tid, 0)
@@ -284,10 +273,7 @@ def test_wire_write_that_fails_keeps_the_loaded_share_partition(tmp_path: Path) 
     from shoal.server.handlers.share_state import handle_write_share_group_state
 
     async def body() -> None:
-        b = FakeBroker(tmp_path)
-        b.dynamic_configs.set_group("g", {"share.auto.offset.reset": "earliest"})
-        svc = ShareService(b)
-        svc.start()
+        b, svc = started(tmp_path, {"share.auto.offset.reset": "earliest"})
         b.extensions["share"] = svc
         tid = _topic_with_records(b, "t", 2)
         sp = svc.get_partition("g", tid, 0)
@@ -336,10 +322,7 @@ def test_fetch_path_follows_the_log_start_past_the_spso(tmp_path: Path) -> None:
 
 def test_member_leaving_with_an_open_session_keeps_its_records_until_the_session_closes(tmp_path: Path) -> None:
     async def body() -> None:
-        b = FakeBroker(tmp_path)
-        b.dynamic_configs.set_group("g", {"share.auto.offset.reset": "earliest"})
-        svc = ShareService(b)
-        svc.start()
+        b, svc = started(tmp_path, {"share.auto.offset.reset": "earliest"})
         tid = _topic_with_records(b, "t", 4)
         part = (str(tid), 0)
         assert svc.sessions.share_fetch("g", "m", 0, add=[part], connection_id="c1").ok
