@@ -8,6 +8,10 @@
     python benchmarks/share_consume.py            # both
     python benchmarks/share_consume.py --only a --records 200000
     python benchmarks/share_consume.py --only b --consumers 1,2,4,8,16,32,64 --max-poll-records 20
+
+Each case also prints what the share coordinator wrote to ``__share_group_state`` meanwhile
+(read from its segment files): records, bytes, and bytes per write and per acknowledged
+record.
 """
 
 from __future__ import annotations
@@ -57,6 +61,35 @@ def start_shoal(data_dir: str, overrides: list[str]) -> tuple[subprocess.Popen[b
             time.sleep(0.05)
     proc.kill()
     raise RuntimeError("broker did not start")
+
+
+def state_log_totals(data_dir: str) -> tuple[int, int]:
+    """(records, bytes) in the record batches of every ``__share_group_state`` segment."""
+    records = size = 0
+    for name in os.listdir(data_dir):
+        if not name.startswith("__share_group_state-"):
+            continue
+        part = os.path.join(data_dir, name)
+        for seg in os.listdir(part):
+            if not seg.endswith(".log"):
+                continue
+            with open(os.path.join(part, seg), "rb") as f:
+                data = f.read()
+            pos = 0
+            while pos + 61 <= len(data):
+                length = int.from_bytes(data[pos + 8:pos + 12], "big")
+                if length <= 0 or pos + 12 + length > len(data):
+                    break
+                records += int.from_bytes(data[pos + 57:pos + 61], "big")
+                size += 12 + length
+                pos += 12 + length
+    return records, size
+
+
+def print_state_writes(label: str, before: tuple[int, int], after: tuple[int, int], acknowledged: int) -> None:
+    writes, size = after[0] - before[0], after[1] - before[1]
+    print(f"    {label}: __share_group_state grew by {writes} records, {size} bytes: "
+          f"{size / max(writes, 1):.1f} B per write, {size / max(acknowledged, 1):.2f} B per acknowledged record")
 
 
 def setup(bs: str, topic: str, group: str, count: int, value_size: int, batch_records: int) -> None:
@@ -118,18 +151,21 @@ def share_consume(bs: str, topic: str, group: str, count: int, max_poll_records:
     return count / dt, in_poll, polls
 
 
-def case_a(bs: str, pid: int, count: int, batch_records: int, max_poll_records: int) -> None:
+def case_a(bs: str, pid: int, data_dir: str, count: int, batch_records: int, max_poll_records: int) -> None:
     topic = f"a-{uuid.uuid4().hex[:8]}"
     setup(bs, topic, "bench-a", count, 100, batch_records)
     results = []
     split = (0.0, 0)
+    state = ((0, 0), (0, 0))
     for name in ("plain consumer (assign)", "share consumer (implicit ack)"):
         cpu0 = cpu_seconds(pid)
         if name.startswith("plain"):
             rate = plain_consume(bs, topic, count)
         else:
+            before = state_log_totals(data_dir)
             rate, in_poll, polls = share_consume(bs, topic, "bench-a", count, max_poll_records)
             split = (in_poll, polls)
+            state = (before, state_log_totals(data_dir))
         cpu = cpu_seconds(pid) - cpu0
         results.append((name, rate, cpu))
     print(f"(a) one partition, {count} records of 100 B, {batch_records} records per batch, "
@@ -145,6 +181,7 @@ def case_a(bs: str, pid: int, count: int, batch_records: int, max_poll_records: 
     print(f"    share client: {polls} polls with records; per poll {in_poll / polls * 1e3:.2f} ms inside poll() "
           f"(fetch round trip), {outside / polls * 1e3:.2f} ms outside; plain consumer "
           f"{count / results[0][1] / polls * 1e3:.2f} ms for as many records")
+    print_state_writes("share state", state[0], state[1], count)
 
 
 def _worker(bs: str, group: str, topic: str, slots: list[int], counts: Any, stop: Any, work_ms: float,
@@ -174,7 +211,7 @@ def _worker(bs: str, group: str, topic: str, slots: list[int], counts: Any, stop
         t.join()
 
 
-def case_b(bs: str, pid: int, consumers: list[int], seconds: float, work_ms: float, max_poll_records: int) -> None:
+def case_b(bs: str, pid: int, data_dir: str, consumers: list[int], seconds: float, work_ms: float, max_poll_records: int) -> None:
     print(f"(b) one partition, {work_ms:g} ms of work per record, max.poll.records={max_poll_records}, "
           f"{seconds:g} s measured per row")
     print(f"    {'consumers':>9s} {'records/s':>10s} {'ideal':>8s} {'ratio':>6s} {'active':>6s} {'broker CPU':>10s}"
@@ -199,11 +236,13 @@ def case_b(bs: str, pid: int, consumers: list[int], seconds: float, work_ms: flo
         time.sleep(1.0)
         start = sum(counts)
         before = list(counts)
+        state0 = state_log_totals(data_dir)
         cpu0 = cpu_seconds(pid)
         ccpu0 = sum(cpu_seconds(w.pid) for w in workers if w.pid is not None)
         t0 = time.perf_counter()
         time.sleep(seconds)
         done = sum(counts) - start
+        state1 = state_log_totals(data_dir)
         dt = time.perf_counter() - t0
         cpu = (cpu_seconds(pid) - cpu0) / dt
         ccpu = (sum(cpu_seconds(w.pid) for w in workers if w.pid is not None) - ccpu0) / dt
@@ -214,6 +253,9 @@ def case_b(bs: str, pid: int, consumers: list[int], seconds: float, work_ms: flo
         rate = done / dt
         print(f"    {n:9d} {rate:10.0f} {ideal:8.0f} {rate / ideal:6.2f} {active:6d} {cpu:9.0%} {ccpu:10.0%}",
               flush=True)
+        # Records consumed in the window stand for those acknowledged in it (implicit
+        # acknowledgement sends them with the next poll).
+        print_state_writes(f"{n} consumers", state0, state1, done)
 
 
 def main() -> int:
@@ -235,9 +277,9 @@ def main() -> int:
     bs = f"127.0.0.1:{port}"
     try:
         if args.only in (None, "a"):
-            case_a(bs, proc.pid, args.records, args.batch_records, args.share_max_poll_records)
+            case_a(bs, proc.pid, data_dir, args.records, args.batch_records, args.share_max_poll_records)
         if args.only in (None, "b"):
-            case_b(bs, proc.pid, [int(x) for x in args.consumers.split(",")], args.seconds, args.work_ms,
+            case_b(bs, proc.pid, data_dir, [int(x) for x in args.consumers.split(",")], args.seconds, args.work_ms,
                    args.max_poll_records)
     finally:
         proc.terminate()

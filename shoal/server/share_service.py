@@ -156,10 +156,6 @@ class Persister:
         return self._run(key, lambda s: s.read_summary(key, leader_epoch))
 
 
-def _complete_count(write: StateWrite) -> int:
-    return sum(b.last_offset - b.first_offset + 1 for b in write.state_batches if b.delivery_state in (2, 4))
-
-
 class ShareService:
     def __init__(self, broker: Any) -> None:
         self.broker = broker
@@ -419,7 +415,7 @@ class ShareService:
                 key, w.state_epoch, w.leader_epoch, w.start_offset,
                 [StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
                  for b in w.state_batches],
-                _complete_count(w),
+                w.delivery_complete_count,
             )
         except Exception as e:
             log.exception("share-partition %s-%s-%d: state write raised", w.group_id, w.topic_id, w.partition)

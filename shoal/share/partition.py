@@ -37,10 +37,13 @@ state at once: they mark it pending with a target state and return a
 :class:`PendingUpdate`.  Lock expiry, member release and archiving during acquire do
 change memory at once (there is nobody to answer) but still need persisting.  Either
 way the partition becomes *dirty*; the shell then calls :meth:`SharePartition.take_write`,
-which returns one :class:`StateWrite` (a full snapshot: SPSO and every non-default
-in-flight state, ACQUIRED written as AVAILABLE with its count) covering all pending
-updates so far.  At most one write is outstanding per partition, so snapshots reach
-the persister in order and a later one never undoes an earlier one.  After the
+which returns one :class:`StateWrite` covering all pending updates so far.  A write
+carries what changed, as KIP-932's WriteShareGroupState examples show: the new SPSO, or
+-1 when it did not move since the last write, and the state batches of the offsets whose
+durable state changed (ACQUIRED written as AVAILABLE with its count); the share
+coordinator merges them into the state it holds.  At most one write is outstanding per
+partition, so writes reach the persister in order and a later one never undoes an
+earlier one.  After the
 persister answers, the shell calls :meth:`SharePartition.commit` (pending targets take
 effect, SPSO advances) or :meth:`SharePartition.rollback` (targets are dropped; a
 record whose lock expired meanwhile is released as by a lock timeout).
@@ -141,9 +144,13 @@ class PendingUpdate:
 class StateWrite:
     """What the shell hands to the persister (WriteShareGroupState), then commits or rolls back.
 
-    A full snapshot: ``start_offset`` is the SPSO this write makes durable, and
-    ``state_batches`` every in-flight range in a non-default state (anything but
-    AVAILABLE with delivery count 0) from there on, in offset order.
+    A change, merged by the share coordinator into the state it holds: ``start_offset``
+    is the SPSO this write makes durable, or -1 when the SPSO is the one the previous
+    write carried (KIP-932: "StartOffset": -1); ``state_batches`` are the durable states
+    (ACQUIRED written as AVAILABLE) of the offsets from the SPSO on that changed since the
+    previous write, in offset order, without AVAILABLE ranges of delivery count 0 (a
+    count never goes back to 0, so the persisted state of such offsets is already that).
+    :meth:`SharePartition.snapshot` returns the whole state instead.
     """
 
     group_id: str
@@ -155,6 +162,14 @@ class StateWrite:
     state_batches: tuple[StateBatch, ...]
     updates: tuple[PendingUpdate, ...] = ()
     """The acknowledgements this write resolves."""
+    delivery_complete_count: int = -1
+    """Offsets from the SPSO on that are ACKNOWLEDGED or ARCHIVED once this write applies."""
+    spso: int = -1
+    """The SPSO once this write applies, whether or not it moved."""
+    changed: tuple[tuple[int, int], ...] = field(default=(), repr=False)
+    """Offset ranges this write carries the state of (sent again if it fails)."""
+    previous_spso: int = field(default=-1, repr=False)
+    """The SPSO the persister held before this write."""
 
 
 class _Fetched:
@@ -227,6 +242,11 @@ class SharePartition:
         """Memory changed in a way no taken write carries yet."""
         self._write: StateWrite | None = None
         """The outstanding write, if any."""
+        self._changed: list[tuple[int, int]] = []
+        """Offset ranges whose durable state changed outside acknowledgements (lock expiry,
+        release, archiving) that no taken write carries yet."""
+        self._written_start = start_offset
+        """The SPSO the persister holds once every taken write succeeded."""
         self._available_from = start_offset
         """No in-flight offset in ``[start_offset, _available_from)`` is AVAILABLE: where the
         search of :meth:`next_fetch_offset` starts. Lowered whenever a record becomes
@@ -399,6 +419,7 @@ class SharePartition:
                             and (mode is AcquireMode.BATCH_OPTIMIZED or size <= remaining)):
                         if bs.delivery_count >= limit:
                             bs.state = RecordState.ARCHIVED
+                            self._changed.append((batch.first_offset, batch.last_offset))
                             archived = True
                             continue
                         self._take(bs, member_id, deadline)
@@ -414,6 +435,7 @@ class SharePartition:
                         continue
                     if not fetched.covers(offset, offset) or st.delivery_count >= limit:
                         st.state = RecordState.ARCHIVED  # no record here, or delivered enough
+                        self._changed.append((offset, offset))
                         archived = True
                         continue
                     self._take(st, member_id, deadline)
@@ -431,6 +453,7 @@ class SharePartition:
                 break
             if base > pos:
                 self._batches.append(InFlightBatch(pos, base - 1, InFlightState(RecordState.ARCHIVED)))
+                self._changed.append((pos, base - 1))
                 archived = True
                 grown = None
                 pos = base
@@ -577,22 +600,28 @@ class SharePartition:
 
     # ------------------------------------------------------------------ durability
     def snapshot(self) -> StateWrite:
-        """The durable view of memory now (pending acknowledgements not applied); no side effects."""
-        return self._build_write((), include_pending=False)
+        """The whole durable state now (pending acknowledgements not applied): the SPSO and
+        every in-flight range in a non-default state.  No side effects."""
+        return self._build_snapshot()
 
     def take_write(self) -> StateWrite | None:
         """The next write for the persister, or None.
 
         None if a write is outstanding (wait for :meth:`commit`/:meth:`rollback`) or
-        nothing changed since the last one.  Otherwise a snapshot that applies every
-        pending acknowledgement made so far; those are listed in ``updates``.
+        nothing changed since the last one.  Otherwise the change since the previous
+        write (see :class:`StateWrite`), with every pending acknowledgement made so far
+        applied; those are listed in ``updates``.
         """
         if not self.needs_write:
             return None
         updates = tuple(self._untaken)
+        changed = self._changed
+        changed.extend((u._first_offset, u._last_offset) for u in updates)
         self._untaken = []
+        self._changed = []
         self._dirty = False
-        write = self._build_write(updates, include_pending=True)
+        write = self._build_change(updates, changed)
+        self._written_start = write.spso
         for u in updates:
             for st in u._states:
                 st.pending_write = write
@@ -632,6 +661,8 @@ class SharePartition:
         """
         self._check_outstanding(write)
         self._write = None
+        self._changed.extend(write.changed)  # the persister did not take them: send them again
+        self._written_start = write.previous_spso
         for update in write.updates:
             held: set[int] = set()
             for st in update._states:
@@ -678,6 +709,7 @@ class SharePartition:
                     else:
                         released.append((first, last))
         if released:
+            self._changed.extend(released)
             self._dirty = True
             self._advance_start()
         return released
@@ -787,14 +819,11 @@ class SharePartition:
         self.start_offset = start
         self.end_offset = max(self.end_offset, start)
 
-    def _build_write(self, updates: tuple[PendingUpdate, ...], include_pending: bool) -> StateWrite:
+    def _build_snapshot(self) -> StateWrite:
         views: list[tuple[int, int, RecordState, int]] = []
         for batch in self._batches:
             for first, last, st in batch.states(batch.first_offset, batch.last_offset):
-                if include_pending and st.pending_state is not None:
-                    view = (st.pending_state, st.delivery_count)
-                else:
-                    view = st.durable_view()
+                view = st.durable_view()
                 if views and views[-1][1] + 1 == first and views[-1][2] is view[0] and views[-1][3] == view[1]:
                     views[-1] = (views[-1][0], last, view[0], view[1])
                 else:
@@ -819,8 +848,69 @@ class SharePartition:
             state_epoch=self.state_epoch,
             leader_epoch=self.leader_epoch,
             state_batches=state_batches,
-            updates=updates,
+            delivery_complete_count=sum(b.last_offset - b.first_offset + 1 for b in state_batches
+                                        if b.delivery_state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)),
+            spso=start,
         )
+
+    def _build_change(self, updates: tuple[PendingUpdate, ...], changed: list[tuple[int, int]]) -> StateWrite:
+        """The write carrying ``changed`` (offset ranges) with pending targets applied."""
+        start = self.start_offset
+        complete = 0
+        leading = True
+        for batch in self._batches:
+            for first, last, st in batch.states(batch.first_offset, batch.last_offset):
+                state = st.pending_state if st.pending_state is not None else st.state
+                if state in TERMINAL_STATES:
+                    if leading:
+                        start = last + 1
+                    else:
+                        complete += last - first + 1
+                else:
+                    leading = False
+        if leading:
+            start = max(start, self.end_offset)
+        views: list[tuple[int, int, RecordState, int]] = []
+        hi_limit = self.end_offset - 1
+        for lo, hi in _merge_ranges(changed):
+            lo = max(lo, start)
+            hi = min(hi, hi_limit)
+            if lo > hi:
+                continue
+            for first, last, st in self._states(lo, hi):
+                view = (st.pending_state, st.delivery_count) if st.pending_state is not None else st.durable_view()
+                if view[0] is RecordState.AVAILABLE and view[1] == 0:
+                    continue
+                if views and views[-1][1] + 1 == first and views[-1][2] is view[0] and views[-1][3] == view[1]:
+                    views[-1] = (views[-1][0], last, view[0], view[1])
+                else:
+                    views.append((first, last, view[0], view[1]))
+        return StateWrite(
+            group_id=self.group_id,
+            topic_id=self.topic_id,
+            partition=self.partition,
+            start_offset=start if start != self._written_start else -1,
+            state_epoch=self.state_epoch,
+            leader_epoch=self.leader_epoch,
+            state_batches=tuple(StateBatch(first, last, int(state), count) for first, last, state, count in views),
+            updates=updates,
+            delivery_complete_count=complete,
+            spso=start,
+            changed=tuple(changed),
+            previous_spso=self._written_start,
+        )
+
+
+def _merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted ``ranges`` with overlapping and adjacent ones joined."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            if hi > out[-1][1]:
+                out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return out
 
 
 def _first_offset(batch: InFlightBatch) -> int:

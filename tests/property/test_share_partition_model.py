@@ -43,9 +43,25 @@ def _release(r: Rec) -> None:
     r.deadline = None
 
 
-def _persisted(write: StateWrite) -> dict[int, tuple[int, int]]:
-    return {o: (b.delivery_state, b.delivery_count) for b in write.state_batches
-            for o in range(b.first_offset, b.last_offset + 1)}
+@dataclass
+class Store:
+    """The persisted state as the share coordinator holds it: each write is a change
+    (a new start offset or -1, and the states of the offsets it names) merged into it."""
+
+    start_offset: int
+    state_epoch: int
+    offsets: dict[int, tuple[int, int]]
+
+    def apply(self, write: StateWrite) -> None:
+        if write.start_offset != -1:
+            self.start_offset = write.start_offset
+        for b in write.state_batches:
+            for o in range(b.first_offset, b.last_offset + 1):
+                self.offsets[o] = (b.delivery_state, b.delivery_count)
+        self.offsets = {o: v for o, v in self.offsets.items() if o >= self.start_offset}
+
+    def copy(self) -> Store:
+        return Store(self.start_offset, self.state_epoch, dict(self.offsets))
 
 
 class SharePartitionModel(RuleBasedStateMachine):
@@ -63,7 +79,8 @@ class SharePartitionModel(RuleBasedStateMachine):
         self.dirty = False
         self.untaken = False
         self.outstanding: StateWrite | None = None
-        self.store = self.sp.snapshot()
+        first = self.sp.snapshot()
+        self.store = Store(first.start_offset, first.state_epoch, {})
         self.accepted: set[int] = set()
 
     # -- model helpers -------------------------------------------------------------
@@ -141,7 +158,7 @@ class SharePartitionModel(RuleBasedStateMachine):
         self._advance()
         flat = [(off, r.delivery_count) for r in got for off in range(r.first_offset, r.last_offset + 1)]
         assert flat == expected
-        persisted = _persisted(self.store)
+        persisted = self.store.offsets
         for off, count in flat:
             assert off not in self.accepted, f"accepted offset {off} delivered again"
             assert off >= self.store.start_offset
@@ -226,11 +243,13 @@ class SharePartitionModel(RuleBasedStateMachine):
         if ok:
             old = self.store
             updates = self.sp.commit(write)
-            assert write.start_offset >= old.start_offset, "SPSO moved backwards"
-            old_p, new_p = _persisted(old), _persisted(write)
-            for off in range(write.start_offset, max([write.start_offset] + list(new_p)) + 1):
+            assert write.start_offset == -1 or write.start_offset > old.start_offset, "SPSO moved backwards"
+            new = old.copy()
+            new.apply(write)
+            old_p, new_p = old.offsets, new.offsets
+            for off in range(new.start_offset, max([new.start_offset] + list(new_p)) + 1):
                 assert new_p.get(off, (0, 0))[1] >= old_p.get(off, (0, 0))[1], "persisted count decreased"
-            self.store = write
+            self.store = new
             for o, r in self.recs.items():
                 if r.in_write:
                     if r.pending is K:
@@ -254,12 +273,12 @@ class SharePartitionModel(RuleBasedStateMachine):
         before = self.start
         self.sp = SharePartition.from_persisted(
             "g", "t", 0, start_offset=store.start_offset, state_epoch=store.state_epoch,
-            state_batches=store.state_batches, record_lock_duration_ms=LOCK_MS,
+            state_batches=[(o, o, s, c) for o, (s, c) in store.offsets.items()], record_lock_duration_ms=LOCK_MS,
             delivery_count_limit=LIMIT, max_in_flight_records=MAX_IN_FLIGHT)
         assert self.sp.start_offset == store.start_offset
         del before  # in-memory SPSO may be ahead of the store; the store's never goes back
         self.start = store.start_offset
-        persisted = _persisted(store)
+        persisted = store.offsets
         self.end = max([store.start_offset] + [o + 1 for o in persisted])
         self.recs = {}
         for o in range(self.start, self.end):
