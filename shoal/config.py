@@ -90,12 +90,42 @@ _DEFS: list[Definition] = [
                "Create a topic when Metadata names one that does not exist."),
     Definition("num.partitions", int, 1, Scope.BROKER, "Partitions of an auto-created topic.", check=_ge(1)),
     Definition("default.replication.factor", int, 1, Scope.BROKER,
-               "Replication factor reported for new topics (one broker: always 1)."),
+               "Replication factor of new topics that ask for -1 (one broker: always 1)."),
     Definition("delete.topic.enable", bool, True, Scope.BROKER, "Whether DeleteTopics is allowed."),
     Definition("message.max.bytes", int, 1048588, Scope.BROKER,
                "Largest record batch accepted (topic key: max.message.bytes).", check=_ge(0)),
     Definition("shutdown.timeout.ms", int, 10_000, Scope.BROKER,
                "How long a clean shutdown waits for in-flight requests.", check=_ge(0)),
+    # --- cluster (shoal/cluster; docs/CLUSTER.md) ----------------------------------
+    Definition("metadata.store", str, "local", Scope.BROKER,
+               "Where cluster metadata lives: `local` (this broker alone, files in the data directory) or "
+               "`etcd://host:port[,host:port...]` (a cluster of brokers sharing one etcd).", dynamic=False),
+    Definition("broker.rack", str, "", Scope.BROKER,
+               "This broker's rack; replicas of a partition go to distinct racks when every broker has one.",
+               dynamic=False),
+    Definition("broker.session.timeout.ms", int, 9000, Scope.BROKER,
+               "A broker that has not refreshed its etcd lease for this long is dead to the cluster "
+               "(rounded up to whole seconds, etcd's lease unit).", check=_ge(1000), dynamic=False),
+    Definition("replica.lag.time.max.ms", int, 30_000, Scope.BROKER,
+               "A follower that has not caught up with the leader's log end for this long leaves the ISR.",
+               check=_ge(1)),
+    Definition("replica.fetch.max.bytes", int, 1 * MIB, Scope.BROKER,
+               "Bytes a follower asks for per partition in one Fetch.", check=_ge(1024)),
+    Definition("replica.fetch.wait.max.ms", int, 500, Scope.BROKER,
+               "How long a follower's Fetch may wait at the leader for new records.", check=_ge(0)),
+    Definition("replica.fetch.backoff.ms", int, 1000, Scope.BROKER,
+               "Pause of a follower's fetcher after an error.", check=_ge(0)),
+    Definition("min.insync.replicas", int, 1, Scope.BROKER,
+               "Smallest ISR with which an acks=all produce succeeds (also a topic config).", check=_ge(1)),
+    Definition("unclean.leader.election.enable", bool, False, Scope.BROKER,
+               "Only false is supported: a leader is always chosen from the ISR."),
+    Definition("auto.leader.rebalance.enable", bool, True, Scope.BROKER,
+               "The controller moves leadership back to each partition's preferred replica."),
+    Definition("leader.imbalance.check.interval.seconds", int, 300, Scope.BROKER,
+               "How often the controller looks for partitions not led by their preferred replica.",
+               check=_ge(1)),
+    Definition("controlled.shutdown.enable", bool, True, Scope.BROKER,
+               "On SIGTERM, move this broker's leaderships to other in-sync replicas before exiting."),
     # --- log ---------------------------------------------------------------------
     Definition("log.segment.bytes", int, 1024 * MIB, Scope.BROKER, "Roll a segment when it reaches this size.",
                check=_ge(1024)),
@@ -236,6 +266,9 @@ _DEFS: list[Definition] = [
 ]
 
 CONFIG_DEFS: dict[str, Definition] = {d.name: d for d in _DEFS}
+
+BROKER_KEYS_ALSO_TOPIC = frozenset({"min.insync.replicas"})
+"""Broker keys that a topic may also override under the same name (as in Kafka)."""
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}

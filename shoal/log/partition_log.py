@@ -13,7 +13,8 @@ A partition directory ``<topic>-<partition>`` holds segments ``<20-digit base>.l
 Invariants: segments are contiguous and ordered; only the last (active) one is written;
 every byte of every segment is a whole, CRC-valid batch with growing offsets; the log end
 offset (LEO) is the active segment's ``next_offset``; the high watermark equals the LEO
-(one broker, no replicas).
+(one broker, no replicas) unless a replica manager sets it (cluster mode: the offset every
+in-sync replica has, see shoal/cluster).
 
 Append (:meth:`PartitionLog.append`) validates the whole request first (framing, magic,
 CRC, sizes, idempotent-producer sequence): any fault raises and writes nothing.  Then it
@@ -55,6 +56,7 @@ from shoal.protocol.batch import (
     read_header,
     set_base_offset,
     set_log_append_time,
+    set_partition_leader_epoch,
     validate_batches,
 )
 
@@ -138,6 +140,8 @@ class PartitionLog:
         self._last_flush_ms = -1
         self.recovered_truncation = False
         """Whether opening cut a torn or corrupt tail."""
+        self.replicated_high_watermark: int | None = None
+        """Set in cluster mode by the replica manager; None: the high watermark is the LEO."""
 
     # --- opening -----------------------------------------------------------------------
     @classmethod
@@ -197,7 +201,9 @@ class PartitionLog:
 
     @property
     def high_watermark(self) -> int:
-        return self.segments[-1].next_offset
+        hw = self.replicated_high_watermark
+        leo = self.segments[-1].next_offset
+        return leo if hw is None or hw > leo else hw
 
     @property
     def size_bytes(self) -> int:
@@ -208,13 +214,15 @@ class PartitionLog:
 
     # --- append --------------------------------------------------------------------------
     def append(self, batches, now_ms: int, *, timestamp_type: int | None = None,
-               check_producer: bool = True, defer_flush: bool = False) -> AppendResult:
+               check_producer: bool = True, defer_flush: bool = False,
+               leader_epoch: int | None = None) -> AppendResult:
         """Validate, assign offsets to, and write a run of v2 batches; all or nothing.
 
         A ``bytearray`` argument is rewritten in place (offsets, LogAppendTime); other
         buffers are copied once.
 
-        ``timestamp_type`` defaults to the topic's ``message.timestamp.type``.
+        ``timestamp_type`` defaults to the topic's ``message.timestamp.type``. ``leader_epoch``
+        (cluster mode) is written into each batch's partition leader epoch field.
         Raises ApiError with: corrupt_message (framing, magic, CRC, empty), invalid_record
         (offset delta inconsistent with the record count), message_too_large (a batch above
         max.message.bytes), record_list_too_large (the request above segment.bytes),
@@ -253,6 +261,8 @@ class PartitionLog:
         records = 0
         for h in headers:
             set_base_offset(out, h.position, offset)
+            if leader_epoch is not None:
+                set_partition_leader_epoch(out, h.position, leader_epoch)
             if log_append:
                 set_log_append_time(out, h, now_ms)
                 max_ts.append(now_ms)
@@ -285,6 +295,68 @@ class PartitionLog:
             durable = True
         return AppendResult(first, offset - 1, now_ms if log_append else -1, records, self.log_start_offset,
                             durable)
+
+    def append_as_follower(self, batches, now_ms: int) -> list[tuple[int, int]]:
+        """Append batches fetched from the leader, keeping their offsets; all or nothing.
+
+        The first batch must start at the log end offset. Returns (partition leader epoch,
+        base offset) of each batch, for the leader-epoch cache. Raises ApiError:
+        corrupt_message (framing, CRC), offset_out_of_range (not contiguous),
+        kafka_storage_error (the write failed).
+        """
+        headers = validate_batches(batches)
+        if not headers:
+            return []
+        offsets = []
+        nxt = self.log_end_offset
+        for h in headers:
+            if h.base_offset != nxt:
+                raise ApiError(ErrorCode.offset_out_of_range,
+                               f"fetched batch at {h.base_offset}, log end offset {nxt}")
+            nxt = h.next_offset
+            offsets.append((h.base_offset, nxt))
+        max_ts = [h.max_timestamp for h in headers]
+        active = self.segments[-1]
+        if should_roll(segment_size=active.size, incoming_bytes=len(batches), segment_bytes=self.config.segment_bytes,
+                       first_timestamp=active.first_timestamp, now_ms=max(max_ts), segment_ms=self.config.segment_ms):
+            active = self.roll()
+        try:
+            active.append(batches, headers, offsets, max_ts)
+        except OSError as exc:
+            raise ApiError(ErrorCode.kafka_storage_error, f"append failed: {exc}") from exc
+        for h in headers:
+            if h.producer_id >= 0 and h.base_sequence >= 0:
+                self.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
+                                      h.base_offset, h.last_offset, h.max_timestamp)
+            self._unflushed_messages += h.records_count
+        return [(h.partition_leader_epoch, h.base_offset) for h in headers]
+
+    def truncate_to(self, offset: int) -> int:
+        """Cut the log so that it ends at or before ``offset`` (a follower's divergent tail).
+
+        A batch that straddles ``offset`` goes whole. Returns the new log end offset.
+        Producer state is rebuilt from what is left.
+        """
+        if offset >= self.log_end_offset:
+            return self.log_end_offset
+        offset = max(offset, self.log_start_offset)
+        while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
+            self.segments.pop().delete()
+            self._bases.pop()
+        seg = self.segments[-1]
+        pos = seg.find_position(offset)
+        if pos is not None:
+            seg.truncate_to_position(pos)
+        atomic_write(self.dir / RECOVERY_POINT_FILE, str(seg.base_offset).encode())
+        self.producers = ProducerStateTable()
+        for s in self.segments:
+            for h in s.walk_headers():
+                if h.producer_id >= 0:
+                    self.producers.replay(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
+                                          h.base_offset, h.last_offset, h.max_timestamp)
+        if self.replicated_high_watermark is not None:
+            self.replicated_high_watermark = min(self.replicated_high_watermark, self.log_end_offset)
+        return self.log_end_offset
 
     def roll(self) -> Segment:
         """Seal the active segment (fsync) and start a new one at the LEO."""

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shoal.config import CONFIG_DEFS, BrokerConfig, ConfigError, Scope, parse_value
+from shoal.config import BROKER_KEYS_ALSO_TOPIC, CONFIG_DEFS, BrokerConfig, ConfigError, Scope, parse_value
 from shoal.errors import ApiError, ErrorCode
 from shoal.log.partition_log import PartitionLog, atomic_write
 from shoal.log.policy import LogConfig
@@ -64,7 +64,7 @@ def validate_topic_configs(configs: dict[str, Any]) -> dict[str, Any]:
     parsed = {}
     for k, v in configs.items():
         d = CONFIG_DEFS.get(k)
-        if d is None or d.scope is not Scope.TOPIC:
+        if d is None or (d.scope is not Scope.TOPIC and k not in BROKER_KEYS_ALSO_TOPIC):
             raise ApiError(ErrorCode.invalid_config, f"unknown topic configuration {k!r}")
         try:
             parsed[k] = parse_value(k, v)

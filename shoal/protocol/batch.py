@@ -86,6 +86,7 @@ _BASE_OFFSET = struct.Struct(">q")
 _CRC = struct.Struct(">I")
 _ATTR = struct.Struct(">h")
 _I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
 
 _crc32c = _crc32c_mod.crc32c
 
@@ -276,6 +277,11 @@ def scan_valid_prefix(buf, position: int = 0, *, check_crc: bool = True) -> tupl
 def set_base_offset(buf: bytearray | memoryview, position: int, base_offset: int) -> None:
     """Overwrite the base offset of the batch at ``position`` in place (outside the CRC)."""
     _BASE_OFFSET.pack_into(buf, position, base_offset)
+
+
+def set_partition_leader_epoch(buf: bytearray | memoryview, position: int, epoch: int) -> None:
+    """Write a batch's partition leader epoch (bytes 12-15; outside the CRC)."""
+    _I32.pack_into(buf, position + 12, epoch)
 
 
 def set_log_append_time(buf: bytearray | memoryview, header: BatchHeader, timestamp_ms: int) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 from ..config import BrokerConfig
 from ..log.partition_log import atomic_write
 from ..log.store import LogStore
+from ..cluster.metadata import LocalMetadata
 from .dispatch import routes
 from .fetch_session import FetchSessionCache
 from .state_files import DynamicConfigs, ProducerIdAllocator
@@ -189,11 +190,30 @@ class Broker:
         self.advertised_port = port
         self.extensions: dict[str, Any] = {}
         """Subsystems (coordinators, share partitions) attached by their modules."""
+        self.cluster: Any = LocalMetadata(self)
+        """The metadata interface (shoal/cluster/metadata.py): LocalMetadata, or a ClusterNode."""
+        self.replicas: Any = None
+        """Cluster mode only: the ReplicaManager (leadership, high watermarks, acks=all)."""
+        self._leaving_cluster = False
 
     # -- start / stop -----------------------------------------------------------------
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.cluster_id = self._load_cluster_id()
+        node = None
+        if self.config["metadata.store"] != "local":
+            from ..cluster.node import ClusterNode
+
+            node = ClusterNode(self)
+            try:
+                cid = await node.connect(self._stored_cluster_id() or self.config["cluster.id"]
+                                         or _random_cluster_id())
+            except ValueError as e:
+                raise OSError(str(e)) from None
+            stored = self._stored_cluster_id()
+            if stored is not None and stored != cid:
+                await node.store.close()
+                raise OSError(f"{self.data_dir} belongs to cluster {stored}, etcd holds cluster {cid}")
+        self.cluster_id = self._load_cluster_id() if node is None else self._load_cluster_id(cid)
         self.dynamic_configs = DynamicConfigs(self.data_dir / "dynamic-configs.json", self.config)
         self.producer_ids = ProducerIdAllocator(self.data_dir / "producer-ids.json")
         self.fetch_sessions = FetchSessionCache(self.config["max.incremental.fetch.session.cache.slots"])
@@ -214,19 +234,30 @@ class Broker:
         else:
             self.advertised_host, self.advertised_port = self.host, self.port
         self._schedule_housekeeping()
+        if node is not None:
+            self.cluster = node
+            self.replicas = node.replicas
+            await node.start()
         log.info(
             "shoal broker ready on %s:%d (node %d, cluster %s, data %s)",
             self.host, self.port, self.node_id, self.cluster_id, self.data_dir,
         )
 
-    def _load_cluster_id(self) -> str:
-        configured = self.config["cluster.id"]
+    def _stored_cluster_id(self) -> str | None:
         path = self.data_dir / "meta.properties"
         if path.exists():
             for line in path.read_text().splitlines():
                 if line.startswith("cluster.id="):
                     return line.split("=", 1)[1].strip()
-        cid = configured or _random_cluster_id()
+        return None
+
+    def _load_cluster_id(self, from_cluster: str | None = None) -> str:
+        configured = self.config["cluster.id"]
+        stored = self._stored_cluster_id()
+        if stored is not None:
+            return stored
+        path = self.data_dir / "meta.properties"
+        cid = from_cluster or configured or _random_cluster_id()
         atomic_write(path, f"version=1\ncluster.id={cid}\nnode.id={self.node_id}\n".encode())
         return cid
 
@@ -251,6 +282,17 @@ class Broker:
         await self._stopped.wait()
 
     async def stop(self) -> None:
+        if self.shutting_down:
+            await self._stopped.wait()
+            return
+        if self.replicas is not None and not self._leaving_cluster:
+            # controlled shutdown while still serving: followers catch up, leaderships move
+            self._leaving_cluster = True
+            log.info("leaving the cluster")
+            try:
+                await self.cluster.shutdown()
+            except Exception:
+                log.exception("leaving the cluster failed")
         if self.shutting_down:
             await self._stopped.wait()
             return

@@ -23,6 +23,10 @@ PURE = [
     "config.py",
     "errors.py",
     "server/fetch_session.py",
+    "cluster/partition_state.py",
+    "cluster/placement.py",
+    "cluster/leader_epochs.py",
+    "cluster/metadata.py",
 ]
 FORBIDDEN_IN_PURE = {"asyncio", "socket", "threading", "selectors", "time", "shoal.server", "uvloop"}
 CLIENT_SIDE = ["client", "admin", "spark"]

@@ -1,4 +1,10 @@
-"""DescribeCluster (60) and FindCoordinator (10): this broker is the whole cluster and every coordinator."""
+"""DescribeCluster (60) and FindCoordinator (10).
+
+One broker: it is the whole cluster and every coordinator. Cluster mode: DescribeCluster
+lists every live broker; FindCoordinator names the controller broker, which serves every
+group and share coordinator from its own (not replicated) internal topics until the
+coordinators move with their partitions' leadership (docs/CLUSTER.md).
+"""
 
 from __future__ import annotations
 
@@ -16,10 +22,11 @@ GROUP, TRANSACTION, SHARE = 0, 1, 2
 def handle_describe_cluster(ctx: Any, request: Any) -> Any:
     b = ctx.broker
     cls = ctx.response_type
-    broker = make(sub(cls, "DescribeClusterBroker"), broker_id=b.node_id, host=b.advertised_host,
-                  port=b.advertised_port, rack=None, is_fenced=False)
+    bcls = sub(cls, "DescribeClusterBroker")
+    brokers = tuple(make(bcls, broker_id=e.node_id, host=e.host, port=e.port, rack=e.rack, is_fenced=False)
+                    for e in b.cluster.brokers())
     return make(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, endpoint_type=1,
-                cluster_id=b.cluster_id, controller_id=b.node_id, brokers=(broker,),
+                cluster_id=b.cluster_id, controller_id=b.cluster.controller_id(), brokers=brokers,
                 cluster_authorized_operations=-2147483648)
 
 
@@ -62,16 +69,25 @@ def handle_find_coordinator(ctx: Any, request: Any) -> Any:
     b = ctx.broker
     cls = ctx.response_type
     key_type = getattr(request, "key_type", GROUP)
+    coord = b.cluster.coordinator()
+    if coord is None:
+        node_id, host, port = -1, "", -1
+    else:
+        node_id, host, port = coord.node_id, coord.host, coord.port
     if ctx.api_version < 4:
         code, msg = _coordinator_error(ctx, key_type, request.key)
+        if code is ErrorCode.none and coord is None:
+            code = ErrorCode.coordinator_not_available
         ok = code is ErrorCode.none
-        return make(cls, throttle_time=0, error_code=code, error_message=msg, node_id=b.node_id if ok else -1,
-                    host=b.advertised_host if ok else "", port=b.advertised_port if ok else -1)
+        return make(cls, throttle_time=0, error_code=code, error_message=msg, node_id=node_id if ok else -1,
+                    host=host if ok else "", port=port if ok else -1)
     ccls = sub(cls, "Coordinator")
     out = []
     for key in request.coordinator_keys:
         code, msg = _coordinator_error(ctx, key_type, key)
+        if code is ErrorCode.none and coord is None:
+            code = ErrorCode.coordinator_not_available
         ok = code is ErrorCode.none
-        out.append(make(ccls, key=key, node_id=b.node_id if ok else -1, host=b.advertised_host if ok else "",
-                        port=b.advertised_port if ok else -1, error_code=code, error_message=msg))
+        out.append(make(ccls, key=key, node_id=node_id if ok else -1, host=host if ok else "",
+                        port=port if ok else -1, error_code=code, error_message=msg))
     return make(cls, throttle_time=0, coordinators=tuple(out))

@@ -8,6 +8,12 @@ cannot stall a consumer (Kafka's rule since Fetch v3). When fewer than ``min_byt
 are ready, the request parks until an append touches one of its partitions or
 ``max_wait`` passes. From v7 the request may use an incremental fetch session
 (``fetch_session.py``); from v13 topics are named by id.
+
+In cluster mode only the partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere;
+FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH when the request's current leader epoch is
+older / newer than the leader's). Consumers read only below the high watermark. A Fetch
+with a replica id is a follower's: it reports the follower's log end offset (which moves
+the high watermark and the ISR) and reads up to the log end.
 """
 
 from __future__ import annotations
@@ -15,11 +21,12 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import ApiError, ErrorCode
+from ...protocol.batch import read_header
 from ...protocol.entities import ZERO_UUID, has_field, make, sub
 from ..dispatch import api
 from ..fetch_session import FetchSessionError, SessionPartition
 
-def _requested(ctx: Any, request: Any) -> tuple[dict[tuple[str, int], SessionPartition], dict[tuple[str, int], Any],
+def _requested(ctx: Any, request: Any, epochs: dict[tuple[str, int], int]) -> tuple[dict[tuple[str, int], SessionPartition], dict[tuple[str, int], Any],
                                                  list[tuple[str, int]]]:
     """The request's partitions keyed by (topic name, partition), errors for unknown ids, forgotten keys."""
     store = ctx.broker.store
@@ -38,6 +45,9 @@ def _requested(ctx: Any, request: Any) -> tuple[dict[tuple[str, int], SessionPar
             name = t.topic
         for p in t.partitions:
             wanted[(name, p.partition)] = SessionPartition(p.fetch_offset, p.partition_max_bytes)
+            epoch = getattr(p, "current_leader_epoch", -1)
+            if epoch >= 0:
+                epochs[(name, p.partition)] = epoch
     forgotten: list[tuple[str, int]] = []
     for f in getattr(request, "forgotten_topics_data", None) or ():
         if use_ids:
@@ -51,12 +61,15 @@ def _requested(ctx: Any, request: Any) -> tuple[dict[tuple[str, int], SessionPar
     return wanted, unknown, forgotten
 
 
-def _read(store: Any, key: tuple[str, int], sp: SessionPartition, budget: int) -> dict[str, Any]:
+def _read(store: Any, key: tuple[str, int], sp: SessionPartition, budget: int,
+          cluster: Any = None) -> dict[str, Any]:
     name, index = key
     meta = store.get_topic(name)
     if meta is None or not 0 <= index < meta.num_partitions:
         return {"error_code": ErrorCode.unknown_topic_or_partition, "high_watermark": -1,
                 "log_start_offset": -1, "records": b""}
+    if cluster is not None:
+        return _read_replicated(store, key, sp, budget, *cluster)
     plog = store.partition(name, index)
     hw = plog.high_watermark
     out: dict[str, Any] = {"high_watermark": hw, "last_stable_offset": hw, "log_start_offset": plog.log_start_offset}
@@ -71,13 +84,60 @@ def _read(store: Any, key: tuple[str, int], sp: SessionPartition, budget: int) -
     return out
 
 
+def _read_replicated(store: Any, key: tuple[str, int], sp: SessionPartition, budget: int, replicas: Any,
+                     replica_id: int, epochs: dict[tuple[str, int], int], now_ms: int) -> dict[str, Any]:
+    """Cluster mode: the leader's answer to a consumer (below the HW) or a follower (to the LEO)."""
+    empty = {"high_watermark": -1, "log_start_offset": -1, "records": b""}
+    try:
+        replica = replicas.leader_replica(*key)
+    except ApiError as e:
+        return dict(empty, error_code=e.error_code)
+    want = epochs.get(key, -1)
+    if want >= 0 and want != replica.leader_epoch:
+        code = ErrorCode.fenced_leader_epoch if want < replica.leader_epoch else ErrorCode.unknown_leader_epoch
+        return dict(empty, error_code=code)
+    plog = replica.plog
+    if replica_id >= 0:
+        replicas.on_follower_fetch(replica, replica_id, sp.fetch_offset, now_ms)
+        end = plog.log_end_offset
+    else:
+        end = plog.high_watermark
+    hw = plog.high_watermark
+    out: dict[str, Any] = {"high_watermark": hw, "last_stable_offset": hw, "log_start_offset": plog.log_start_offset}
+    if sp.fetch_offset == end or budget <= 0 or (sp.fetch_offset > end and replica_id < 0
+                                                 and sp.fetch_offset <= plog.log_end_offset):
+        out["records"] = b""
+        return out
+    try:
+        data = plog.read(sp.fetch_offset, min(sp.max_bytes, budget))
+    except ApiError as e:
+        out["error_code"] = e.error_code
+        out["records"] = b""
+        return out
+    out["records"] = data if end == plog.log_end_offset else _below(data, end)
+    return out
+
+
+def _below(data: bytes, end: int) -> bytes:
+    """The whole batches of ``data`` that end below offset ``end`` (the high watermark)."""
+    pos = 0
+    n = len(data)
+    while pos + 61 <= n:
+        h = read_header(data, pos, whole=False)
+        if h.next_offset > end:
+            break
+        pos = h.end
+    return data[:pos]
+
+
 @api(1, 4, 17)
 async def handle_fetch(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
     store = broker.store
     cls = ctx.response_type
     use_ids = ctx.api_version >= 13
-    wanted, unknown, forgotten = _requested(ctx, request)
+    epochs: dict[tuple[str, int], int] = {}
+    wanted, unknown, forgotten = _requested(ctx, request, epochs)
 
     session = None
     incremental = False
@@ -95,13 +155,22 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
     max_bytes = min(request.max_bytes if has_field(type(request), "max_bytes") else 2**31 - 1,
                     broker.config["fetch.max.bytes"])
     deadline = broker.clock.now_ms() + max_wait_ms
+    cluster = None
+    if broker.replicas is not None:
+        replica_id = getattr(request, "replica_id", -1)
+        state = getattr(request, "replica_state", None)
+        if state is not None:
+            replica_id = state.replica_id
+        cluster = (broker.replicas, replica_id, epochs, 0)
     while True:
+        if cluster is not None:
+            cluster = cluster[:3] + (broker.clock.now_ms(),)
         results: dict[tuple[str, int], dict[str, Any]] = {}
         budget = max_bytes
         total = 0
         any_error = bool(unknown)
         for key, sp in partitions.items():
-            r = _read(store, key, sp, budget)
+            r = _read(store, key, sp, budget, cluster)
             n = len(r["records"])
             total += n
             budget -= n

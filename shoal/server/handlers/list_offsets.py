@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import ErrorCode
+from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make, sub
 from ..dispatch import api
 
@@ -33,6 +33,7 @@ def lookup(plog: Any, timestamp: int) -> tuple[int, int]:
 @api(2, 1, 10)
 def handle_list_offsets(ctx: Any, request: Any) -> Any:
     store = ctx.broker.store
+    replicas = ctx.broker.replicas
     cls = ctx.response_type
     tcls = sub(cls, "ListOffsetsTopicResponse")
     pcls = sub(cls, "ListOffsetsPartitionResponse")
@@ -46,8 +47,16 @@ def handle_list_offsets(ctx: Any, request: Any) -> Any:
                                   error_code=ErrorCode.unknown_topic_or_partition, timestamp=-1, offset=-1,
                                   leader_epoch=-1))
                 continue
+            epoch = 0
+            if replicas is not None:  # cluster mode: only the leader answers
+                try:
+                    epoch = replicas.leader_replica(t.name, p.partition_index).leader_epoch
+                except ApiError as e:
+                    parts.append(make(pcls, partition_index=p.partition_index, error_code=e.error_code,
+                                      timestamp=-1, offset=-1, leader_epoch=-1))
+                    continue
             offset, ts = lookup(store.partition(t.name, p.partition_index), p.timestamp)
             parts.append(make(pcls, partition_index=p.partition_index, error_code=ErrorCode.none,
-                              timestamp=ts, offset=offset, leader_epoch=0 if offset >= 0 else -1))
+                              timestamp=ts, offset=offset, leader_epoch=epoch if offset >= 0 else -1))
         topics.append(make(tcls, name=t.name, partitions=tuple(parts)))
     return make(cls, throttle_time=0, topics=tuple(topics))

@@ -1,4 +1,9 @@
-"""Metadata (key 3), v0-v12: this broker leads every partition of every topic."""
+"""Metadata (key 3), v0-v12.
+
+One broker (local metadata): it leads every partition of every topic. Cluster mode: every
+live broker, and each partition's leader, leader epoch, replicas, ISR and offline replicas
+from the cluster metadata (LEADER_NOT_AVAILABLE for a partition without a leader).
+"""
 
 from __future__ import annotations
 
@@ -18,15 +23,36 @@ def broker_entity(ctx: Any, cls: type) -> Any:
 
 def topic_entity(ctx: Any, cls: type, meta: Any) -> Any:
     pcls = sub(cls, "MetadataResponsePartition")
-    node = ctx.broker.node_id
-    partitions = tuple(
-        make(pcls, error_code=ErrorCode.none, partition_index=i, leader_id=node, leader_epoch=0,
-             replica_nodes=(node,), isr_nodes=(node,), offline_replicas=())
-        for i in range(meta.num_partitions)
-    )
+    cluster = ctx.broker.cluster
+    if cluster.clustered and meta.name not in INTERNAL_TOPICS:
+        partitions = tuple(_partition_entity(pcls, i, cluster.partition(meta.name, i))
+                           for i in range(meta.num_partitions))
+    else:
+        node = ctx.broker.node_id
+        partitions = tuple(
+            make(pcls, error_code=ErrorCode.none, partition_index=i, leader_id=node, leader_epoch=0,
+                 replica_nodes=(node,), isr_nodes=(node,), offline_replicas=())
+            for i in range(meta.num_partitions)
+        )
     return make(cls, error_code=ErrorCode.none, name=meta.name, topic_id=meta.topic_id,
                 is_internal=meta.name in INTERNAL_TOPICS, partitions=partitions,
                 topic_authorized_operations=-2147483648)
+
+
+def _partition_entity(pcls: type, index: int, view: Any) -> Any:
+    if view is None:
+        return make(pcls, error_code=ErrorCode.leader_not_available, partition_index=index, leader_id=-1,
+                    leader_epoch=-1, replica_nodes=(), isr_nodes=(), offline_replicas=())
+    code = ErrorCode.none if view.leader >= 0 else ErrorCode.leader_not_available
+    return make(pcls, error_code=code, partition_index=index, leader_id=view.leader, leader_epoch=view.leader_epoch,
+                replica_nodes=view.replicas, isr_nodes=view.isr, offline_replicas=view.offline)
+
+
+def _brokers(ctx: Any, cls: type) -> tuple[Any, ...]:
+    cluster = ctx.broker.cluster
+    if not cluster.clustered:
+        return (broker_entity(ctx, cls),)
+    return tuple(make(cls, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack) for b in cluster.brokers())
 
 
 @api(3, 0, 12)
@@ -52,7 +78,7 @@ def handle_metadata(ctx: Any, request: Any) -> Any:
                     continue
             else:
                 meta = store.get_topic(name)
-            if meta is None and auto and name not in INTERNAL_TOPICS:
+            if meta is None and auto and name not in INTERNAL_TOPICS and not broker.cluster.clustered:
                 try:
                     meta = broker.create_topic(name, broker.config["num.partitions"], {})
                 except ApiError as e:
@@ -65,9 +91,9 @@ def handle_metadata(ctx: Any, request: Any) -> Any:
                 topics.append(topic_entity(ctx, tcls, meta))
     fields: dict[str, Any] = dict(
         throttle_time=0,
-        brokers=(broker_entity(ctx, sub(cls, "MetadataResponseBroker")),),
+        brokers=_brokers(ctx, sub(cls, "MetadataResponseBroker")),
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
+        controller_id=broker.cluster.controller_id(),
         topics=tuple(topics),
     )
     if has_field(cls, "cluster_authorized_operations"):

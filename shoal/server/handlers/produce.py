@@ -8,6 +8,12 @@ for an fsync, the response waits for it: the fsync runs off the event loop and i
 by every produce that appended to the partition meanwhile (group commit). So an
 acknowledged record is written and, where the policy says so, fsynced. acks=0 gets no
 response at all.
+
+In cluster mode (``broker.replicas`` set) only the partition's leader appends
+(NOT_LEADER_OR_FOLLOWER elsewhere), stamping its leader epoch into each batch; acks=all
+fails with NOT_ENOUGH_REPLICAS when the ISR is smaller than ``min.insync.replicas`` and
+otherwise also waits until every in-sync replica has the records (the high watermark
+passed them).
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ def handle_produce(ctx: Any, request: Any) -> Any:
     acks = request.acks
     topic_results: list[tuple[str, list[dict[str, Any]]]] = []
     flushes: list[tuple[dict[str, Any], Any]] = []
+    replicas = broker.replicas
+    isr_waits: list[tuple[dict[str, Any], Any, int]] = []
     for topic in request.topic_data:
         name = topic.name
         meta = store.get_topic(name)
@@ -65,7 +73,17 @@ def handle_produce(ctx: Any, request: Any) -> Any:
                 records = pd.records
                 if not records:
                     raise ApiError(ErrorCode.corrupt_message, "empty record set")
-                result = plog.append(records, now_ms, defer_flush=True)
+                if replicas is not None:
+                    replica = replicas.leader_replica(name, pd.index)
+                    if acks == -1 and len(replica.state.isr) < replicas.min_insync_replicas(name):
+                        raise ApiError(ErrorCode.not_enough_replicas,
+                                       f"ISR {list(replica.state.isr)} is smaller than min.insync.replicas")
+                    result = plog.append(records, now_ms, defer_flush=True, leader_epoch=replica.leader_epoch)
+                    replicas.maybe_advance_hw(replica)
+                    if acks == -1:
+                        isr_waits.append((r, replica, result.last_offset + 1))
+                else:
+                    result = plog.append(records, now_ms, defer_flush=True)
                 if plog.flush_due(now_ms):
                     flushes.append((r, broker.flusher.durable(plog, plog.log_end_offset)))
                 r["base_offset"] = result.base_offset
@@ -78,6 +96,9 @@ def handle_produce(ctx: Any, request: Any) -> Any:
                 r["error_message"] = e.message if e.message != e.error_code.name else None
             results.append(r)
         topic_results.append((name, results))
+    if isr_waits:
+        return _after_isr(cls, tcls, pcls, acks, topic_results, flushes, isr_waits,
+                          int(request.timeout.total_seconds() * 1000), replicas)
     if flushes:
         return _after_flush(cls, tcls, pcls, acks, topic_results, flushes)
     if acks == 0:
@@ -107,4 +128,18 @@ async def _after_flush(cls: type, tcls: type, pcls: type, acks: int,
             r.update(error_code=ErrorCode.kafka_storage_error, base_offset=-1)
     if acks == 0:
         return None
+    return _response(cls, tcls, pcls, topic_results)
+
+
+async def _after_isr(cls: type, tcls: type, pcls: type, acks: int,
+                     topic_results: list[tuple[str, list[dict[str, Any]]]], flushes: list[tuple[dict[str, Any], Any]],
+                     isr_waits: list[tuple[dict[str, Any], Any, int]], timeout_ms: int, replicas: Any) -> Any:
+    """acks=all in cluster mode: the local fsyncs, then every in-sync replica."""
+    if flushes:
+        await _after_flush(cls, tcls, pcls, acks, topic_results, flushes)
+    codes = await asyncio.gather(*(replicas.wait_for_isr(replica, end, timeout_ms)
+                                   for r, replica, end in isr_waits))
+    for (r, _, _), code in zip(isr_waits, codes):
+        if code != ErrorCode.none and r.get("error_code", ErrorCode.none) == ErrorCode.none:
+            r.update(error_code=code, base_offset=-1)
     return _response(cls, tcls, pcls, topic_results)

@@ -14,6 +14,8 @@ from .metadata import INTERNAL_TOPICS
 @api(19, 2, 7)
 def handle_create_topics(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
+    if broker.cluster.clustered:
+        return _create_topics_in_cluster(ctx, request)
     cls = ctx.response_type
     rcls = sub(cls, "CreatableTopicResult")
     ccls = sub(cls, "CreatableTopicConfigs") if ctx.api_version >= 5 else None
@@ -55,9 +57,50 @@ def handle_create_topics(ctx: Any, request: Any) -> Any:
     return make(cls, throttle_time=0, topics=tuple(results))
 
 
+async def _create_topics_in_cluster(ctx: Any, request: Any) -> Any:
+    """Cluster mode: each topic is created in etcd (placement over the live brokers)."""
+    cluster = ctx.broker.cluster
+    cls = ctx.response_type
+    rcls = sub(cls, "CreatableTopicResult")
+    results = []
+    seen: set[str] = set()
+    for t in request.topics:
+        r: dict[str, Any] = {"name": t.name, "topic_id": ZERO_UUID, "num_partitions": -1,
+                             "replication_factor": -1, "configs": ()}
+        try:
+            if t.name in seen:
+                raise ApiError(ErrorCode.invalid_request, f"topic {t.name} named twice in one request")
+            seen.add(t.name)
+            if t.name in INTERNAL_TOPICS:
+                raise ApiError(ErrorCode.invalid_request, f"{t.name} is an internal topic")
+            assignments = None
+            if t.assignments:
+                ordered = sorted(t.assignments, key=lambda a: a.partition_index)
+                if [a.partition_index for a in ordered] != list(range(len(ordered))):
+                    raise ApiError(ErrorCode.invalid_replica_assignment, "partitions must be 0..n-1")
+                assignments = [list(a.broker_ids) for a in ordered]
+                if t.num_partitions != -1 or t.replication_factor != -1:
+                    raise ApiError(ErrorCode.invalid_request,
+                                   "give either assignments or partitions and replication factor")
+            partitions = t.num_partitions
+            if partitions == -1:
+                partitions = len(assignments) if assignments else ctx.broker.config["num.partitions"]
+            configs = {c.name: c.value for c in t.configs}
+            topic_id, rf = await cluster.create_topic(t.name, partitions, t.replication_factor, configs, assignments,
+                                                      validate_only=request.validate_only)
+            r.update(topic_id=topic_id, num_partitions=partitions, replication_factor=rf, error_code=ErrorCode.none)
+        except ApiError as e:
+            r["error_code"] = e.error_code
+            r["error_message"] = e.message
+        results.append(make(rcls, **r))
+    return make(cls, throttle_time=0, topics=tuple(results))
+
+
 @api(20, 1, 6)
 def handle_delete_topics(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
+    if broker.cluster.clustered:
+        return _delete_topics_in_cluster(ctx, request)
     store = broker.store
     cls = ctx.response_type
     rcls = sub(cls, "DeletableTopicResult")
@@ -85,9 +128,59 @@ def handle_delete_topics(ctx: Any, request: Any) -> Any:
     return make(cls, throttle_time=0, responses=tuple(out))
 
 
+async def _delete_topics_in_cluster(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    store = broker.store
+    cls = ctx.response_type
+    rcls = sub(cls, "DeletableTopicResult")
+    out = []
+    if ctx.api_version >= 6:
+        targets = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        targets = [(name, None) for name in request.topic_names]
+    for name, topic_id in targets:
+        r: dict[str, Any] = {"name": name, "topic_id": topic_id or ZERO_UUID}
+        try:
+            meta = store.get_topic(name) if name else store.topic_by_id(topic_id)
+            if meta is None:
+                raise ApiError(ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition)
+            if meta.name in INTERNAL_TOPICS:
+                raise ApiError(ErrorCode.invalid_request, f"{meta.name} is an internal topic")
+            if not broker.config["delete.topic.enable"]:
+                raise ApiError(ErrorCode.topic_deletion_disabled)
+            await broker.cluster.delete_topic(meta.name)
+            r.update(name=meta.name, topic_id=meta.topic_id, error_code=ErrorCode.none)
+        except ApiError as e:
+            r["error_code"] = e.error_code
+            r["error_message"] = e.message
+        out.append(make(rcls, **r))
+    return make(cls, throttle_time=0, responses=tuple(out))
+
+
+async def _create_partitions_in_cluster(ctx: Any, request: Any) -> Any:
+    cls = ctx.response_type
+    rcls = sub(cls, "CreatePartitionsTopicResult")
+    out = []
+    for t in request.topics:
+        r: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
+        try:
+            if t.name in INTERNAL_TOPICS:
+                raise ApiError(ErrorCode.invalid_request, f"{t.name} is an internal topic")
+            if t.assignments:
+                raise ApiError(ErrorCode.invalid_request, "explicit assignments for new partitions are not supported")
+            await ctx.broker.cluster.create_partitions(t.name, t.count, validate_only=request.validate_only)
+        except ApiError as e:
+            r["error_code"] = e.error_code
+            r["error_message"] = e.message
+        out.append(make(rcls, **r))
+    return make(cls, throttle_time=0, results=tuple(out))
+
+
 @api(37, 0, 3)
 def handle_create_partitions(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
+    if broker.cluster.clustered:
+        return _create_partitions_in_cluster(ctx, request)
     cls = ctx.response_type
     rcls = sub(cls, "CreatePartitionsTopicResult")
     out = []

@@ -1,0 +1,395 @@
+"""The etcd metadata store: what Kafka keeps in KRaft, kept in etcd (asyncio shell).
+
+Keys, under ``/shoal/`` (values are JSON):
+
+* ``cluster_id``: written once, by the first broker (create-if-absent transaction);
+* ``brokers/<node.id>``: a broker's registration ``{host, port, rack, registration,
+  shutting_down}``, attached to its lease: a broker that stops refreshing it disappears
+  within ``broker.session.timeout.ms``. ``registration`` is the lease id, new at every
+  start, so a restart is visible even before the old lease lapses;
+* ``controller``: the elected controller's node id, attached to its lease; created only if
+  absent (a lease-backed election: whoever creates it leads until its lease goes);
+* ``topics/<name>``: ``{topic_id, num_partitions, configs}``;
+* ``partitions/<name>/<index>``: a :class:`PartitionState`. Every write of one compares
+  the key's mod revision with the one its writer read, in one transaction, so a writer
+  that decided on stale state changes nothing (compare-and-swap on the partition epoch).
+
+One watch on the prefix marks the local copy stale; a single loop then reads the whole
+prefix again and hands the new :class:`Snapshot` to the listeners (replica manager,
+controller), so bursts of changes cost one read and listeners always see a consistent
+revision. Concurrency: event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .partition_state import PartitionState
+
+log = logging.getLogger("shoal.cluster.etcd")
+
+__all__ = ["EtcdStore", "Snapshot", "BrokerInfo", "TopicRecord", "parse_endpoints"]
+
+PREFIX = b"/shoal/"
+
+
+def parse_endpoints(url: str) -> list[tuple[str, int]]:
+    """``etcd://h1:2379,h2:2379`` -> [(h1, 2379), (h2, 2379)]. Raises ValueError."""
+    if not url.startswith("etcd://"):
+        raise ValueError(f"metadata.store must be 'local' or etcd://host:port[,host:port], got {url!r}")
+    out = []
+    for part in url[len("etcd://"):].split(","):
+        host, _, port = part.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"bad etcd endpoint {part!r}")
+        out.append((host, int(port)))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+    registration: int
+    shutting_down: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRecord:
+    name: str
+    topic_id: uuid.UUID
+    num_partitions: int
+    configs: dict[str, str]
+
+
+@dataclass(slots=True)
+class Snapshot:
+    revision: int = 0
+    cluster_id: str = ""
+    controller: int = -1
+    brokers: dict[int, BrokerInfo] = field(default_factory=dict)
+    topics: dict[str, TopicRecord] = field(default_factory=dict)
+    partitions: dict[tuple[str, int], tuple[PartitionState, int]] = field(default_factory=dict)
+    """(topic, index) -> (state, the key's mod revision)."""
+
+    def live(self) -> dict[int, int]:
+        """node id -> registration epoch of every registered broker."""
+        return {b.node_id: b.registration for b in self.brokers.values()}
+
+    def state(self, topic: str, index: int) -> PartitionState | None:
+        got = self.partitions.get((topic, index))
+        return got[0] if got is not None else None
+
+
+def _key(*parts: str | int) -> bytes:
+    return PREFIX + "/".join(str(p) for p in parts).encode()
+
+
+class EtcdStore:
+    def __init__(self, endpoints: list[tuple[str, int]], *, timeout_s: float = 5.0) -> None:
+        self.endpoints = endpoints
+        self.timeout_s = timeout_s
+        self.client: Any = None
+        self.snapshot = Snapshot()
+        self.lease: Any = None
+        self.registration = 0
+        self._listeners: list[Callable[[Snapshot], Awaitable[None] | None]] = []
+        self._stale = asyncio.Event()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._watch: Any = None
+        self._closed = False
+        self.loaded = asyncio.Event()
+        self._session_lost: Callable[[], None] | None = None
+
+    # -- connection ---------------------------------------------------------------------
+    async def connect(self) -> None:
+        import aetcd
+
+        last: Exception | None = None
+        for host, port in self.endpoints:
+            client = aetcd.Client(host, port, timeout=self.timeout_s)
+            try:
+                await asyncio.wait_for(client.connect(), self.timeout_s)
+                await asyncio.wait_for(client.get(_key("cluster_id")), self.timeout_s)
+            except Exception as e:  # aetcd raises several kinds for an unreachable member
+                last = e
+                try:
+                    await client.close()
+                except Exception:
+                    pass
+                continue
+            self.client = client
+            return
+        raise OSError(f"cannot reach etcd at {self.endpoints}: {last}")
+
+    async def close(self) -> None:
+        self._closed = True
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except BaseException:
+                pass
+        self._tasks.clear()
+        if self._watch is not None:
+            try:
+                await self._watch.cancel()
+            except Exception:
+                pass
+        if self.client is not None:
+            try:
+                await self.client.close()
+            except Exception:
+                pass
+
+    # -- cluster id ---------------------------------------------------------------------
+    async def ensure_cluster_id(self, proposed: str) -> str:
+        """The cluster's id: ``proposed`` if this is the first broker, else the stored one."""
+        c = self.client
+        key = _key("cluster_id")
+        ok, responses = await c.transaction(
+            compare=[c.transactions.create(key) == 0],
+            success=[c.transactions.put(key, proposed.encode())],
+            failure=[c.transactions.get(key)],
+        )
+        if ok:
+            return proposed
+        return responses[0][0][0].decode()
+
+    # -- registration -------------------------------------------------------------------
+    async def register(self, node_id: int, host: str, port: int, rack: str | None, session_timeout_ms: int,
+                       on_session_lost: Callable[[], None]) -> int:
+        """Register under a new lease; returns the registration epoch (the lease id).
+
+        Raises RuntimeError when another live broker already holds ``node_id``.
+        """
+        c = self.client
+        ttl = max(1, math.ceil(session_timeout_ms / 1000))
+        self.lease = await c.lease(ttl)
+        self.registration = int(self.lease.id)
+        key = _key("brokers", node_id)
+        info = {"host": host, "port": port, "rack": rack, "registration": self.registration,
+                "shutting_down": False}
+        ok, _ = await c.transaction(compare=[c.transactions.create(key) == 0],
+                                    success=[c.transactions.put(key, json.dumps(info).encode(), lease=self.lease)],
+                                    failure=[])
+        if not ok:
+            await self.lease.revoke()
+            raise RuntimeError(f"node.id {node_id} is registered by another live broker")
+        self._node_key = key
+        self._node_info = info
+        self._session_lost = on_session_lost
+        self._tasks.append(asyncio.ensure_future(self._keep_alive(ttl)))
+        return self.registration
+
+    async def _keep_alive(self, ttl: int) -> None:
+        interval = max(0.2, ttl / 4)
+        while not self._closed:
+            await asyncio.sleep(interval)
+            try:
+                reply = await asyncio.wait_for(self.lease.refresh(), self.timeout_s)
+                if reply is not None and reply.TTL <= 0:
+                    raise RuntimeError("lease expired")
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                if self._closed:
+                    return
+                log.error("broker session lost (%s)", e)
+                if self._session_lost is not None:
+                    self._session_lost()
+                return
+
+    async def set_shutting_down(self) -> None:
+        info = dict(self._node_info, shutting_down=True)
+        await self.client.put(self._node_key, json.dumps(info).encode(), lease=self.lease)
+
+    async def deregister(self) -> None:
+        if self.lease is not None:
+            try:
+                await asyncio.wait_for(self.lease.revoke(), self.timeout_s)
+            except Exception as e:
+                log.warning("could not revoke the broker lease: %s", e)
+
+    # -- controller election ---------------------------------------------------------------
+    async def campaign(self, node_id: int) -> bool:
+        """Try to become controller (only if nobody is); the key lives as long as our lease."""
+        c = self.client
+        key = _key("controller")
+        ok, _ = await c.transaction(
+            compare=[c.transactions.create(key) == 0],
+            success=[c.transactions.put(key, str(node_id).encode(), lease=self.lease)],
+            failure=[],
+        )
+        return bool(ok)
+
+    # -- snapshot and watch ---------------------------------------------------------------
+    def add_listener(self, fn: Callable[[Snapshot], Awaitable[None] | None]) -> None:
+        self._listeners.append(fn)
+
+    async def start_watching(self) -> None:
+        await self.reload()
+        self._watch = await self.client.watch_prefix(PREFIX, start_revision=self.snapshot.revision + 1)
+        self._tasks.append(asyncio.ensure_future(self._watch_loop()))
+        self._tasks.append(asyncio.ensure_future(self._reload_loop()))
+
+    def mark_stale(self) -> None:
+        self._stale.set()
+
+    async def _watch_loop(self) -> None:
+        try:
+            async for _ in self._watch:
+                self._stale.set()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            if not self._closed:
+                log.error("etcd watch ended: %s", e)
+                if self._session_lost is not None:
+                    self._session_lost()
+
+    async def _reload_loop(self) -> None:
+        while not self._closed:
+            await self._stale.wait()
+            self._stale.clear()
+            try:
+                await self.reload()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("reading cluster metadata failed: %s", e)
+                await asyncio.sleep(0.2)
+                self._stale.set()
+
+    async def reload(self) -> None:
+        got = await self.client.get_prefix(PREFIX)
+        snap = Snapshot(revision=int(got.header.revision) if hasattr(got, "header") else 0)
+        for kv in got:
+            self._parse(snap, kv)
+        if snap.revision == 0:
+            snap.revision = max((kv.mod_revision for kv in got), default=0)
+        if snap.revision < self.snapshot.revision:
+            return  # an older read finished late
+        self.snapshot = snap
+        self.loaded.set()
+        for fn in self._listeners:
+            try:
+                r = fn(snap)
+                if r is not None:
+                    await r
+            except Exception:
+                log.exception("cluster metadata listener failed")
+
+    @staticmethod
+    def _parse(snap: Snapshot, kv: Any) -> None:
+        parts = kv.key[len(PREFIX):].decode().split("/")
+        try:
+            if parts == ["cluster_id"]:
+                snap.cluster_id = kv.value.decode()
+            elif parts == ["controller"]:
+                snap.controller = int(kv.value)
+            elif parts[0] == "brokers" and len(parts) == 2:
+                d = json.loads(kv.value)
+                snap.brokers[int(parts[1])] = BrokerInfo(int(parts[1]), d["host"], int(d["port"]), d.get("rack"),
+                                                         int(d["registration"]), bool(d.get("shutting_down")))
+            elif parts[0] == "topics" and len(parts) == 2:
+                d = json.loads(kv.value)
+                snap.topics[parts[1]] = TopicRecord(parts[1], uuid.UUID(d["topic_id"]), int(d["num_partitions"]),
+                                                    dict(d.get("configs", {})))
+            elif parts[0] == "partitions" and len(parts) == 3:
+                snap.partitions[(parts[1], int(parts[2]))] = (PartitionState.from_json(kv.value), kv.mod_revision)
+        except (ValueError, KeyError, TypeError) as e:
+            log.error("ignoring malformed cluster metadata key %s: %s", kv.key, e)
+
+    # -- writes -----------------------------------------------------------------------------
+    async def compare_and_set(self, changes: list[tuple[str, int, int, PartitionState]], *,
+                              controller: int | None = None) -> bool:
+        """Write partition states iff every key still has the mod revision read with it.
+
+        ``changes`` holds (topic, index, mod revision read, new state). With ``controller``,
+        the write also requires that node to still hold the controller key.
+        """
+        c = self.client
+        compare = [c.transactions.mod(_key("partitions", t, i)) == rev for t, i, rev, _ in changes]
+        if controller is not None:
+            compare.append(c.transactions.value(_key("controller")) == str(controller).encode())
+        ok, _ = await c.transaction(
+            compare=compare,
+            success=[c.transactions.put(_key("partitions", t, i), s.to_json()) for t, i, _, s in changes],
+            failure=[],
+        )
+        if ok:
+            self._stale.set()
+        return bool(ok)
+
+    async def create_topic(self, name: str, topic_id: uuid.UUID, configs: dict[str, str],
+                           states: list[PartitionState]) -> bool:
+        """Create a topic and its partitions in one transaction; False if it exists."""
+        c = self.client
+        key = _key("topics", name)
+        value = json.dumps({"topic_id": str(topic_id), "num_partitions": len(states), "configs": configs})
+        ok, _ = await c.transaction(
+            compare=[c.transactions.create(key) == 0],
+            success=[c.transactions.put(key, value.encode())]
+            + [c.transactions.put(_key("partitions", name, i), s.to_json()) for i, s in enumerate(states)],
+            failure=[],
+        )
+        if ok:
+            self._stale.set()
+        return bool(ok)
+
+    async def add_partitions(self, topic: TopicRecord, mod_revision_unknown: bool,
+                             states: list[PartitionState]) -> bool:
+        """Grow a topic (its record must still say ``topic.num_partitions``)."""
+        c = self.client
+        key = _key("topics", topic.name)
+        old = json.dumps({"topic_id": str(topic.topic_id), "num_partitions": topic.num_partitions,
+                          "configs": topic.configs}).encode()
+        new = json.dumps({"topic_id": str(topic.topic_id), "num_partitions": topic.num_partitions + len(states),
+                          "configs": topic.configs}).encode()
+        ok, _ = await c.transaction(
+            compare=[c.transactions.value(key) == old],
+            success=[c.transactions.put(key, new)]
+            + [c.transactions.put(_key("partitions", topic.name, topic.num_partitions + i), s.to_json())
+               for i, s in enumerate(states)],
+            failure=[],
+        )
+        if ok:
+            self._stale.set()
+        return bool(ok)
+
+    async def delete_topic(self, name: str) -> None:
+        c = self.client
+        await c.transaction(compare=[], success=[c.transactions.delete(_key("topics", name)),
+                                                 c.transactions.delete(_key("partitions", name) + b"/",
+                                                                       range_end=_prefix_end(_key("partitions", name)
+                                                                                             + b"/"))],
+                            failure=[])
+        self._stale.set()
+
+    async def wait_for(self, predicate: Callable[[Snapshot], bool], timeout_s: float) -> bool:
+        """Wait until the local copy satisfies ``predicate`` (after our own writes)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not predicate(self.snapshot):
+            if loop.time() >= deadline:
+                return False
+            self._stale.set()
+            await asyncio.sleep(0.02)
+        return True
+
+
+def _prefix_end(prefix: bytes) -> bytes:
+    b = bytearray(prefix)
+    b[-1] += 1
+    return bytes(b)

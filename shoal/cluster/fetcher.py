@@ -1,0 +1,243 @@
+"""A follower's fetcher: one connection to one leader broker, many partitions per Fetch.
+
+Theory of operation
+-------------------
+The replica manager adds a partition when this broker becomes its follower under a new
+leader epoch, and removes it when that changes again. The fetcher's loop:
+
+1. (re)connects to the leader;
+2. for every partition marked for truncation (new to this fetcher, or its leader epoch
+   changed) sends OffsetsForLeaderEpoch (v4, replica id set) with the follower's latest
+   epoch and cuts the divergent tail the leader does not have (KIP-101/279);
+3. sends one Fetch (v12, replica id set, current leader epoch per partition) for every
+   partition, waits at most ``replica.fetch.wait.max.ms`` at the leader, appends what comes
+   back through the replica manager (which fsyncs per the flush policy before the next
+   fetch reports the new log end offset) and repeats.
+
+A partition that gets NOT_LEADER_OR_FOLLOWER or a leader-epoch error pauses for
+``replica.fetch.backoff.ms`` (new metadata moves it meanwhile if leadership changed), then
+truncates again; a broken connection backs off as long.
+Concurrency: one task per fetcher, on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import io
+import logging
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kio.serial import entity_reader, entity_writer
+
+from ..errors import ErrorCode
+from ..protocol.codec import codec_for
+from ..protocol.entities import make, sub
+from ..protocol.framing import FrameDecoder
+from ..protocol.header import read_uvarint
+
+if TYPE_CHECKING:
+    from .replica_manager import ReplicaManager
+
+log = logging.getLogger("shoal.cluster.fetcher")
+
+FETCH, OFFSETS_FOR_LEADER_EPOCH = 1, 23
+FETCH_VERSION, OFFSETS_VERSION = 12, 4
+_HDR = struct.Struct(">hhi")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+@dataclass(slots=True)
+class FetchState:
+    leader_epoch: int
+    fetch_offset: int
+    needs_truncation: bool = True
+    retry_at: float = 0.0
+    """After an error, the loop time before which the partition is not fetched."""
+
+
+class Fetcher:
+    def __init__(self, manager: "ReplicaManager", leader_id: int, host: str, port: int) -> None:
+        self.manager = manager
+        self.leader_id = leader_id
+        self.host, self.port = host, port
+        self.partitions: dict[tuple[str, int], FetchState] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._cid = 0
+        self._decoder = FrameDecoder(1 << 30)
+        self.closed = False
+
+    # -- membership -------------------------------------------------------------------
+    def add(self, key: tuple[str, int], leader_epoch: int, fetch_offset: int) -> None:
+        self.partitions[key] = FetchState(leader_epoch, fetch_offset)
+        self._wake.set()
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+
+    def remove(self, key: tuple[str, int]) -> None:
+        self.partitions.pop(key, None)
+
+    async def close(self) -> None:
+        self.closed = True
+        self._wake.set()
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except BaseException:
+                pass
+        self._disconnect()
+
+    def _disconnect(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+        self._decoder = FrameDecoder(1 << 30)
+
+    # -- the loop ---------------------------------------------------------------------
+    async def _run(self) -> None:
+        backoff = self.manager.config["replica.fetch.backoff.ms"] / 1000
+        loop = asyncio.get_running_loop()
+        while not self.closed:
+            now = loop.time()
+            active = {k: s for k, s in self.partitions.items() if s.retry_at <= now}
+            if not active:
+                self._wake.clear()
+                later = [s.retry_at for s in self.partitions.values()]
+                try:
+                    await asyncio.wait_for(self._wake.wait(), max(0.01, min(later) - now) if later else None)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            try:
+                if self._writer is None:
+                    self._reader, self._writer = await asyncio.wait_for(
+                        asyncio.open_connection(self.host, self.port), 5)
+                trunc = {k: s for k, s in active.items() if s.needs_truncation}
+                if trunc:
+                    await self._truncate(trunc)
+                    continue
+                await self._fetch(active)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # connection refused/reset, a bad frame: reconnect after a pause
+                if not self.closed:
+                    log.info("fetcher for leader %d: %s; retrying", self.leader_id, e)
+                self._disconnect()
+                await asyncio.sleep(backoff)
+
+    async def _call(self, api_key: int, version: int, request: Any) -> Any:
+        assert self._writer is not None and self._reader is not None
+        codec = codec_for(api_key, version)
+        assert codec is not None
+        body = io.BytesIO()
+        entity_writer(type(request))(body, request)
+        self._cid = (self._cid + 1) & 0x7FFFFFFF
+        client_id = f"shoal-replica-{self.manager.node_id}".encode()
+        header = _HDR.pack(api_key, version, self._cid) + _I16.pack(len(client_id)) + client_id + b"\x00"
+        payload = header + body.getvalue()
+        self._writer.write(_I32.pack(len(payload)) + payload)
+        await self._writer.drain()
+        while True:
+            frame = self._decoder.next_frame()
+            if frame is not None:
+                break
+            chunk = await self._reader.read(1 << 20)
+            if not chunk:
+                raise ConnectionError("leader closed the connection")
+            self._decoder.feed(chunk)
+        (cid,) = _I32.unpack_from(frame, 0)
+        if cid != self._cid:
+            raise ConnectionError(f"correlation id {cid}, expected {self._cid}")
+        pos = 4
+        count, pos = read_uvarint(frame, pos)
+        for _ in range(count):
+            _tag, pos = read_uvarint(frame, pos)
+            size, pos = read_uvarint(frame, pos)
+            pos += size
+        value, _ = entity_reader(codec.response_type)(frame, pos)
+        return value
+
+    async def _truncate(self, parts: dict[tuple[str, int], FetchState]) -> None:
+        codec = codec_for(OFFSETS_FOR_LEADER_EPOCH, OFFSETS_VERSION)
+        assert codec is not None
+        req_cls = codec.request_type
+        tcls, pcls = sub(req_cls, "OffsetForLeaderTopic"), sub(req_cls, "OffsetForLeaderPartition")
+        by_topic: dict[str, list[Any]] = {}
+        asked: dict[tuple[str, int], int] = {}
+        for (topic, index), st in parts.items():
+            latest = self.manager.latest_epoch(topic, index)
+            asked[(topic, index)] = latest
+            by_topic.setdefault(topic, []).append(
+                make(pcls, partition=index, current_leader_epoch=st.leader_epoch, leader_epoch=max(latest, 0)))
+        request = make(req_cls, replica_id=self.manager.node_id,
+                       topics=tuple(make(tcls, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
+        response = await self._call(OFFSETS_FOR_LEADER_EPOCH, OFFSETS_VERSION, request)
+        for t in response.topics:
+            for p in t.partitions:
+                key = (t.topic, p.partition)
+                st = self.partitions.get(key)
+                if st is None or key not in parts or st is not parts[key]:
+                    continue  # re-added meanwhile: ask again
+                if p.error_code != ErrorCode.none:
+                    self._on_error(key, st, p.error_code)
+                    continue
+                leo = self.manager.truncate_follower(key, asked[key], p.leader_epoch, p.end_offset)
+                st.fetch_offset = leo
+                st.needs_truncation = False
+
+    async def _fetch(self, parts: dict[tuple[str, int], FetchState]) -> None:
+        cfg = self.manager.config
+        codec = codec_for(FETCH, FETCH_VERSION)
+        assert codec is not None
+        req_cls = codec.request_type
+        tcls, pcls = sub(req_cls, "FetchTopic"), sub(req_cls, "FetchPartition")
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, index), st in parts.items():
+            by_topic.setdefault(topic, []).append(
+                make(pcls, partition=index, current_leader_epoch=st.leader_epoch, fetch_offset=st.fetch_offset,
+                     last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=cfg["replica.fetch.max.bytes"]))
+        request = make(req_cls, replica_id=self.manager.node_id,
+                       max_wait=datetime.timedelta(milliseconds=cfg["replica.fetch.wait.max.ms"]), min_bytes=1,
+                       max_bytes=cfg["fetch.max.bytes"], isolation_level=0, session_id=0, session_epoch=-1,
+                       topics=tuple(make(tcls, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+                       forgotten_topics_data=(), rack_id="")
+        response = await self._call(FETCH, FETCH_VERSION, request)
+        if response.error_code != ErrorCode.none:
+            raise ConnectionError(f"fetch failed: {ErrorCode(response.error_code).name}")
+        appended = []
+        for t in response.responses:
+            for p in t.partitions:
+                key = (t.topic, p.partition_index)
+                st = self.partitions.get(key)
+                if st is None or st is not parts.get(key) or st.needs_truncation:
+                    continue
+                if p.error_code != ErrorCode.none:
+                    self._on_error(key, st, p.error_code)
+                    continue
+                new_leo = self.manager.append_follower(key, p.records or b"", p.high_watermark)
+                if new_leo is None:
+                    st.needs_truncation = True
+                    continue
+                if new_leo != st.fetch_offset:
+                    appended.append(key)
+                st.fetch_offset = new_leo
+        if appended:
+            await self.manager.flush_followers(appended)
+
+    def _on_error(self, key: tuple[str, int], st: FetchState, code: int) -> None:
+        if code == ErrorCode.offset_out_of_range:
+            st.needs_truncation = True
+            return
+        # not (yet, or no longer) the leader at our epoch: retry after a pause; new metadata
+        # moves the partition to another fetcher meanwhile if leadership changed
+        log.info("fetch of %s-%d from leader %d: %s", key[0], key[1], self.leader_id, ErrorCode(code).name)
+        st.retry_at = asyncio.get_running_loop().time() + self.manager.config["replica.fetch.backoff.ms"] / 1000
+        st.needs_truncation = True
+        self.manager.node.store.mark_stale()

@@ -1,0 +1,282 @@
+"""Cluster mode for one broker: etcd store, registration, controller, replica manager.
+
+Theory of operation
+-------------------
+Start (``Broker.start`` calls, in order): :meth:`ClusterNode.connect` before the log store
+opens (the cluster id comes from etcd: the first broker's wins); :meth:`ClusterNode.start`
+once the listener is bound: register under a lease of ``broker.session.timeout.ms``, read
+and watch the metadata, stand for controller.
+
+Every snapshot goes to the replica manager (leader/follower roles) and, on the
+controller, to :meth:`_control`: for every partition :func:`reconcile` decides whether
+its leader or ISR must change given the registered brokers, and the changes are written
+as compare-and-swap transactions that also require this broker to still hold the
+controller key. Whoever holds the key (a lease-backed election) is the only writer of
+leader elections; leaders write their own ISR changes.
+
+Topic administration (CreateTopics, CreatePartitions, DeleteTopics) is done by the broker
+that receives the request, in one etcd transaction each, with the same placement code the
+controller would use; it answers once its own copy of the metadata shows the change.
+
+Stop (SIGTERM, ``controlled.shutdown.enable``): the registration is marked
+``shutting_down``; the controller moves every leadership that has another in-sync
+replica; the broker waits for that (at most ``shutdown.timeout.ms``), stops its fetchers
+and revokes its lease, so the cluster sees it gone at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import uuid
+from typing import Any
+
+from ..errors import ApiError, ErrorCode
+from ..log.store import validate_topic_configs, validate_topic_name
+from .etcd_store import EtcdStore, Snapshot, parse_endpoints
+from .metadata import BrokerEndpoint, PartitionView
+from .partition_state import initial_state, reconcile
+from .placement import assign_replicas
+from .replica_manager import ReplicaManager
+
+log = logging.getLogger("shoal.cluster")
+
+ADMIN_TIMEOUT_S = 10.0
+
+
+class ClusterNode:
+    clustered = True
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.config = broker.config
+        self.store = EtcdStore(parse_endpoints(self.config["metadata.store"]))
+        self.registration = 0
+        self.replicas = ReplicaManager(self)
+        self._closed = False
+        self._control_running = False
+        self._control_again = False
+        self._rebalance_due = False
+        self._leaving = False
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def connect(self, proposed_cluster_id: str) -> str:
+        await self.store.connect()
+        return await self.store.ensure_cluster_id(proposed_cluster_id)
+
+    async def start(self) -> None:
+        b = self.broker
+        await self._register()
+        self.store.add_listener(self._on_snapshot)
+        await self.store.start_watching()
+        self.replicas.start()
+        if self.config["auto.leader.rebalance.enable"]:
+            self._tasks.append(asyncio.ensure_future(self._rebalance_timer()))
+        log.info("node %d joined cluster %s (registration %d)", b.node_id, self.store.snapshot.cluster_id,
+                 self.registration)
+
+    async def _register(self) -> None:
+        b = self.broker
+        rack = self.config["broker.rack"] or None
+        deadline = asyncio.get_running_loop().time() + self.config["broker.session.timeout.ms"] / 1000 + 5
+        while True:
+            try:
+                self.registration = await self.store.register(
+                    b.node_id, b.advertised_host, b.advertised_port, rack, self.config["broker.session.timeout.ms"],
+                    self._session_lost)
+                return
+            except RuntimeError:
+                # our previous incarnation's lease has not lapsed yet (a quick restart)
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.25)
+
+    def _session_lost(self) -> None:
+        if self._closed:
+            return
+
+        async def again() -> None:
+            while not self._closed:
+                try:
+                    await self._register()
+                    log.warning("registered again (registration %d)", self.registration)
+                    self.store.mark_stale()
+                    return
+                except Exception as e:
+                    log.error("cannot register again: %s", e)
+                    await asyncio.sleep(1)
+
+        self._tasks.append(asyncio.ensure_future(again()))
+
+    async def shutdown(self) -> None:
+        """Controlled shutdown, then leave the cluster."""
+        self._leaving = True
+        if self.config["controlled.shutdown.enable"] and self.store.client is not None:
+            try:
+                await self.store.set_shutting_down()
+                deadline = asyncio.get_running_loop().time() + self.config["shutdown.timeout.ms"] / 1000
+                while asyncio.get_running_loop().time() < deadline and self._leads_movable():
+                    self.store.mark_stale()
+                    await asyncio.sleep(0.05)
+            except Exception as e:
+                log.warning("controlled shutdown incomplete: %s", e)
+        self._closed = True
+        for t in self._tasks:
+            t.cancel()
+        await self.replicas.close()
+        await self.store.deregister()
+        await self.store.close()
+
+    def _leads_movable(self) -> bool:
+        """Whether this broker still leads a partition that another live in-sync replica could lead."""
+        snap = self.store.snapshot
+        me = self.broker.node_id
+        for state, _ in snap.partitions.values():
+            if state.leader == me and any(r != me and r in snap.brokers for r in state.isr):
+                return True
+        return False
+
+    # -- snapshots --------------------------------------------------------------------------
+    async def _on_snapshot(self, snap: Snapshot) -> None:
+        self.replicas.apply(snap)
+        if self._closed:
+            return
+        if snap.controller < 0 and not self._leaving:
+            if await self.store.campaign(self.broker.node_id):
+                log.info("node %d is the controller", self.broker.node_id)
+            self.store.mark_stale()
+            return
+        if snap.controller == self.broker.node_id:
+            self._control_again = True
+            if not self._control_running:
+                self._tasks.append(asyncio.ensure_future(self._control()))
+
+    async def _control(self) -> None:
+        self._control_running = True
+        try:
+            while self._control_again:
+                self._control_again = False
+                snap = self.store.snapshot
+                if snap.controller != self.broker.node_id:
+                    return
+                prefer, self._rebalance_due = self._rebalance_due, False
+                live = snap.live()
+                stopping = {b.node_id for b in snap.brokers.values() if b.shutting_down}
+                changes = []
+                for (topic, index), (state, rev) in snap.partitions.items():
+                    new = reconcile(state, live, shutting_down=stopping, prefer=prefer)
+                    if new is not None:
+                        changes.append((topic, index, rev, new))
+                for i in range(0, len(changes), 64):
+                    chunk = changes[i:i + 64]
+                    ok = await self.store.compare_and_set(chunk, controller=self.broker.node_id)
+                    for t, p, _, new in chunk:
+                        log.info("controller: %s-%d leader %d epoch %d isr %s%s", t, p, new.leader,
+                                 new.leader_epoch, list(new.isr), "" if ok else " (stale, retrying)")
+                    if not ok:
+                        self._control_again = True
+                if self._control_again:
+                    await self.store.wait_for(lambda s: s.revision > snap.revision, 2)
+        except Exception:
+            log.exception("controller pass failed")
+            await asyncio.sleep(0.5)
+            self.store.mark_stale()
+        finally:
+            self._control_running = False
+
+    async def _rebalance_timer(self) -> None:
+        interval = self.config["leader.imbalance.check.interval.seconds"]
+        while True:
+            await asyncio.sleep(interval)
+            self._rebalance_due = True
+            self.store.mark_stale()
+
+    # -- the metadata interface -----------------------------------------------------------------
+    def brokers(self) -> list[BrokerEndpoint]:
+        return [BrokerEndpoint(b.node_id, b.host, b.port, b.rack)
+                for b in sorted(self.store.snapshot.brokers.values(), key=lambda b: b.node_id)]
+
+    def controller_id(self) -> int:
+        return self.store.snapshot.controller
+
+    def partition(self, topic: str, index: int) -> PartitionView | None:
+        snap = self.store.snapshot
+        state = snap.state(topic, index)
+        if state is None:
+            return None
+        return PartitionView(state.leader, state.leader_epoch, state.replicas, state.isr,
+                             tuple(r for r in state.replicas if r not in snap.brokers))
+
+    def coordinator(self) -> BrokerEndpoint | None:
+        snap = self.store.snapshot
+        b = snap.brokers.get(snap.controller)
+        return BrokerEndpoint(b.node_id, b.host, b.port, b.rack) if b is not None else None
+
+    # -- topic administration ---------------------------------------------------------------------
+    def _placement(self, num_partitions: int, rf: int, first: int = 0, start: int | None = None) -> list[list[int]]:
+        snap = self.store.snapshot
+        brokers = {b.node_id: b.rack for b in snap.brokers.values() if not b.shutting_down}
+        if start is None:
+            start = random.randrange(max(1, len(brokers)))
+        return assign_replicas(brokers, num_partitions, rf, start=start, first_partition=first)
+
+    async def create_topic(self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
+                           assignments: list[list[int]] | None, *, validate_only: bool) -> tuple[uuid.UUID, int]:
+        """Create a topic in etcd; returns (topic id, replication factor). Raises ApiError."""
+        validate_topic_name(name)
+        configs = {k: str(v) for k, v in configs.items()}
+        validate_topic_configs(configs)
+        snap = self.store.snapshot
+        if name in snap.topics:
+            raise ApiError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
+        if assignments:
+            for reps in assignments:
+                if not reps or len(set(reps)) != len(reps):
+                    raise ApiError(ErrorCode.invalid_replica_assignment, "duplicate or empty replica list")
+                if any(r not in snap.brokers for r in reps):
+                    raise ApiError(ErrorCode.invalid_replica_assignment, "assignment names an unknown broker")
+            placement = [list(r) for r in assignments]
+        else:
+            rf = replication_factor if replication_factor != -1 else self.config["default.replication.factor"]
+            if num_partitions < 1:
+                raise ApiError(ErrorCode.invalid_partitions, "the number of partitions must be at least 1")
+            placement = self._placement(num_partitions, rf)
+        rf = len(placement[0])
+        if validate_only:
+            return uuid.UUID(int=0), rf
+        topic_id = uuid.uuid4()
+        live = snap.live()
+        states = [initial_state(reps, live) for reps in placement]
+        if not await self.store.create_topic(name, topic_id, configs, states):
+            raise ApiError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
+        await self.store.wait_for(lambda s: name in s.topics and self.broker.store.get_topic(name) is not None,
+                                  ADMIN_TIMEOUT_S)
+        return topic_id, rf
+
+    async def create_partitions(self, name: str, total: int, *, validate_only: bool) -> None:
+        snap = self.store.snapshot
+        rec = snap.topics.get(name)
+        if rec is None:
+            raise ApiError(ErrorCode.unknown_topic_or_partition)
+        if total <= rec.num_partitions:
+            raise ApiError(ErrorCode.invalid_partitions,
+                           f"topic has {rec.num_partitions} partitions; a new count must be larger")
+        first = snap.state(name, 0)
+        rf = len(first.replicas) if first is not None else 1
+        placement = self._placement(total - rec.num_partitions, rf, first=rec.num_partitions)
+        if validate_only:
+            return
+        live = snap.live()
+        if not await self.store.add_partitions(rec, False, [initial_state(r, live) for r in placement]):
+            raise ApiError(ErrorCode.reassignment_in_progress, "the topic changed meanwhile; retry")
+        await self.store.wait_for(lambda s: s.topics.get(name) is not None
+                                  and s.topics[name].num_partitions == total, ADMIN_TIMEOUT_S)
+
+    async def delete_topic(self, name: str) -> None:
+        if name not in self.store.snapshot.topics:
+            raise ApiError(ErrorCode.unknown_topic_or_partition)
+        await self.store.delete_topic(name)
+        await self.store.wait_for(lambda s: name not in s.topics and self.broker.store.get_topic(name) is None,
+                                  ADMIN_TIMEOUT_S)

@@ -1,0 +1,396 @@
+"""This broker's replicas: leader or follower of each partition, as etcd says (asyncio shell).
+
+Theory of operation
+-------------------
+Every new metadata snapshot is applied in one pass (``apply``):
+
+* topics: the local log store mirrors the topics in etcd (created, grown, reconfigured,
+  deleted), so the handlers keep reading topic metadata from the store; the internal
+  topics stay local (see docs/CLUSTER.md);
+* partitions this broker is a replica of: it *leads* one when the partition state names
+  it leader under its current registration epoch, else it *follows* the named leader (or
+  does nothing while there is none).
+
+Becoming leader at epoch ``e``: the leader-epoch cache gets ``(e, log end offset)``, the
+followers' progress is forgotten (each counts as caught up now, so none is dropped before
+it had a chance to fetch), and parked acks=all produces keep waiting. Becoming follower:
+acks=all waiters fail with NOT_LEADER_OR_FOLLOWER, the partition joins the fetcher of its
+leader, which truncates it first (OffsetsForLeaderEpoch).
+
+As leader, each follower Fetch reports the follower's log end offset (its fetch offset).
+The high watermark is the smallest log end offset among the ISR (the leader's own
+included); it only grows. It advancing completes acks=all produces waiting for it and
+wakes consumers' long polls (consumers read only below it). A follower that has not
+caught up with the leader's log end for ``replica.lag.time.max.ms`` leaves the ISR; one
+that reached the high watermark joins it again. Both are compare-and-swap writes to etcd
+that the leader makes only under its current leader epoch: a leader that lost leadership
+(paused, partitioned) cannot change the ISR, so it cannot acknowledge acks=all writes alone.
+
+Concurrency: event loop only; ``apply`` never awaits between reading a snapshot and
+acting on it, except for etcd writes whose outcome is re-read through the next snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ApiError, ErrorCode
+from ..log.partition_log import atomic_write
+from .etcd_store import Snapshot
+from .fetcher import Fetcher
+from .leader_epochs import LeaderEpochCache, divergence_offset
+from .partition_state import PartitionState, expand_isr, shrink_isr
+
+if TYPE_CHECKING:
+    from .node import ClusterNode
+
+log = logging.getLogger("shoal.cluster.replicas")
+
+LEADER, FOLLOWER, OFFLINE = "leader", "follower", "offline"
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__share_group_state"})
+EPOCH_FILE = "leader-epoch-checkpoint"
+
+
+class Replica:
+    """This broker's replica of one partition."""
+
+    __slots__ = ("topic", "index", "plog", "role", "leader_id", "leader_epoch", "state", "mod_revision",
+                 "epochs", "follower_leo", "caught_up_ms", "last_fetch_leo", "last_fetch_ms", "waiters",
+                 "isr_write_pending")
+
+    def __init__(self, topic: str, index: int, plog: Any) -> None:
+        self.topic, self.index, self.plog = topic, index, plog
+        self.role = OFFLINE
+        self.leader_id = -1
+        self.leader_epoch = -1
+        self.state: PartitionState | None = None
+        self.mod_revision = 0
+        try:
+            text = (plog.dir / EPOCH_FILE).read_text()
+        except FileNotFoundError:
+            text = ""
+        self.epochs = LeaderEpochCache.from_text(text)
+        self.follower_leo: dict[int, int] = {}
+        self.caught_up_ms: dict[int, int] = {}
+        self.last_fetch_leo: dict[int, int] = {}
+        self.last_fetch_ms: dict[int, int] = {}
+        self.waiters: list[tuple[int, asyncio.Future[ErrorCode]]] = []
+        self.isr_write_pending = False
+        if plog.replicated_high_watermark is None:
+            plog.replicated_high_watermark = plog.log_start_offset
+
+    def save_epochs(self) -> None:
+        atomic_write(self.plog.dir / EPOCH_FILE, self.epochs.to_text().encode())
+
+    def fail_waiters(self, code: ErrorCode) -> None:
+        waiters, self.waiters = self.waiters, []
+        for _, fut in waiters:
+            if not fut.done():
+                fut.set_result(code)
+
+
+class ReplicaManager:
+    def __init__(self, node: "ClusterNode") -> None:
+        self.node = node
+        self.broker = node.broker
+        self.config = node.broker.config
+        self.node_id: int = node.broker.node_id
+        self.replicas: dict[tuple[str, int], Replica] = {}
+        self.fetchers: dict[int, Fetcher] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    # -- lookups used by the handlers --------------------------------------------------------
+    def leader_replica(self, topic: str, index: int) -> Replica:
+        """The partition's replica if this broker leads it; else ApiError(NOT_LEADER_OR_FOLLOWER)."""
+        r = self.replicas.get((topic, index))
+        if r is None or r.role != LEADER:
+            raise ApiError(ErrorCode.not_leader_or_follower, f"broker {self.node_id} does not lead {topic}-{index}")
+        return r
+
+    def latest_epoch(self, topic: str, index: int) -> int:
+        r = self.replicas.get((topic, index))
+        return r.epochs.latest_epoch if r is not None else -1
+
+    def min_insync_replicas(self, topic: str) -> int:
+        meta = self.broker.store.get_topic(topic)
+        if meta is not None and "min.insync.replicas" in meta.configs:
+            return int(meta.configs["min.insync.replicas"])
+        return int(self.config["min.insync.replicas"])
+
+    # -- applying metadata ----------------------------------------------------------------------
+    def apply(self, snap: Snapshot) -> None:
+        self._sync_topics(snap)
+        me, reg = self.node_id, self.node.registration
+        now = self.broker.clock.now_ms()
+        seen: set[tuple[str, int]] = set()
+        for key, (state, rev) in snap.partitions.items():
+            if me not in state.replicas or key[0] not in snap.topics:
+                continue
+            try:
+                plog = self.broker.store.partition(*key)
+            except ApiError:
+                continue
+            seen.add(key)
+            r = self.replicas.get(key)
+            if r is None or r.plog is not plog:
+                r = self.replicas[key] = Replica(key[0], key[1], plog)
+            r.state, r.mod_revision = state, rev
+            if state.leader == me and state.leader_registration == reg and reg != 0:
+                if r.role != LEADER or r.leader_epoch != state.leader_epoch:
+                    self._become_leader(r, state, now)
+                else:
+                    self.maybe_advance_hw(r)
+            elif state.leader >= 0 and state.leader != me:
+                if r.role != FOLLOWER or r.leader_epoch != state.leader_epoch or r.leader_id != state.leader:
+                    self._become_follower(r, state, snap)
+            else:
+                self._go_offline(r)
+        for key in list(self.replicas):
+            if key not in seen:
+                self._go_offline(self.replicas.pop(key))
+        for leader_id, f in list(self.fetchers.items()):
+            info = snap.brokers.get(leader_id)
+            if not f.partitions or info is None or (info.host, info.port) != (f.host, f.port):
+                if f.partitions and info is not None:
+                    continue  # address changed: handled when partitions re-add
+                del self.fetchers[leader_id]
+                asyncio.ensure_future(f.close())
+
+    def _sync_topics(self, snap: Snapshot) -> None:
+        store = self.broker.store
+        now = self.broker.clock.now_ms()
+        for name, rec in snap.topics.items():
+            meta = store.get_topic(name)
+            if meta is not None and meta.topic_id != rec.topic_id:
+                self._drop_topic(name)
+                meta = None
+            if meta is None:
+                try:
+                    store.create_topic(name, rec.num_partitions, rec.configs, topic_id=rec.topic_id, now_ms=now)
+                except ApiError as e:
+                    log.error("cannot create topic %s locally: %s", name, e)
+                continue
+            if rec.num_partitions > meta.num_partitions:
+                self.broker.create_partitions(name, rec.num_partitions)
+            if rec.configs != meta.configs:
+                try:
+                    store.alter_topic_configs(name, set=rec.configs,
+                                              delete=[k for k in meta.configs if k not in rec.configs])
+                except ApiError as e:
+                    log.error("cannot apply configs of topic %s: %s", name, e)
+        for meta in store.topics():
+            if meta.name not in snap.topics and meta.name not in INTERNAL_TOPICS:
+                self._drop_topic(meta.name)
+
+    def _drop_topic(self, name: str) -> None:
+        for key in [k for k in self.replicas if k[0] == name]:
+            self._go_offline(self.replicas.pop(key))
+        self.broker.delete_topic(name)
+
+    def _become_leader(self, r: Replica, state: PartitionState, now_ms: int) -> None:
+        self._leave_fetcher(r)
+        r.role, r.leader_id, r.leader_epoch = LEADER, self.node_id, state.leader_epoch
+        if r.epochs.assign(state.leader_epoch, r.plog.log_end_offset):
+            r.save_epochs()
+        r.follower_leo.clear()
+        r.last_fetch_leo.clear()
+        r.last_fetch_ms.clear()
+        r.caught_up_ms = {b: now_ms for b in state.replicas if b != self.node_id}
+        log.info("leading %s-%d at epoch %d (isr %s, log end %d)", r.topic, r.index, state.leader_epoch,
+                 list(state.isr), r.plog.log_end_offset)
+        self.maybe_advance_hw(r)
+
+    def _become_follower(self, r: Replica, state: PartitionState, snap: Snapshot) -> None:
+        r.fail_waiters(ErrorCode.not_leader_or_follower)
+        self._leave_fetcher(r)
+        r.role, r.leader_id, r.leader_epoch = FOLLOWER, state.leader, state.leader_epoch
+        info = snap.brokers.get(state.leader)
+        if info is None:
+            return  # the leader is not registered (yet): the next snapshot tells
+        f = self.fetchers.get(state.leader)
+        if f is not None and (f.host, f.port) != (info.host, info.port):
+            self.fetchers.pop(state.leader)
+            asyncio.ensure_future(f.close())
+            f = None
+        if f is None:
+            f = self.fetchers[state.leader] = Fetcher(self, state.leader, info.host, info.port)
+        f.add((r.topic, r.index), state.leader_epoch, r.plog.log_end_offset)
+        log.info("following %s-%d from broker %d at epoch %d", r.topic, r.index, state.leader,
+                 state.leader_epoch)
+
+    def _go_offline(self, r: Replica) -> None:
+        r.fail_waiters(ErrorCode.not_leader_or_follower)
+        self._leave_fetcher(r)
+        r.role, r.leader_id = OFFLINE, -1
+
+    def _leave_fetcher(self, r: Replica) -> None:
+        f = self.fetchers.get(r.leader_id)
+        if f is not None:
+            f.remove((r.topic, r.index))
+
+    # -- follower side --------------------------------------------------------------------------
+    def truncate_follower(self, key: tuple[str, int], asked_epoch: int, leader_epoch: int, end_offset: int) -> int:
+        """Cut the divergent tail after the leader's OffsetsForLeaderEpoch answer; returns the new LEO."""
+        r = self.replicas.get(key)
+        if r is None:
+            return 0
+        leo = r.plog.log_end_offset
+        if asked_epoch < 0:
+            target = 0 if leo > r.plog.log_start_offset else leo
+        else:
+            target = divergence_offset(r.epochs, leader_epoch, end_offset, leo)
+        if target < leo:
+            log.info("truncating %s-%d from %d to %d (leader epoch %d ends at %d)", key[0], key[1], leo, target,
+                     leader_epoch, end_offset)
+            r.plog.truncate_to(target)
+            r.epochs.truncate_from_end(r.plog.log_end_offset)
+            r.save_epochs()
+        return r.plog.log_end_offset
+
+    def append_follower(self, key: tuple[str, int], records: bytes, leader_hw: int) -> int | None:
+        """Append fetched batches; returns the new LEO, or None when the log must be truncated again."""
+        r = self.replicas.get(key)
+        if r is None or r.role != FOLLOWER:
+            return None
+        plog = r.plog
+        if records:
+            try:
+                epochs = plog.append_as_follower(records, self.broker.clock.now_ms())
+            except ApiError as e:
+                log.warning("follower append to %s-%d failed: %s", key[0], key[1], e)
+                return None
+            changed = False
+            for epoch, base in epochs:
+                changed |= r.epochs.assign(epoch, base)
+            if changed:
+                r.save_epochs()
+            self.broker.append_waiters.notify(*key)
+        hw = min(leader_hw, plog.log_end_offset)
+        if plog.replicated_high_watermark is None or hw > plog.replicated_high_watermark:
+            plog.replicated_high_watermark = hw
+        return plog.log_end_offset
+
+    async def flush_followers(self, keys: list[tuple[str, int]]) -> None:
+        """fsync per the flush policy before the next Fetch reports the new log end offsets."""
+        now = self.broker.clock.now_ms()
+        waits = []
+        for key in keys:
+            r = self.replicas.get(key)
+            if r is not None and r.plog.flush_due(now):
+                waits.append(self.broker.flusher.durable(r.plog, r.plog.log_end_offset))
+        if waits:
+            await asyncio.gather(*waits)
+
+    # -- leader side ----------------------------------------------------------------------------
+    def on_follower_fetch(self, r: Replica, follower: int, fetch_offset: int, now_ms: int) -> None:
+        """Record a follower's progress (Kafka's Replica.updateFetchState), then HW and ISR."""
+        leo = r.plog.log_end_offset
+        if fetch_offset >= leo:
+            r.caught_up_ms[follower] = now_ms
+        elif fetch_offset >= r.last_fetch_leo.get(follower, leo + 1):
+            r.caught_up_ms[follower] = r.last_fetch_ms.get(follower, now_ms)
+        r.last_fetch_leo[follower] = leo
+        r.last_fetch_ms[follower] = now_ms
+        r.follower_leo[follower] = fetch_offset
+        state = r.state
+        if state is None:
+            return
+        if follower not in state.isr:
+            start = r.epochs.entries[-1][1] if r.epochs.entries else 0
+            if fetch_offset >= r.plog.high_watermark and fetch_offset >= start:
+                self._write_isr(r, expand_isr(state, self.node_id, r.leader_epoch, follower))
+        self.maybe_advance_hw(r)
+
+    def maybe_advance_hw(self, r: Replica) -> None:
+        state = r.state
+        if r.role != LEADER or state is None:
+            return
+        plog = r.plog
+        old = plog.replicated_high_watermark or 0
+        hw = plog.log_end_offset
+        for b in state.isr:
+            if b != self.node_id:
+                hw = min(hw, r.follower_leo.get(b, old))
+        if hw > old:
+            plog.replicated_high_watermark = hw
+            if r.waiters:
+                keep = []
+                for offset, fut in r.waiters:
+                    if offset <= hw:
+                        if not fut.done():
+                            fut.set_result(ErrorCode.none)
+                    else:
+                        keep.append((offset, fut))
+                r.waiters = keep
+            self.broker.append_waiters.notify(r.topic, r.index)
+
+    async def wait_for_isr(self, r: Replica, end_offset: int, timeout_ms: int) -> ErrorCode:
+        """acks=all: wait until the high watermark reaches ``end_offset``; the error to answer."""
+        if r.plog.high_watermark < end_offset:
+            fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+            r.waiters.append((end_offset, fut))
+            try:
+                code = await asyncio.wait_for(fut, max(timeout_ms, 1) / 1000)
+            except asyncio.TimeoutError:
+                return ErrorCode.request_timed_out
+            if code != ErrorCode.none:
+                return code
+        if r.role != LEADER:
+            return ErrorCode.not_leader_or_follower
+        if r.state is not None and len(r.state.isr) < self.min_insync_replicas(r.topic):
+            return ErrorCode.not_enough_replicas_after_append
+        return ErrorCode.none
+
+    def _write_isr(self, r: Replica, new: PartitionState | None) -> None:
+        if new is None or r.isr_write_pending:
+            return
+        r.isr_write_pending = True
+        rev = r.mod_revision
+
+        async def write() -> None:
+            try:
+                ok = await self.node.store.compare_and_set([(r.topic, r.index, rev, new)])
+                if ok:
+                    log.info("ISR of %s-%d is now %s", r.topic, r.index, list(new.isr))
+                    # apply at once: the HW may move (shrink) before the watch reports back
+                    if r.mod_revision == rev and r.role == LEADER:
+                        r.state = new
+                        self.maybe_advance_hw(r)
+            except Exception as e:
+                log.warning("ISR change of %s-%d failed: %s", r.topic, r.index, e)
+            finally:
+                r.isr_write_pending = False
+
+        asyncio.ensure_future(write())
+
+    # -- periodic ISR shrink ------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._shrink_loop())
+
+    async def _shrink_loop(self) -> None:
+        lag = self.config["replica.lag.time.max.ms"]
+        while True:
+            await asyncio.sleep(max(0.05, lag / 2000))
+            now = self.broker.clock.now_ms()
+            for r in list(self.replicas.values()):
+                if r.role != LEADER or r.state is None:
+                    continue
+                out = [b for b in r.state.isr
+                       if b != self.node_id and now - r.caught_up_ms.get(b, now) > lag]
+                if out:
+                    log.info("followers %s of %s-%d lag more than %d ms", out, r.topic, r.index, lag)
+                    self._write_isr(r, shrink_isr(r.state, self.node_id, r.leader_epoch, out))
+
+    def leaderships(self) -> int:
+        return sum(1 for r in self.replicas.values() if r.role == LEADER)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        for r in self.replicas.values():
+            r.fail_waiters(ErrorCode.not_leader_or_follower)
+        for f in list(self.fetchers.values()):
+            await f.close()
+        self.fetchers.clear()
