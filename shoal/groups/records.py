@@ -2,14 +2,15 @@
 
 Theory of operation
 -------------------
-``shoal.coordinator.records`` frames a record as (int16 type + JSON key, int16 version +
-JSON value). This module fixes which fields the two record types owned by the classic
-coordinator carry, mirroring Kafka's ``OffsetCommitKey/Value`` and
-``GroupMetadataKey/Value`` (names in snake_case, bytes as base64 text):
+``shoal.coordinator.records`` writes a record in Kafka's binary layout
+(``shoal.coordinator.schemas``). This module fills the two record types owned by the
+classic coordinator, Kafka's ``OffsetCommitKey/Value`` and ``GroupMetadataKey/Value``
+(field names in snake_case):
 
 * ``OFFSET_COMMIT`` (type 1), key ``{group, topic, partition}``, value version 3:
-  ``offset``, ``leader_epoch`` (-1 if unknown), ``metadata``, ``commit_timestamp``,
-  ``expire_timestamp`` (-1 unless an OffsetCommit v2-v4 carried a retention time).
+  ``offset``, ``leader_epoch`` (-1 if unknown), ``metadata``, ``commit_timestamp``;
+  version 1, as Kafka writes it, when an OffsetCommit v2-v4 carried a retention time:
+  ``expire_timestamp`` instead of ``leader_epoch`` (which then reads back as -1).
   A tombstone deletes the committed offset.
 * ``GROUP_METADATA`` (type 2), key ``{group}``, value version 3: ``protocol_type``,
   ``generation``, ``protocol`` (selected protocol or None), ``leader`` (or None),
@@ -33,6 +34,7 @@ from shoal.coordinator.records import CoordinatorRecord, RecordType, record, tom
 
 __all__ = [
     "OFFSET_COMMIT_VALUE_VERSION",
+    "OFFSET_COMMIT_EXPIRING_VALUE_VERSION",
     "GROUP_METADATA_VALUE_VERSION",
     "OffsetValue",
     "MemberValue",
@@ -46,15 +48,18 @@ __all__ = [
 ]
 
 OFFSET_COMMIT_VALUE_VERSION = 3
+OFFSET_COMMIT_EXPIRING_VALUE_VERSION = 1
+"""The only OffsetCommitValue version with ``expireTimestamp``."""
 GROUP_METADATA_VALUE_VERSION = 3
 
 
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.b64decode(text.encode("ascii"))
+def _bytes(value: bytes | str | None) -> bytes:
+    """A bytes field: bytes from a binary record, base64 text from a legacy JSON one."""
+    if value is None:
+        return b""
+    if isinstance(value, str):
+        return base64.b64decode(value.encode("ascii"))
+    return bytes(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +110,7 @@ def offset_commit_record(group_id: str, topic: str, partition: int, value: Offse
             "commit_timestamp": value.commit_timestamp,
             "expire_timestamp": value.expire_timestamp,
         },
-        OFFSET_COMMIT_VALUE_VERSION,
+        OFFSET_COMMIT_VALUE_VERSION if value.expire_timestamp == -1 else OFFSET_COMMIT_EXPIRING_VALUE_VERSION,
     )
 
 
@@ -149,8 +154,8 @@ def group_metadata_record(group_id: str, value: GroupValue) -> CoordinatorRecord
                     "client_host": m.client_host,
                     "rebalance_timeout": m.rebalance_timeout,
                     "session_timeout": m.session_timeout,
-                    "subscription": _b64(m.subscription),
-                    "assignment": _b64(m.assignment),
+                    "subscription": m.subscription,
+                    "assignment": m.assignment,
                 }
                 for m in value.members
             ],
@@ -177,8 +182,8 @@ def decode_group_metadata(rec: CoordinatorRecord) -> tuple[str, GroupValue | Non
             client_host=m.get("client_host", ""),
             rebalance_timeout=int(m.get("rebalance_timeout", 0)),
             session_timeout=int(m.get("session_timeout", 0)),
-            subscription=_unb64(m.get("subscription", "")),
-            assignment=_unb64(m.get("assignment", "")),
+            subscription=_bytes(m.get("subscription")),
+            assignment=_bytes(m.get("assignment")),
         )
         for m in v.get("members", ())
     )

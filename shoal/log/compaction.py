@@ -32,7 +32,7 @@ from shoal.log.policy import keep_record, plan_compaction
 from shoal.log.segment import Segment
 from shoal.protocol.batch import build_batch, decode_records
 
-__all__ = ["compact", "CompactionStats"]
+__all__ = ["compact", "rewrite_records", "CompactionStats"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +100,51 @@ def compact(log, now_ms: int) -> CompactionStats:
         rewritten += 1
         log.segments[i] = _swap(seg, bytes(out), log.config.index_interval_bytes)
     return CompactionStats(rewritten, removed, before, after)
+
+
+def rewrite_records(log, transform) -> int:  # type: ignore[no-untyped-def]
+    """Rewrite the records of ``log`` (a PartitionLog) through ``transform``; returns the
+    number of segments rewritten.
+
+    ``transform(key, value)`` returns the new (key, value) of a record, or None to keep
+    it as it is. The active segment is rolled first (if it holds anything), so that every
+    record is in a closed segment; each changed segment is replaced as compaction replaces
+    one (same offsets, timestamps and producer fields; batches rebuilt uncompressed), so a
+    crash leaves each segment either old or new. Used once, to upgrade the record format
+    of an internal topic at start.
+    """
+    if log.segments[-1].size > 0:
+        log.roll()
+    rewritten = 0
+    for i in range(len(log.segments) - 1):
+        seg: Segment = log.segments[i]
+        out = bytearray()
+        changed = False
+        for h in list(seg.batch_headers()):
+            raw = seg.read_at(h.position, h.size)
+            if h.is_control:
+                out += raw
+                continue
+            recs = decode_records(raw)
+            new = [transform(r.key, r.value) for r in recs]
+            if all(n is None for n in new):
+                out += raw
+                continue
+            changed = True
+            out += build_batch(
+                [(n[0], n[1], r.headers, r.timestamp) if n is not None else (r.key, r.value, r.headers, r.timestamp)
+                 for r, n in zip(recs, new)],
+                base_offset=h.base_offset,
+                offset_deltas=[r.offset - h.base_offset for r in recs],
+                timestamp_type=h.timestamp_type,
+                producer_id=h.producer_id, producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+                transactional=h.is_transactional, partition_leader_epoch=h.partition_leader_epoch,
+                last_offset_delta=h.last_offset_delta,
+            )
+        if changed:
+            log.segments[i] = _swap(seg, bytes(out), log.config.index_interval_bytes)
+            rewritten += 1
+    return rewritten
 
 
 def _swap(seg: Segment, data: bytes, index_interval: int) -> Segment:

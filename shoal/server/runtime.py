@@ -41,6 +41,12 @@ otherwise, Kafka's partition count key) and replays every record at or above the
 start offset of every partition into a fresh shard, batch by batch. With
 ``replay_offsets=True`` the shard's ``replay`` also gets each record's offset (the
 share coordinator uses it to tell which records are superseded).
+
+Records are in Kafka's binary layouts (``shoal.coordinator.records``). A partition that
+still holds records in the JSON form earlier shoal versions wrote is read as usual, and
+then rewritten once, segment by segment (``shoal.log.compaction.rewrite_records``): each
+JSON record is re-encoded in place, at its offset. Until then, and if the rewrite is
+interrupted, the JSON records stay readable, and the next start finishes the job.
 """
 
 from __future__ import annotations
@@ -50,9 +56,10 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from ..coordinator.partitioning import coordinator_partition
-from ..coordinator.records import CoordinatorRecord
+from ..coordinator.records import CoordinatorRecord, is_legacy_json
 from ..coordinator.result import Result
 from ..errors import ApiError, ErrorCode
+from ..log.compaction import rewrite_records
 from ..protocol.batch import build_batch, decode_records
 
 log = logging.getLogger("shoal.runtime")
@@ -93,14 +100,17 @@ class CoordinatorRuntime(Generic[S]):
         total = 0
         for i, shard in enumerate(self.shards):
             plog = store.partition(self.topic, i)
+            legacy = 0
             for header, data in plog.read_batches(plog.log_start_offset):
                 if header.is_control:
                     continue
                 for rec in decode_records(data, header):
                     if rec.key is None or rec.offset < plog.log_start_offset:
                         continue
+                    if is_legacy_json(rec.key) or is_legacy_json(rec.value):
+                        legacy += 1
                     try:
-                        record = CoordinatorRecord.from_bytes(rec.key, rec.value)
+                        record = CoordinatorRecord.from_bytes(rec.key, rec.value, self.topic)
                     except ValueError:
                         log.error("%s-%d: skipping undecodable record at offset %d", self.topic, i, rec.offset)
                         continue
@@ -109,6 +119,8 @@ class CoordinatorRuntime(Generic[S]):
                     else:
                         shard.replay(record)  # type: ignore[attr-defined]
                     total += 1
+            if legacy:
+                self._upgrade(plog, i, legacy)
             on_loaded = getattr(shard, "on_loaded", None)
             if on_loaded is not None:
                 on_loaded(self.broker.clock.now_ms())
@@ -208,6 +220,23 @@ class CoordinatorRuntime(Generic[S]):
         return partition in self._failed
 
     # -- internals -------------------------------------------------------------------
+    def _upgrade(self, plog: Any, partition: int, count: int) -> None:
+        """Rewrite the JSON-form records of ``plog`` in Kafka's binary layout, in place."""
+        topic = self.topic
+
+        def transform(key: bytes | None, value: bytes | None) -> tuple[bytes, bytes | None] | None:
+            if key is None or not (is_legacy_json(key) or is_legacy_json(value)):
+                return None
+            try:
+                return CoordinatorRecord.from_bytes(key, value, topic).to_bytes()
+            except Exception as e:  # kept as it is: still readable, never lost
+                log.error("%s-%d: cannot re-encode a JSON record (%s); kept as it is", topic, partition, e)
+                return None
+
+        segments = rewrite_records(plog, transform)
+        log.info("%s-%d: rewrote %d JSON record(s) in Kafka's binary format (%d segment(s))", topic, partition,
+                 count, segments)
+
     def _check(self, partition: int) -> None:
         if partition in self._failed:
             raise ApiError(ErrorCode.coordinator_not_available,

@@ -20,7 +20,8 @@ kinds of methods (see :mod:`shoal.coordinator.result`):
 * :meth:`ShareCoordinatorShard.replay` applies one durable record. It is the only
   method that changes the state, and it runs the same way live and at start-up.
 
-Records (key fields ``group_id``, ``topic_id``, ``partition``):
+Records, in Kafka's ShareSnapshotKey/Value and ShareUpdateKey/Value layouts (key fields
+``group_id``, ``topic_id``, ``partition``; see :mod:`shoal.coordinator.schemas`):
 
 * ``SHARE_SNAPSHOT`` (type 0) carries the whole state of a key. It is written by
   ``initialize``, by the first ``write`` of a key, by a ``write`` that raises the state
@@ -30,6 +31,9 @@ Records (key fields ``group_id``, ``topic_id``, ``partition``):
   new leader epoch (-1: unchanged) and the state batches the write reported. Replay
   overlays them on the state so far.
 * A delete writes tombstones (value ``None``) for both record types of the key.
+
+The records do not hold the leader's delivery-complete count (WriteShareGroupState v1):
+the state derives it from its batches, which hold every offset a leader completed.
 
 Rules and invariants
 --------------------
@@ -112,7 +116,13 @@ from kio.schema.write_share_group_state.v1.response import (
 )
 from kio.static.primitive import i8, i16, i32, i64
 
-from shoal.coordinator.records import CoordinatorRecord, ShareStateRecordType, record, tombstone
+from shoal.coordinator.records import (
+    SHARE_GROUP_STATE,
+    CoordinatorRecord,
+    ShareStateRecordType,
+    record,
+    tombstone,
+)
 from shoal.coordinator.partitioning import coordinator_partition
 from shoal.coordinator.result import Result
 
@@ -134,6 +144,8 @@ UNINITIALIZED_START_OFFSET = -1
 SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT = "share.coordinator.snapshot.update.records.per.snapshot"
 
 _RECORD_VERSION = 0
+_COMPLETE_STATES = (2, 4)  # ACKNOWLEDGED, ARCHIVED
+_SNAPSHOT_EPOCH_MODULUS = 1 << 16
 
 
 # --- keys and values -------------------------------------------------------------------
@@ -200,8 +212,7 @@ class ShareState:
 
     ``state_batches`` is in the canonical form described in the module docstring.
     ``snapshot_epoch`` counts the snapshots of this key since it was (re)created (0 for
-    the first). ``delivery_complete_count`` is the leader's figure from the last write
-    (-1: not reported).
+    the first), modulo 2^16 (ShareSnapshotValue.SnapshotEpoch is a uint16).
     """
 
     state_epoch: int
@@ -209,7 +220,16 @@ class ShareState:
     start_offset: int
     state_batches: tuple[StateBatch, ...] = ()
     snapshot_epoch: int = 0
-    delivery_complete_count: int = -1
+
+    @property
+    def delivery_complete_count(self) -> int:
+        """Offsets from the start offset on that are ACKNOWLEDGED or ARCHIVED.
+
+        Derived from the batches: a leader persists every record it completes, so this is
+        the figure it reports in WriteShareGroupState (which the records do not store).
+        """
+        return sum(b.last_offset - b.first_offset + 1 for b in self.state_batches
+                   if b.delivery_state in _COMPLETE_STATES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,20 +358,18 @@ def _snapshot_record(key: SharePartitionKey, state: ShareState) -> CoordinatorRe
         "state_epoch": state.state_epoch,
         "leader_epoch": state.leader_epoch,
         "start_offset": state.start_offset,
-        "delivery_complete_count": state.delivery_complete_count,
         "state_batches": _batches_json(state.state_batches),
-    }, _RECORD_VERSION)
+    }, _RECORD_VERSION, SHARE_GROUP_STATE)
 
 
 def _update_record(key: SharePartitionKey, snapshot_epoch: int, leader_epoch: int, start_offset: int,
-                   batches: Iterable[StateBatch], delivery_complete_count: int) -> CoordinatorRecord:
+                   batches: Iterable[StateBatch]) -> CoordinatorRecord:
     return record(ShareStateRecordType.SHARE_UPDATE, key.record_key(), {
         "snapshot_epoch": snapshot_epoch,
         "leader_epoch": leader_epoch,
         "start_offset": start_offset,
-        "delivery_complete_count": delivery_complete_count,
         "state_batches": _batches_json(batches),
-    }, _RECORD_VERSION)
+    }, _RECORD_VERSION, SHARE_GROUP_STATE)
 
 
 def _apply_update(state: ShareState, value: Mapping[str, Any]) -> ShareState:
@@ -361,8 +379,7 @@ def _apply_update(state: ShareState, value: Mapping[str, Any]) -> ShareState:
     new_leader = state.leader_epoch if leader == -1 else leader
     batches = combine_state_batches(
         state.state_batches, (StateBatch.from_json(b) for b in value.get("state_batches", ())), new_start)
-    return replace(state, start_offset=new_start, leader_epoch=new_leader, state_batches=batches,
-                   delivery_complete_count=int(value.get("delivery_complete_count", -1)))
+    return replace(state, start_offset=new_start, leader_epoch=new_leader, state_batches=batches)
 
 
 def _validate_key(key: SharePartitionKey) -> str | None:
@@ -455,7 +472,7 @@ class ShareCoordinatorShard:
             return _error(ErrorCode.fenced_state_epoch)
         state = ShareState(
             state_epoch=state_epoch, leader_epoch=-1, start_offset=start_offset, state_batches=(),
-            snapshot_epoch=0 if current is None else current.snapshot_epoch + 1,
+            snapshot_epoch=0 if current is None else (current.snapshot_epoch + 1) % _SNAPSHOT_EPOCH_MODULUS,
         )
         return Result(records=[_snapshot_record(key, state)], response=PartitionOutcome(state=state))
 
@@ -473,6 +490,8 @@ class ShareCoordinatorShard:
         ``start_offset`` -1 means "unchanged"; so does ``leader_epoch`` -1, which is
         only accepted while the stored leader epoch is -1 (any higher one fences it).
         ``batches`` override the offsets they cover (later ones win within the list).
+        ``delivery_complete_count`` (WriteShareGroupState v1) is not stored: the state
+        derives it from its batches (see :attr:`ShareState.delivery_complete_count`).
 
         Returns one record and the state it will produce:
 
@@ -501,19 +520,18 @@ class ShareCoordinatorShard:
             state = ShareState(
                 state_epoch=state_epoch, leader_epoch=leader_epoch, start_offset=start_offset,
                 state_batches=combine_state_batches((), batches, start_offset), snapshot_epoch=0,
-                delivery_complete_count=delivery_complete_count,
             )
             return Result(records=[_snapshot_record(key, state)], response=PartitionOutcome(state=state))
         update = {"start_offset": start_offset, "leader_epoch": leader_epoch,
-                  "delivery_complete_count": delivery_complete_count,
                   "state_batches": _batches_json(batches)}
         merged = _apply_update(current, update)
         if (state_epoch > current.state_epoch
                 or self.update_count(key) >= self.snapshot_update_records_per_snapshot):
-            state = replace(merged, state_epoch=state_epoch, snapshot_epoch=current.snapshot_epoch + 1)
+            state = replace(merged, state_epoch=state_epoch,
+                            snapshot_epoch=(current.snapshot_epoch + 1) % _SNAPSHOT_EPOCH_MODULUS)
             return Result(records=[_snapshot_record(key, state)], response=PartitionOutcome(state=state))
         rec = _update_record(key, current.snapshot_epoch, leader_epoch, start_offset,
-                             combine_state_batches((), batches, start_offset), delivery_complete_count)
+                             combine_state_batches((), batches, start_offset))
         return Result(records=[rec], response=PartitionOutcome(state=merged))
 
     def read(self, key: SharePartitionKey, leader_epoch: int = -1) -> Result[PartitionOutcome]:
@@ -535,9 +553,7 @@ class ShareCoordinatorShard:
             return Result(records=[], response=PartitionOutcome(state=current))
         if leader_epoch < current.leader_epoch:
             return _error(ErrorCode.fenced_leader_epoch)
-        bumped = self.write(key, current.state_epoch, leader_epoch, UNINITIALIZED_START_OFFSET, (),
-                            current.delivery_complete_count)
-        return bumped
+        return self.write(key, current.state_epoch, leader_epoch, UNINITIALIZED_START_OFFSET, ())
 
     def read_summary(self, key: SharePartitionKey, leader_epoch: int = -1) -> Result[PartitionOutcome]:
         """Start offset, state epoch and leader epoch of ``key`` (admin lag computation).
@@ -567,8 +583,8 @@ class ShareCoordinatorShard:
         if key not in self._states:
             return Result(records=[], response=PartitionOutcome())
         return Result(records=[
-            tombstone(ShareStateRecordType.SHARE_SNAPSHOT, key.record_key()),
-            tombstone(ShareStateRecordType.SHARE_UPDATE, key.record_key()),
+            tombstone(ShareStateRecordType.SHARE_SNAPSHOT, key.record_key(), SHARE_GROUP_STATE),
+            tombstone(ShareStateRecordType.SHARE_UPDATE, key.record_key(), SHARE_GROUP_STATE),
         ], response=PartitionOutcome())
 
     # --- replay ---------------------------------------------------------------------------
@@ -600,7 +616,6 @@ class ShareCoordinatorShard:
                 start_offset=int(value["start_offset"]),
                 state_batches=tuple(StateBatch.from_json(b) for b in value.get("state_batches", ())),
                 snapshot_epoch=int(value.get("snapshot_epoch", 0)),
-                delivery_complete_count=int(value.get("delivery_complete_count", -1)),
             )
             self._update_counts[key] = 0
             if offset is not None:

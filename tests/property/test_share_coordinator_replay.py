@@ -176,7 +176,7 @@ def test_replay_of_pruned_log_matches_reference_model(n, ops):
                 [] if model.last_record_type is None else [model.last_record_type]), o
         predicted = result.response.state
         for rec in result.records:
-            rec = CoordinatorRecord.from_bytes(*rec.to_bytes())
+            rec = CoordinatorRecord.from_bytes(*rec.to_bytes(), rec.topic)
             shard.replay(rec, offset=len(log))
             log.append(rec)
         if kind in ("write", "init") and expected == ErrorCode.none:

@@ -53,7 +53,7 @@ class Harness:
     def apply(self, result):
         for rec in result.records:
             # through bytes, as the log would store them
-            rec = CoordinatorRecord.from_bytes(*rec.to_bytes())
+            rec = CoordinatorRecord.from_bytes(*rec.to_bytes(), rec.topic)
             self.shard.replay(rec, offset=len(self.log))
             self.log.append(rec)
         return result.response
@@ -338,10 +338,12 @@ def test_read_summary():
     h = Harness()
     assert h.shard.read_summary(KEY).response.error_code == ErrorCode.unknown_topic_or_partition
     h.apply(h.shard.initialize(KEY, 3, 7))
-    h.apply(h.shard.write(KEY, 3, 2, 9, [], delivery_complete_count=4))
+    h.apply(h.shard.write(KEY, 3, 2, 9, [B(10, 11, ACKNOWLEDGED), B(12, 12, 0, 1), B(13, 14, ARCHIVED)],
+                          delivery_complete_count=4))
     r = h.shard.read_summary(KEY)
     assert r.records == []
     st = r.response.state
+    # the delivery-complete count is derived from the stored batches (the records do not hold it)
     assert (st.start_offset, st.state_epoch, st.leader_epoch, st.delivery_complete_count) == (9, 3, 2, 4)
     assert h.shard.read_summary(KEY, 1).response.error_code == ErrorCode.fenced_leader_epoch
     assert h.shard.read_summary(KEY, -1).response.ok

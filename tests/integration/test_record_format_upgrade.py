@@ -1,0 +1,155 @@
+"""A data directory whose internal topics hold the JSON records earlier shoal versions
+wrote is read at start, and rewritten in Kafka's binary layouts.
+
+The test builds such a directory: a broker runs a classic consumer group (a committed
+offset, group metadata) and a share group (accepted records), stops, and the records of
+``__consumer_offsets`` and ``__share_group_state`` are turned back into the JSON form
+with the encoder earlier versions used (kept below). A broker started on it must know
+the group, the committed offset and the share-partition's start offset, must not deliver
+the accepted records again, and must leave no JSON record behind.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import AcknowledgeType, TopicPartition
+
+from shoal.config import BrokerConfig
+from shoal.coordinator.records import CONSUMER_OFFSETS, SHARE_GROUP_STATE, CoordinatorRecord, is_legacy_json
+from shoal.log.compaction import rewrite_records
+from shoal.log.store import LogStore
+from shoal.protocol.batch import decode_records
+from tests.integration.test_share_consumer import poll_until, produce, set_group_configs, share_consumer
+from tests.integration.test_share_durability import _describe_start_offset
+from tests.support.broker import BrokerProcess
+from tests.support.clients import admin_client, consumer, create_topic, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+# -- the JSON form earlier versions wrote --------------------------------------------------
+def _old_dump(fields: dict[str, Any]) -> bytes:
+    return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _old_bytes_fields(value: dict[str, Any]) -> dict[str, Any]:
+    """Earlier versions kept a classic member's subscription and assignment as base64 text."""
+    out = dict(value)
+    if "members" in out:
+        out["members"] = [dict(m, subscription=base64.b64encode(m["subscription"]).decode(),
+                               assignment=base64.b64encode(m["assignment"]).decode()) for m in out["members"]]
+    return out
+
+
+def _to_old_json(topic: str):  # type: ignore[no-untyped-def]
+    def transform(key: bytes | None, value: bytes | None) -> tuple[bytes, bytes | None] | None:
+        if key is None:
+            return None
+        rec = CoordinatorRecord.from_bytes(key, value, topic)
+        k = key[:2] + _old_dump(rec.key)
+        if rec.value is None:
+            return k, None
+        fields = _old_bytes_fields(rec.value)
+        if topic == SHARE_GROUP_STATE:
+            fields["delivery_complete_count"] = -1
+        return k, value[:2] + _old_dump(fields)  # type: ignore[index]
+    return transform
+
+
+def _internal_partitions(data_dir: Path) -> list[tuple[str, int]]:
+    out = []
+    for d in sorted(data_dir.iterdir()):
+        for topic in (CONSUMER_OFFSETS, SHARE_GROUP_STATE):
+            if d.is_dir() and d.name.startswith(topic + "-"):
+                out.append((topic, int(d.name.rsplit("-", 1)[1])))
+    return out
+
+
+def _count_records(data_dir: Path) -> tuple[int, int]:
+    """(JSON records, binary records) in the internal topics' logs."""
+    store = LogStore(data_dir, BrokerConfig())
+    legacy = binary = 0
+    try:
+        for topic, i in _internal_partitions(data_dir):
+            plog = store.partition(topic, i)
+            for header, data in plog.read_batches(plog.log_start_offset):
+                if header.is_control:
+                    continue
+                for r in decode_records(data, header):
+                    if is_legacy_json(r.key) or is_legacy_json(r.value):
+                        legacy += 1
+                    else:
+                        binary += 1
+    finally:
+        store.close()
+    return legacy, binary
+
+
+def _rewrite_as_json(data_dir: Path) -> None:
+    store = LogStore(data_dir, BrokerConfig())
+    try:
+        for topic, i in _internal_partitions(data_dir):
+            rewrite_records(store.partition(topic, i), _to_old_json(topic))
+    finally:
+        store.close()
+
+
+def test_json_records_are_read_at_start_and_rewritten(start_broker: Any, topic_name: str) -> None:
+    b: BrokerProcess = start_broker()
+    bs = b.bootstrap
+    create_topic(bs, topic_name)
+    produce(bs, topic_name, 30)
+
+    # A classic consumer group with a committed offset.
+    c = consumer(bs, **{"group.id": "cg", "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic_name])
+    wait_until("a record", lambda: (m := c.poll(0.5)) is not None and m.error() is None, timeout_s=20)
+    c.commit(offsets=[TopicPartition(topic_name, 0, 12)], asynchronous=False)
+    c.close()
+
+    # A share group that accepted its first records.
+    set_group_configs(bs, "sg", share_auto_offset_reset="earliest")
+    sc = share_consumer(bs, "sg", topic_name, **{"share.acknowledgement.mode": "explicit", "max.poll.records": 10})
+    got: list[Any] = []
+    poll_until(sc, lambda: bool(got), 20, got.append)
+    accepted = sorted(m.offset() for m in got)
+    for m in got:
+        sc.acknowledge(m, AcknowledgeType.ACCEPT)
+    sc.commit_sync()
+    sc.close()
+    assert accepted and accepted[0] == 0
+    spso = _describe_start_offset(bs, "sg", topic_name)
+    assert spso == accepted[-1] + 1
+    b.stop()
+
+    _rewrite_as_json(b.data_dir)
+    legacy, binary = _count_records(b.data_dir)
+    assert legacy > 0 and binary == 0
+
+    b.start()
+    bs = b.bootstrap
+    c = consumer(bs, **{"group.id": "cg", "enable.auto.commit": False})
+    committed = c.committed([TopicPartition(topic_name, 0)], timeout=10)
+    c.close()
+    assert committed[0].offset == 12
+    admin = admin_client(bs)
+    groups = {g.group_id for g in admin.list_consumer_groups().result(10).valid}
+    assert "cg" in groups
+    assert _describe_start_offset(bs, "sg", topic_name) == spso
+
+    # The accepted records are not delivered again; the rest are.
+    sc = share_consumer(bs, "sg", topic_name)
+    seen: set[int] = set()
+
+    poll_until(sc, lambda: len(seen) >= 30 - len(accepted), 30, lambda m: seen.add(m.offset()))
+    sc.close()
+    assert seen == set(range(accepted[-1] + 1, 30))
+    b.stop()
+
+    legacy, binary = _count_records(b.data_dir)
+    assert legacy == 0 and binary > 0

@@ -1,0 +1,160 @@
+"""Record bytes against the layouts Kafka's message specs document, byte by byte.
+
+Each expected byte string is written out by hand from the spec (field order, widths,
+length prefixes, flexible versions' varints and tagged fields), not produced by shoal:
+a layout mistake in the serializer cannot make its own golden value.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import uuid
+
+import pytest
+
+from shoal.coordinator.records import (
+    CONSUMER_OFFSETS,
+    SHARE_GROUP_STATE,
+    CoordinatorRecord,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+    is_legacy_json,
+)
+
+TOPIC_ID = str(uuid.UUID(int=1))
+UUID_BYTES = "00" * 15 + "01"
+
+
+def hx(*parts: str) -> bytes:
+    return bytes.fromhex("".join(p.replace(" ", "") for p in parts))
+
+
+def s16(text: str) -> str:
+    """A non-flexible string: int16 length + UTF-8."""
+    return struct.pack(">h", len(text.encode())).hex() + text.encode().hex()
+
+
+def cs(text: str) -> str:
+    """A compact (flexible) string: unsigned varint length + 1, then UTF-8 (short strings only)."""
+    return bytes([len(text.encode()) + 1]).hex() + text.encode().hex()
+
+
+CASES = [
+    # OffsetCommitKey (type 1): group, topic, partition.
+    pytest.param(CONSUMER_OFFSETS, 1, {"group": "g1", "topic": "t", "partition": 3}, None, None,
+                 hx("0001", s16("g1"), s16("t"), "00000003"), id="OffsetCommitKey"),
+    # OffsetCommitValue v3: offset, leaderEpoch, metadata, commitTimestamp.
+    pytest.param(CONSUMER_OFFSETS, 1, None, 3,
+                 {"offset": 100, "leader_epoch": 5, "metadata": "m", "commit_timestamp": 1000,
+                  "expire_timestamp": -1},
+                 hx("0003", "0000000000000064", "00000005", s16("m"), "00000000000003e8"), id="OffsetCommitValue-v3"),
+    # OffsetCommitValue v1: offset, metadata, commitTimestamp, expireTimestamp (no leaderEpoch).
+    pytest.param(CONSUMER_OFFSETS, 1, None, 1,
+                 {"offset": 7, "leader_epoch": -1, "metadata": "", "commit_timestamp": 1, "expire_timestamp": 2},
+                 hx("0001", "0000000000000007", "0000", "0000000000000001", "0000000000000002"),
+                 id="OffsetCommitValue-v1"),
+    # GroupMetadataKey (type 2): group.
+    pytest.param(CONSUMER_OFFSETS, 2, {"group": "g"}, None, None, hx("0002", s16("g")), id="GroupMetadataKey"),
+    # GroupMetadataValue v3: protocolType, generation, protocol?, leader?, currentStateTimestamp,
+    # members: memberId, groupInstanceId?, clientId, clientHost, rebalanceTimeout, sessionTimeout,
+    # subscription (int32-length bytes), assignment.
+    pytest.param(CONSUMER_OFFSETS, 2, None, 3,
+                 {"protocol_type": "consumer", "generation": 1, "protocol": "range", "leader": "m1",
+                  "current_state_timestamp": 5,
+                  "members": [{"member_id": "m1", "group_instance_id": None, "client_id": "c", "client_host": "h",
+                               "rebalance_timeout": 10, "session_timeout": 20, "subscription": b"\x00",
+                               "assignment": b""}]},
+                 hx("0003", s16("consumer"), "00000001", s16("range"), s16("m1"), "0000000000000005",
+                    "00000001", s16("m1"), "ffff", s16("c"), s16("h"), "0000000a", "00000014",
+                    "00000001 00", "00000000"), id="GroupMetadataValue-v3"),
+    # ConsumerGroupMemberMetadataKey (type 5): groupId, memberId.
+    pytest.param(CONSUMER_OFFSETS, 5, {"group_id": "g", "member_id": "m"}, None, None,
+                 hx("0005", s16("g"), s16("m")), id="ConsumerGroupMemberMetadataKey"),
+    # ConsumerGroupMemberMetadataValue v0 (flexible): InstanceId? RackId? ClientId ClientHost
+    # SubscribedTopicNames SubscribedTopicRegex? RebalanceTimeoutMs ServerAssignor?, then tagged
+    # field 0 ClassicMemberMetadata (nullable struct: marker, SessionTimeoutMs, SupportedProtocols).
+    pytest.param(CONSUMER_OFFSETS, 5, None, 0,
+                 {"instance_id": None, "rack_id": "r", "client_id": "c", "client_host": "/h",
+                  "subscribed_topic_names": ["t"], "subscribed_topic_regex": None, "rebalance_timeout_ms": 300000,
+                  "server_assignor": "uniform",
+                  "classic_member_metadata": {"session_timeout_ms": 45000,
+                                              "supported_protocols": [{"name": "range", "metadata": b"\x01"}]}},
+                 hx("0000", "00", cs("r"), cs("c"), cs("/h"), "02", cs("t"), "00", "000493e0", cs("uniform"),
+                    "01", "00", "10", "01", "0000afc8", "02", cs("range"), "02 01", "00", "00"),
+                 id="ConsumerGroupMemberMetadataValue-v0"),
+    # ShareGroupStatePartitionMetadataValue v0: InitializingTopics, InitializedTopics
+    # (TopicId, TopicName, Partitions), DeletingTopics (TopicId, TopicName, and shoal's
+    # tagged field 0: Partitions).
+    pytest.param(CONSUMER_OFFSETS, 15, None, 0,
+                 {"initializing_topics": [],
+                  "initialized_topics": [{"topic_id": TOPIC_ID, "topic_name": "t", "partitions": [0]}],
+                  "deleting_topics": [{"topic_id": TOPIC_ID, "topic_name": "t", "partitions": [1, 2]}]},
+                 hx("0000", "01", "02", UUID_BYTES, cs("t"), "02 00000000", "00",
+                    "02", UUID_BYTES, cs("t"), "01 00 09 03 00000001 00000002", "00"),
+                 id="ShareGroupStatePartitionMetadataValue-v0"),
+    # ShareSnapshotKey (type 0): GroupId, TopicId, Partition.
+    pytest.param(SHARE_GROUP_STATE, 0, {"group_id": "G1", "topic_id": TOPIC_ID, "partition": 0}, None, None,
+                 hx("0000", s16("G1"), UUID_BYTES, "00000000"), id="ShareSnapshotKey"),
+    # ShareUpdateKey (type 1).
+    pytest.param(SHARE_GROUP_STATE, 1, {"group_id": "G1", "topic_id": TOPIC_ID, "partition": 2}, None, None,
+                 hx("0001", s16("G1"), UUID_BYTES, "00000002"), id="ShareUpdateKey"),
+    # ShareSnapshotValue v0: SnapshotEpoch (uint16), StateEpoch, LeaderEpoch, StartOffset,
+    # StateBatches: FirstOffset, LastOffset, DeliveryState (int8), DeliveryCount (int16).
+    pytest.param(SHARE_GROUP_STATE, 0, None, 0,
+                 {"snapshot_epoch": 1, "state_epoch": 2, "leader_epoch": 3, "start_offset": 110,
+                  "state_batches": [{"first_offset": 111, "last_offset": 112, "delivery_state": 0,
+                                     "delivery_count": 1}]},
+                 hx("0000", "0001", "00000002", "00000003", "000000000000006e",
+                    "02", "000000000000006f", "0000000000000070", "00", "0001", "00", "00"),
+                 id="ShareSnapshotValue-v0"),
+    # ShareUpdateValue v0: SnapshotEpoch, LeaderEpoch, StartOffset (-1: unchanged), StateBatches.
+    pytest.param(SHARE_GROUP_STATE, 1, None, 0,
+                 {"snapshot_epoch": 65535, "leader_epoch": -1, "start_offset": -1,
+                  "state_batches": [{"first_offset": 119, "last_offset": 119, "delivery_state": 2,
+                                     "delivery_count": 1}]},
+                 hx("0000", "ffff", "ffffffff", "ffffffffffffffff",
+                    "02", "0000000000000077", "0000000000000077", "02", "0001", "00", "00"),
+                 id="ShareUpdateValue-v0"),
+]
+
+
+@pytest.mark.parametrize("topic, record_type, key, version, value, expected", CASES)
+def test_layout(topic: str, record_type: int, key: dict | None, version: int | None, value: dict | None,
+                expected: bytes) -> None:
+    if key is not None:
+        assert encode_key(record_type, key, topic) == expected
+        assert decode_key(expected, topic) == (record_type, key)
+    else:
+        assert version is not None and value is not None
+        assert encode_value(record_type, version, value, topic) == expected
+        assert decode_value(record_type, expected, topic) == (version, value)
+
+
+def test_unknown_tagged_fields_are_skipped_as_kafka_readers_do() -> None:
+    # ShareGroupMetadataValue v0 (Epoch) with a tagged field 7 of 3 bytes that shoal does not know.
+    data = hx("0000", "00000009", "01", "07", "03", "aabbcc")
+    assert decode_value(11, data) == (0, {"epoch": 9})
+
+
+def test_a_value_with_bytes_left_over_or_a_bad_version_is_refused() -> None:
+    with pytest.raises(ValueError):
+        decode_value(11, hx("0000", "00000009", "00", "00"))
+    with pytest.raises(ValueError):
+        decode_value(11, hx("0001", "00000009", "00"))
+    with pytest.raises(ValueError):
+        decode_key(hx("0063", s16("g")))  # no record type 99
+
+
+def test_legacy_json_records_are_recognised_and_read() -> None:
+    key = b"\x00\x01" + json.dumps({"group": "g", "partition": 0, "topic": "t"}, sort_keys=True,
+                                   separators=(",", ":")).encode()
+    value = b"\x00\x03" + json.dumps({"offset": 5, "metadata": ""}, separators=(",", ":")).encode()
+    assert is_legacy_json(key) and is_legacy_json(value)
+    rec = CoordinatorRecord.from_bytes(key, value)
+    assert (rec.record_type, rec.key, rec.version, rec.value) == (1, {"group": "g", "partition": 0, "topic": "t"}, 3,
+                                                                  {"offset": 5, "metadata": ""})
+    binary_key, binary_value = rec.to_bytes()
+    assert not is_legacy_json(binary_key) and not is_legacy_json(binary_value)
