@@ -39,7 +39,8 @@ Contract with the share service (``broker.extensions["share"]``, optional):
   this service calls ``share.on_share_member_removed(group_id, member_id)``;
 * share-partitions entering a share group's assignment are initialized before the
   heartbeat that assigned them is answered: after the heartbeat's records are durable,
-  ``await share.initialize_share_state(group_id, {topic_id: [partitions]})``; on success
+  ``await share.initialize_share_state(group_id, {topic_id: [partitions]}, earliest_topics=...)``
+  (``earliest_topics``: topics whose new partitions start at the earliest offset); on success
   ``mark_initialized`` is applied, if it raises ``mark_initialize_failed`` is applied,
   the heartbeat is answered anyway and the next heartbeat of the group retries. A
   second heartbeat that needs partitions being initialized waits for that attempt.
@@ -467,11 +468,17 @@ class GroupCoordinatorService:
     async def _initialize(self, partition: int, group_id: str, tps: set[tuple[uuid.UUID, int]]) -> None:
         parts = from_partitions(tps)
         request = {tid: sorted(ps) for tid, ps in parts.items()}
+        # KIP-932 "Managing the SPSO and SPEO": a partition added to a topic the group
+        # already has state for starts at the earliest offset (0 for a new partition),
+        # whatever share.auto.offset.reset says, so that nothing produced to it before
+        # the group noticed it is skipped. Only the partitions of a topic the group meets
+        # for the first time follow share.auto.offset.reset.
+        known_topics = frozenset(self.share_groups(partition).initialized_partitions(group_id))
         ok = True
         try:
             share = self._share_service()
             if share is not None:
-                await share.initialize_share_state(group_id, request)
+                await share.initialize_share_state(group_id, request, earliest_topics=known_topics)
         except Exception as e:
             ok = False
             log.warning("share state of group %s could not be initialized (%s); retrying on its next heartbeat",

@@ -257,8 +257,12 @@ class ShareService:
             raise ApiError(ErrorCode.unknown_topic_id, f"unknown topic id {topic_id}")
         return meta.name
 
-    def _initialize(self, key: SharePartitionKey, topic_name: str, state_epoch: int) -> PartitionOutcome:
-        start = self.initial_start_offset(key.group_id, topic_name, key.partition)
+    def _initialize(self, key: SharePartitionKey, topic_name: str, state_epoch: int,
+                    earliest: bool = False) -> PartitionOutcome:
+        if earliest:
+            start = self.broker.store.partition(topic_name, key.partition).log_start_offset
+        else:
+            start = self.initial_start_offset(key.group_id, topic_name, key.partition)
         return self.persister.initialize(key, state_epoch, start)
 
     def get_partition(self, group_id: str, topic_id: uuid.UUID, partition: int) -> SharePartition:
@@ -550,11 +554,16 @@ class ShareService:
             self.release_member(group_id, member_id)
 
     # -- group service contract ----------------------------------------------------------------
-    async def initialize_share_state(self, group_id: str, partitions: Mapping[uuid.UUID, Iterable[int]]) -> None:
+    async def initialize_share_state(self, group_id: str, partitions: Mapping[uuid.UUID, Iterable[int]],
+                                     earliest_topics: Iterable[uuid.UUID] = ()) -> None:
         """Persist the initial SPSO of each share-partition that has none (idempotent).
 
-        Raises ApiError when a topic is unknown or the persister fails.
+        Partitions of ``earliest_topics`` (topics the group already had state for, whose
+        partition count grew) start at the earliest offset; the others as
+        ``share.auto.offset.reset`` says. Raises ApiError when a topic is unknown or the
+        persister fails.
         """
+        earliest = frozenset(earliest_topics)
         for topic_id, parts in partitions.items():
             name = self._topic_name(topic_id)
             for p in parts:
@@ -563,7 +572,7 @@ class ShareService:
                 if o.ok and o.state is not None and o.state.start_offset != UNINITIALIZED_START_OFFSET:
                     continue
                 epoch = o.state.state_epoch if o.ok and o.state is not None else 0
-                o = self._initialize(key, name, epoch)
+                o = self._initialize(key, name, epoch, earliest=topic_id in earliest)
                 if not o.ok:
                     raise ApiError(o.error_code, o.error_message or "cannot initialize share-partition state")
 

@@ -47,11 +47,14 @@ class FakeShare:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any, ...]] = []
+        self.earliest: list[frozenset[uuid.UUID]] = []
         self.fail = False
 
-    async def initialize_share_state(self, group_id: str, partitions: dict[uuid.UUID, list[int]]) -> None:
+    async def initialize_share_state(self, group_id: str, partitions: dict[uuid.UUID, list[int]],
+                                     earliest_topics: Any = ()) -> None:
         await asyncio.sleep(0)
         self.calls.append(("initialize", group_id, {t: sorted(p) for t, p in partitions.items()}))
+        self.earliest.append(frozenset(earliest_topics))
         if self.fail:
             raise RuntimeError("share coordinator unavailable")
 
@@ -181,6 +184,29 @@ def test_expired_share_member_is_removed_by_the_timer(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, share.calls
             await asyncio.sleep(0.01)
         assert svc.share_assignment("sg", "m1") is None
+        svc.close()
+
+    asyncio.run(scenario())
+
+
+def test_partitions_added_to_a_subscribed_topic_start_at_the_earliest_offset(tmp_path: Path) -> None:
+    """KIP-932 "Managing the SPSO and SPEO": a new partition of a topic the group has
+    state for starts at offset 0; a topic met for the first time follows
+    share.auto.offset.reset."""
+    async def scenario() -> None:
+        broker, svc = start(tmp_path)
+        share = broker.extensions["share"] = FakeShare()
+        meta = broker.store.create_topic("t", 1, {}, now_ms=broker.clock.now_ms())
+        await share_heartbeat(broker, "sg", "m1", 0, ("t",))
+        assert share.calls == [("initialize", "sg", {meta.topic_id: [0]})]
+        assert share.earliest == [frozenset()]
+        broker.store.create_partitions("t", 4, now_ms=broker.clock.now_ms())
+        other = broker.store.create_topic("u", 1, {}, now_ms=broker.clock.now_ms())
+        r = await share_heartbeat(broker, "sg", "m1", 1, ("t", "u"))
+        assert r.error_code == ErrorCode.none
+        initialized = {t: ps for c in share.calls[1:] if c[0] == "initialize" for t, ps in c[2].items()}
+        assert initialized == {meta.topic_id: [1, 2, 3], other.topic_id: [0]}
+        assert all(e == frozenset({meta.topic_id}) for e in share.earliest[1:])
         svc.close()
 
     asyncio.run(scenario())
