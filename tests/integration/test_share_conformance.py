@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import ShareConsumer
 from confluent_kafka.admin import NewPartitions
+from kio.schema.errors import ErrorCode
 
 from tests.support.broker import BrokerProcess
 from tests.support.clients import admin_client, create_topic, producer, rdkafka_conf
@@ -104,3 +105,196 @@ def test_partitions_added_while_producing_deliver_every_record(broker: BrokerPro
         wait_for("every record produced after the group existed", lambda: produced <= c.seen(), 40)
     finally:
         c.close()
+
+
+# --- 2. a member removed from the group still acknowledges what it holds -----------------
+
+_PAUSED_CONSUMER = r"""
+import sys, time
+from confluent_kafka import AcknowledgeType, ShareConsumer
+bootstrap, group, topic, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "share.acknowledgement.mode": "explicit",
+                   "log_level": 0})
+c.subscribe([topic])
+got = []
+deadline = time.monotonic() + 30
+while len(got) < n and time.monotonic() < deadline:
+    for m in c.poll(0.5):
+        if m.error() is None:
+            got.append(m)
+for m in got:
+    c.acknowledge(m, AcknowledgeType.ACCEPT)
+print("ACKED", len(got), flush=True)
+sys.stdin.readline()
+end = time.monotonic() + 4
+while time.monotonic() < end:
+    c.poll(0.5)
+try:
+    c.commit_sync()
+except Exception as e:
+    print("COMMIT", e, flush=True)
+c.close()
+print("CLOSED", flush=True)
+"""
+
+
+def test_member_removed_by_session_timeout_still_acknowledges(start_broker: Any, topic_name: str,
+                                                               tmp_path: Any) -> None:
+    """A consumer stopped past its session timeout is removed from the group; when it
+    resumes, the acknowledgements it had made are applied (Kafka keeps a departed
+    member's acquired records its own until its share session or locks end), so the
+    records it accepted are never delivered to anyone else."""
+    import signal
+    import subprocess
+    import sys
+
+    b = start_broker({"group.share.min.session.timeout.ms": "1000", "group.share.min.heartbeat.interval.ms": "200"})
+    bs = b.bootstrap
+    create_topic(bs, topic_name)
+    from tests.integration.test_share_consumer import produce, set_group_configs
+    set_group_configs(bs, "g", share_auto_offset_reset="earliest", share_session_timeout_ms="2000",
+                      share_heartbeat_interval_ms="500")
+    produce(bs, topic_name, 20)
+    script = tmp_path / "paused.py"
+    script.write_text(_PAUSED_CONSUMER)
+    proc = subprocess.Popen([sys.executable, str(script), bs, "g", topic_name, "20"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    other = None
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        line = proc.stdout.readline()
+        assert line.split() == ["ACKED", "20"], line
+        os_kill = __import__("os").kill
+        os_kill(proc.pid, signal.SIGSTOP)
+        try:
+            # Past the session timeout: the group coordinator removes the member.
+            from shoal.client.connection import Connection
+            with Connection.to(bs) as conn:
+                def members() -> int:
+                    r = conn.call(77, 1, group_ids=("g",), include_authorized_operations=False)
+                    return len(r.groups[0].members)
+                wait_for("the stopped member to be removed", lambda: members() == 0, 20)
+        finally:
+            os_kill(proc.pid, signal.SIGCONT)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        out, _ = proc.communicate(timeout=40)
+        assert "CLOSED" in out, out
+        # Nothing it accepted comes back: another member gets nothing.
+        other = share_consumer(bs, "g", topic_name)
+        again: list[Any] = []
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            again.extend(m for m in other.poll(0.5) if m.error() is None)
+        assert [m.offset() for m in again] == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        if other is not None:
+            other.close()
+
+
+# --- 4. ShareFetch validation -------------------------------------------------------------
+
+SHARE_FETCH = 78
+
+
+def joined(bs: str, group: str, topic: str) -> tuple[Any, Any, Any]:
+    """(connection, membership, topic id) of a member that joined ``group`` on ``topic``."""
+    from shoal.client.connection import Connection
+    from shoal.client.share import ShareMembership, topic_metadata
+
+    conn = Connection.to(bs)
+    m = ShareMembership(group, topics=(topic,))
+    m.heartbeat(conn)
+    return conn, m, topic_metadata(conn, [topic])[topic].topic_id
+
+
+def raw_fetch(conn: Any, member: Any, epoch: int, parts: dict[int, tuple] | None, tid: Any, **fields: Any) -> Any:
+    """A ShareFetch v2; ``parts``: partition -> acknowledgement batches (first, last, type)."""
+    from shoal.protocol.entities import make, sub
+
+    req_type = conn.request_type(SHARE_FETCH, 2)
+    topics = ()
+    if parts:
+        topics = (make(sub(req_type, "FetchTopic"), topic_id=tid, partitions=tuple(
+            make(sub(req_type, "FetchPartition"), partition_index=p, acknowledgement_batches=tuple(
+                make(sub(req_type, "AcknowledgementBatch"), first_offset=a, last_offset=b, acknowledge_types=(t,))
+                for a, b, t in acks)) for p, acks in parts.items())),)
+    values = dict(group_id=member.group_id, member_id=member.member_id, share_session_epoch=epoch, max_wait=0,
+                  min_bytes=1, max_bytes=1 << 20, max_records=100, batch_size=100, topics=topics,
+                  forgotten_topics_data=())
+    values.update(fields)
+    return conn.send(make(req_type, **values))
+
+
+def acquired_offsets(resp: Any) -> list[int]:
+    return sorted(o for t in resp.responses for p in t.partitions for a in p.acquired_records
+                  for o in range(a.first_offset, a.last_offset + 1))
+
+
+@pytest.fixture
+def member_on_topic(shared_broker: BrokerProcess, topic_name: str) -> Any:
+    from tests.integration.test_share_consumer import produce, set_group_configs
+
+    bs = shared_broker.bootstrap
+    create_topic(bs, topic_name)
+    group = f"g-{topic_name}"
+    set_group_configs(bs, group, share_auto_offset_reset="earliest")
+    produce(bs, topic_name, 10)
+    conn, m, tid = joined(bs, group, topic_name)
+    yield bs, conn, m, tid
+    conn.close()
+
+
+def test_acknowledgements_in_a_session_opening_fetch_are_invalid(member_on_topic: Any) -> None:
+    bs, conn, m, tid = member_on_topic
+    r = raw_fetch(conn, m, 0, {0: [(0, 0, 1)]}, tid)
+    assert r.error_code == ErrorCode.invalid_request and r.responses == ()
+    # Nothing was opened: the member's first real fetch gets every record.
+    r = raw_fetch(conn, m, 0, {0: []}, tid)
+    assert r.error_code == ErrorCode.none and acquired_offsets(r) == list(range(10))
+
+
+def test_partitions_to_fetch_in_a_session_closing_fetch_are_invalid(member_on_topic: Any) -> None:
+    bs, conn, m, tid = member_on_topic
+    assert acquired_offsets(raw_fetch(conn, m, 0, {0: []}, tid)) == list(range(10))
+    r = raw_fetch(conn, m, -1, {0: []}, tid)
+    assert r.error_code == ErrorCode.invalid_request
+    # The session is still open, and its records still the member's: it acknowledges them.
+    r = raw_fetch(conn, m, 1, {0: [(0, 9, 1)]}, tid)
+    assert r.error_code == ErrorCode.none
+    assert [p.acknowledge_error_code for t in r.responses for p in t.partitions] == [ErrorCode.none]
+
+
+def test_unknown_acquire_mode_is_an_invalid_request_not_a_closed_connection(member_on_topic: Any) -> None:
+    bs, conn, m, tid = member_on_topic
+    assert acquired_offsets(raw_fetch(conn, m, 0, {0: []}, tid)) == list(range(10))
+    r = raw_fetch(conn, m, 1, {0: []}, tid, share_acquire_mode=7)
+    assert r.error_code == ErrorCode.invalid_request
+    # Same connection, same session (epoch 1 again, as the invalid request changed nothing):
+    # the records are still held by the member, so it can accept them.
+    r = raw_fetch(conn, m, 1, {0: [(0, 9, 1)]}, tid)
+    assert r.error_code == ErrorCode.none
+    assert [p.acknowledge_error_code for t in r.responses for p in t.partitions] == [ErrorCode.none]
+
+
+def test_min_bytes_waits_up_to_max_wait_for_more_records(member_on_topic: Any) -> None:
+    from tests.integration.test_share_consumer import produce
+
+    bs, conn, m, tid = member_on_topic
+    topic = [n for n in [m.topics[0]]][0]
+    started = time.monotonic()
+    r = raw_fetch(conn, m, 0, {0: []}, tid, min_bytes=1 << 20, max_wait=1500)
+    waited = time.monotonic() - started
+    assert acquired_offsets(r) == list(range(10))
+    assert waited >= 1.2, waited  # fewer bytes than MinBytes: the whole MaxWaitMs
+    # Records arriving during the wait are added to the same answer, which leaves as
+    # soon as MinBytes is reached.
+    threading.Timer(0.5, produce, args=(bs, topic, 200), kwargs={"start": 10}).start()
+    started = time.monotonic()
+    r = raw_fetch(conn, m, 1, {0: [(0, 9, 1)]}, tid, min_bytes=500, max_wait=8000, max_records=1000)
+    waited = time.monotonic() - started
+    assert 0.4 <= waited < 6, waited
+    assert acquired_offsets(r)[:1] == [10]

@@ -1,9 +1,15 @@
 """ShareFetch (78) and ShareAcknowledge (79), v1-v2 (KIP-932).
 
-A request first goes through the member's share session (``ShareSessionCache``: epoch
-0 opens, -1 closes, any other must match). The member must belong to the share group
-(the group service's ``share_assignment`` is not None), else UNKNOWN_MEMBER_ID; a
-member that has left may still acknowledge in, and close, the session it had. As in
+A ShareFetch is first checked as Kafka checks it (INVALID_REQUEST for the whole
+request, nothing applied): acknowledgements in a request that opens a session (epoch
+0), partitions to fetch (without acknowledgements) in one that closes it (epoch -1), an
+unknown ShareAcquireMode, a negative MinBytes or MaxWaitMs. It then goes through the
+member's share session (``ShareSessionCache``: epoch 0 opens, -1 closes, any other must
+match). The member must belong to the share group (the group service's
+``share_assignment`` is not None), else UNKNOWN_MEMBER_ID; a member removed from the
+group (session timeout, leave) still owns what it acquired: the acknowledgements its
+request carries are applied, and made durable, before that error is returned. It may
+also acknowledge in, and close, the session it had. As in
 Kafka, a fetch serves the partitions its session names; the assignment decides what
 the client puts in the session.
 
@@ -14,8 +20,9 @@ close its session: for each session partition in rotated order, whole batches ar
 from the log at ``next_fetch_offset()``, their (base, last) offsets go to
 ``SharePartition.acquire``, and the batches overlapping the acquired ranges are
 returned (never a split batch; ``acquired_records`` says which offsets the member
-owns). With nothing acquired the request parks on ``broker.append_waiters`` until an
-append, a release or a lock expiry touches one of its partitions, or ``max_wait``; a
+owns). Until the acquired records add up to MinBytes the request parks on
+``broker.append_waiters`` (an append, a release or a lock expiry touching one of its
+partitions wakes it, and what it acquires is added to the answer), at most MaxWaitMs; a
 parked request whose session was closed or replaced meanwhile acquires nothing.
 """
 
@@ -28,7 +35,7 @@ from ...errors import ApiError, ErrorCode
 from ...protocol.batch import iter_batches
 from ...protocol.entities import make, sub
 from ...share.partition import SharePartition, UpdateStatus
-from ...share.session import FINAL_EPOCH
+from ...share.session import FINAL_EPOCH, INITIAL_EPOCH
 from ...share.state import AcknowledgeType, AcquireMode
 from ..dispatch import api
 from ..share_service import ShareService, share_service
@@ -96,6 +103,38 @@ async def acknowledgement_codes(svc: ShareService, pending: list[tuple[tuple[uui
     return codes
 
 
+def _invalid_share_fetch(ctx: Any, request: Any, epoch: int) -> str | None:
+    """Why the request is INVALID_REQUEST as a whole (Kafka's checks), or None.
+
+    Nothing of an invalid request is applied: no session change, no acknowledgement.
+    """
+    with_acks = [p for t in request.topics for p in t.partitions if p.acknowledgement_batches]
+    if epoch == INITIAL_EPOCH and with_acks:
+        return "acknowledgements in a ShareFetch that opens a share session (epoch 0)"
+    if epoch == FINAL_EPOCH and any(not p.acknowledgement_batches for t in request.topics for p in t.partitions):
+        return "partitions to fetch in a ShareFetch that closes its share session (epoch -1)"
+    mode = int(getattr(request, "share_acquire_mode", 0) or 0)
+    if mode not in _ACQUIRE_MODES:
+        return f"unknown ShareAcquireMode {mode}"
+    if int(request.min_bytes) < 0 or int(request.max_wait.total_seconds() * 1000) < 0:
+        return "negative MinBytes or MaxWaitMs"
+    return None
+
+
+_ACQUIRE_MODES = frozenset(int(m) for m in AcquireMode)
+
+
+async def _acknowledge_as_departed(ctx: Any, svc: ShareService, group_id: str, member_id: str,
+                                   topics: Any) -> None:
+    """Apply (and make durable) the acknowledgements of a member that is no longer in the group.
+
+    Only records the member still holds can be acknowledged (the share-partition checks
+    that); the partitions' outcomes are not reported, since the request fails as a whole.
+    """
+    if any(p.acknowledgement_batches for t in topics for p in t.partitions):
+        await acknowledgement_codes(svc, apply_acknowledgements(ctx, svc, group_id, member_id, topics))
+
+
 def _node_endpoints(ctx: Any, cls: Any) -> tuple[Any, ...]:
     b = ctx.broker
     return (make(sub(cls, "NodeEndpoint"), node_id=b.node_id, host=b.advertised_host, port=b.advertised_port,
@@ -107,23 +146,29 @@ def _leader(ctx: Any, cls: Any) -> Any:
 
 
 def _acquire_one(ctx: Any, svc: ShareService, group_id: str, member_id: str, topic_id: uuid.UUID, partition: int,
-                 max_records: int, budget: int, mode: AcquireMode, batch_size: int | None) -> tuple[bytes, list[Any]]:
+                 max_records: int, budget: int, mode: AcquireMode,
+                 batch_size: int | None) -> tuple[dict[int, bytes], list[Any]]:
+    """Acquire what ``member_id`` may get of one share-partition.
+
+    Returns ({base offset: batch bytes} of the log batches holding acquired records,
+    the acquired ranges).
+    """
     store = ctx.broker.store
     sp = svc.get_partition(group_id, topic_id, partition)
     svc.refresh_config(sp)
     if budget <= 0:
-        return b"", []
+        return {}, []
     meta = store.topic_by_id(topic_id)
     plog = store.partition(meta.name, partition)
     svc.follow_log_start(sp, plog.log_start_offset)
     offset = sp.next_fetch_offset()
     if offset is None:
-        return b"", []
+        return {}, []
     # Read a little at a time: the records wanted are usually few batches, and every
     # batch read is parsed and offered to acquire.
     chunk = max(8192, max_records * 128)
     acquired: list[Any] = []
-    parts: list[bytes] = []
+    parts: dict[int, bytes] = {}
     while max_records > 0 and budget > 0 and offset < plog.high_watermark:
         try:
             data = plog.read(offset, min(budget, chunk, PARTITION_MAX_READ_BYTES))
@@ -149,7 +194,7 @@ def _acquire_one(ctx: Any, svc: ShareService, group_id: str, member_id: str, top
             while j < len(got) and got[j].last_offset < h.base_offset:
                 j += 1
             if j < len(got) and got[j].first_offset <= h.last_offset:
-                parts.append(bytes(data[h.position:h.position + h.size]))
+                parts[h.base_offset] = bytes(data[h.position:h.position + h.size])
                 budget -= h.size
         acquired.extend(got)
         max_records -= sum(a.last_offset - a.first_offset + 1 for a in got)
@@ -160,7 +205,7 @@ def _acquire_one(ctx: Any, svc: ShareService, group_id: str, member_id: str, top
         svc.schedule_persist(sp)
     if acquired:
         svc.reschedule(sp)
-    return b"".join(parts), acquired
+    return parts, acquired
 
 
 @api(78, 1, 2)
@@ -177,7 +222,15 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
                     responses=(), node_endpoints=())
 
     epoch = int(request.share_session_epoch)
+    invalid = _invalid_share_fetch(ctx, request, epoch)
+    if invalid is not None:
+        return fail(ErrorCode.invalid_request, invalid)
     if epoch != FINAL_EPOCH and not _is_member(ctx, group_id, member_id):
+        # A member removed from the group (its session timed out, say) still owns the
+        # records it acquired, as in Kafka: the acknowledgements it carries are applied
+        # before the membership error, so the records it accepted are not delivered
+        # again. It fetches nothing.
+        await _acknowledge_as_departed(ctx, svc, group_id, member_id, request.topics)
         return fail(ErrorCode.unknown_member_id)
     previous = svc.sessions.get(group_id, member_id)
     previous_parts = tuple(previous.partitions) if previous is not None else ()
@@ -205,7 +258,7 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
     session = svc.sessions.get(group_id, member_id)
 
     errors: dict[tuple[uuid.UUID, int], ErrorCode] = {}
-    fetched: dict[tuple[uuid.UUID, int], tuple[bytes, list[Any]]] = {}
+    fetched: dict[tuple[uuid.UUID, int], tuple[dict[int, bytes], list[Any]]] = {}
     renew_only = bool(getattr(request, "is_renew_ack", False))
     if not outcome.closed and not renew_only and outcome.partitions:
         order = [(_uuid(t), p) for t, p in outcome.partitions]
@@ -217,9 +270,12 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
         max_bytes = int(request.max_bytes) if int(request.max_bytes) > 0 else 2**31 - 1
         max_wait_ms = int(request.max_wait.total_seconds() * 1000)
         deadline = broker.clock.now_ms() + max_wait_ms
+        # MinBytes: the request waits (up to MaxWaitMs) until the records it acquired
+        # add up to MinBytes; what each pass acquires is kept and added to.
+        min_bytes = max(1, int(request.min_bytes))
+        remaining_records = max_records
+        budget = max_bytes
         while True:
-            remaining_records = max_records
-            budget = max_bytes
             for key in order:
                 if key in errors or remaining_records <= 0 or budget <= 0:
                     continue
@@ -230,11 +286,17 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
                     errors[key] = ErrorCode(e.error_code)
                     continue
                 if acquired:
-                    fetched[key] = (data, acquired)
+                    # A batch may hold records of two passes (one split by RECORD_LIMIT):
+                    # it is sent once.
+                    parts, got = fetched.setdefault(key, ({}, []))
+                    budget -= sum(len(b) for base, b in data.items() if base not in parts)
+                    parts.update(data)
+                    got.extend(acquired)
                     remaining_records -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
-                    budget -= len(data)
             left = deadline - broker.clock.now_ms()
-            if fetched or errors or left <= 0 or broker.shutting_down:
+            got_bytes = max_bytes - budget
+            if (fetched and (got_bytes >= min_bytes or remaining_records <= 0 or budget <= 0)) or errors \
+                    or left <= 0 or broker.shutting_down:
                 break
             keys = []
             for t, p in order:
@@ -257,7 +319,9 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
     acls = sub(cls, "AcquiredRecords")
     by_topic: dict[uuid.UUID, list[Any]] = {}
     for key in dict.fromkeys([*ack_codes, *errors, *fetched]):
-        data, acquired = fetched.get(key, (b"", []))
+        parts, acquired = fetched.get(key, ({}, []))
+        data = b"".join(parts[base] for base in sorted(parts))
+        acquired = sorted(acquired)
         by_topic.setdefault(key[0], []).append(make(
             pcls, partition_index=key[1], error_code=errors.get(key, ErrorCode.none), error_message=None,
             acknowledge_error_code=ack_codes.get(key, ErrorCode.none), acknowledge_error_message=None,
@@ -288,6 +352,7 @@ async def handle_share_acknowledge(ctx: Any, request: Any) -> Any:
     # A member that just left the group keeps its share session until the client closes
     # it, and may still acknowledge what it holds (see ShareService.on_share_member_removed).
     if epoch != FINAL_EPOCH and previous is None and not _is_member(ctx, group_id, member_id):
+        await _acknowledge_as_departed(ctx, svc, group_id, member_id, request.topics)
         return fail(ErrorCode.unknown_member_id)
     previous_parts = tuple(previous.partitions) if previous is not None else ()
     outcome = svc.sessions.handle_share_acknowledge(request, ctx.connection.connection_id)
