@@ -618,6 +618,49 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
                                                   g.initialized, g.deleting)],
                       response=ErrorCode.none, after=effects)
 
+    def handle_alter_offsets(self, group_id: str, partitions: Mapping[uuid.UUID, Iterable[int]],
+                             names: Mapping[uuid.UUID, str]) -> Result[ErrorCode]:
+        """AlterShareGroupOffsets, once the shell has written the share-partitions' new state.
+
+        KIP-932: only an empty group (no members) may be altered, NON_EMPTY_GROUP
+        otherwise. A group that does not exist is created, empty, with these
+        share-partitions (so resetting offsets before the first consumer joins works, and
+        the group is listed). ``partitions`` become *initialized*: a member's first
+        heartbeat uses their state instead of share.auto.offset.reset. ``names``: topic
+        names for the state record.
+        """
+        g = self._groups.get(group_id)
+        if g is not None and g.members:
+            return Result(response=ErrorCode.non_empty_group)
+        records: list[CoordinatorRecord] = []
+        if g is None:
+            g = ShareGroup(group_id)
+            records.append(record(RecordType.SHARE_GROUP_METADATA, _group_key(group_id), {"epoch": 0}))
+        done = from_partitions(partitions_of(partitions))
+        initialized = _union(g.initialized, done)
+        if initialized != g.initialized or records:
+            all_names = dict(g.topic_names)
+            all_names.update(names)
+            records.append(record(RecordType.SHARE_GROUP_STATE_PARTITION_METADATA, _group_key(group_id),
+                                  g.state_metadata_value(_subtract(g.initializing, done), initialized,
+                                                         _subtract(g.deleting, done), all_names)))
+        return Result(records=records, response=ErrorCode.none)
+
+    def handle_delete_offsets(self, group_id: str, partitions: Mapping[uuid.UUID, Iterable[int]]) -> Result[ErrorCode]:
+        """DeleteShareGroupOffsets, once the shell deleted the share-partitions' state:
+        they are no longer initialized (a member's next heartbeat initializes them again,
+        from share.auto.offset.reset). GROUP_ID_NOT_FOUND / NON_EMPTY_GROUP refuse."""
+        g = self._groups.get(group_id)
+        if g is None:
+            return Result(response=ErrorCode.group_id_not_found)
+        if g.members:
+            return Result(response=ErrorCode.non_empty_group)
+        gone = from_partitions(partitions_of(partitions))
+        if not (partitions_of(gone) & (partitions_of(g.initialized) | partitions_of(g.initializing))):
+            return Result(response=ErrorCode.none)
+        return Result(records=[self._state_record(g, _subtract(g.initializing, gone), _subtract(g.initialized, gone),
+                                                  g.deleting)], response=ErrorCode.none)
+
     def begin_delete_group(self, group_id: str) -> Result[tuple[ErrorCode, Assignment]]:
         """DeleteGroups, first stage. Returns (error, partitions whose state to delete).
 

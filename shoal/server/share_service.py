@@ -599,6 +599,13 @@ class ShareService:
     def group_has_sessions(self, group_id: str) -> bool:
         return any(g == group_id for g, _m in self.sessions._sessions)
 
+    def close_group_sessions(self, group_id: str) -> None:
+        """Close every share session of ``group_id`` and release its members' records
+        (for a group whose members are all gone)."""
+        for g, member_id in [k for k in self.sessions._sessions if k[0] == group_id]:
+            self.sessions.remove_member(g, member_id)
+            self.release_member(g, member_id)
+
     def reset_start_offset(self, group_id: str, topic_id: uuid.UUID, partition: int, start_offset: int) -> PartitionOutcome:
         """AlterShareGroupOffsets: a new state epoch starting at ``start_offset``."""
         key = SharePartitionKey.of(group_id, topic_id, partition)

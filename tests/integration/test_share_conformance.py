@@ -298,3 +298,155 @@ def test_min_bytes_waits_up_to_max_wait_for_more_records(member_on_topic: Any) -
     waited = time.monotonic() - started
     assert 0.4 <= waited < 6, waited
     assert acquired_offsets(r)[:1] == [10]
+
+
+# --- 3, 5. resetting offsets: empty groups, unknown groups, the tool ----------------------
+
+_HOLDING_CONSUMER = r"""
+import sys, time
+from confluent_kafka import ShareConsumer
+bootstrap, group, topic = sys.argv[1], sys.argv[2], sys.argv[3]
+c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "share.acknowledgement.mode": "explicit",
+                   "log_level": 0})
+c.subscribe([topic])
+got = 0
+while True:
+    for m in c.poll(0.5):
+        if m.error() is None:
+            got += 1
+            if got == 5:
+                print("HOLDING", flush=True)
+"""
+
+
+def share_groups_tool(bs: str, *args: str) -> Any:
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "shoal", "share-groups", "--bootstrap-server", bs, *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def describe_offsets(bs: str, group: str) -> Any:
+    from shoal.client.connection import Connection
+    from shoal.protocol.entities import make, sub
+
+    with Connection.to(bs) as conn:
+        req_type = conn.request_type(90, 1)
+        return conn.send(make(req_type, groups=(make(sub(req_type, "DescribeShareGroupOffsetsRequestGroup"),
+                                                     group_id=group, topics=None),))).groups[0]
+
+
+def members_of(bs: str, group: str) -> int:
+    from shoal.client.connection import Connection
+
+    with Connection.to(bs) as conn:
+        r = conn.call(77, 1, group_ids=(group,), include_authorized_operations=False)
+        return len(r.groups[0].members)
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGSTOP"])
+def test_reset_offsets_after_the_last_consumer_was_killed(start_broker: Any, topic_name: str, tmp_path: Any,
+                                                          how: str) -> None:
+    """KIP-932: AlterShareGroupOffsets needs an empty group; a consumer killed (SIGKILL)
+    or frozen (SIGSTOP: its connection stays open) leaves the group when its session
+    times out, and nothing it left behind (its share session, its acquired records)
+    keeps the group from being reset."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.integration.test_share_consumer import produce, set_group_configs
+
+    b = start_broker({"group.share.min.session.timeout.ms": "1000", "group.share.min.heartbeat.interval.ms": "200"})
+    bs = b.bootstrap
+    create_topic(bs, topic_name)
+    set_group_configs(bs, "g", share_auto_offset_reset="earliest", share_session_timeout_ms="2000",
+                      share_heartbeat_interval_ms="500")
+    produce(bs, topic_name, 10)
+    script = tmp_path / "holding.py"
+    script.write_text(_HOLDING_CONSUMER)
+    proc = subprocess.Popen([sys.executable, str(script), bs, "g", topic_name], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "HOLDING"
+        assert members_of(bs, "g") == 1
+        if how == "SIGSTOP":
+            proc.send_signal(signal.SIGSTOP)
+        else:
+            proc.kill()
+            proc.wait(10)
+        wait_for("the member's session to time out", lambda: members_of(bs, "g") == 0, 20)
+        r = share_groups_tool(bs, "--group", "g", "--topic", topic_name, "--reset-offsets", "--to-earliest",
+                              "--execute")
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Error" not in r.stdout, r.stdout
+    d = describe_offsets(bs, "g")
+    assert [(p.partition_index, p.start_offset, p.lag) for t in d.topics for p in t.partitions] == [(0, 0, 10)]
+    c = share_consumer(bs, "g", topic_name)
+    got: list[Any] = []
+    deadline = time.monotonic() + 20
+    while len(got) < 10 and time.monotonic() < deadline:
+        got.extend(m for m in c.poll(0.5) if m.error() is None)
+    c.close()
+    assert sorted(m.offset() for m in got) == list(range(10))
+    assert {m.delivery_count() for m in got} == {1}  # a new state epoch: counts start over
+
+
+def test_reset_offsets_of_a_group_that_does_not_exist_yet(broker: BrokerProcess, topic_name: str) -> None:
+    """KIP-932: "to start using a share group S1 to consume for the first time from the
+    earliest offset of a topic T1" reset its offsets first. The group is created, listed,
+    and its first consumer starts where the reset said, not at share.auto.offset.reset
+    (latest by default)."""
+    from tests.integration.test_share_consumer import produce
+
+    bs = broker.bootstrap
+    create_topic(bs, topic_name, partitions=2)
+    produce(bs, topic_name, 20)
+    r = share_groups_tool(bs, "--group", "fresh", "--topic", topic_name, "--reset-offsets", "--to-earliest",
+                          "--execute")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Error" not in r.stdout, r.stdout
+    listed = share_groups_tool(bs, "--list")
+    assert listed.returncode == 0 and "fresh" in listed.stdout.split(), listed.stdout
+    state = share_groups_tool(bs, "--describe", "--group", "fresh", "--state")
+    assert state.returncode == 0 and "Empty" in state.stdout, state.stdout
+    c = share_consumer(bs, "fresh", topic_name)
+    got: list[Any] = []
+    deadline = time.monotonic() + 20
+    while len(got) < 20 and time.monotonic() < deadline:
+        got.extend(m for m in c.poll(0.5) if m.error() is None)
+    c.close()
+    assert len(got) == 20 and len({(m.partition(), m.offset()) for m in got}) == 20
+
+
+def test_offsets_of_an_unknown_group_and_out_of_range_offsets(shared_broker: BrokerProcess, topic_name: str) -> None:
+    from shoal.client.connection import Connection
+    from shoal.protocol.entities import make, sub
+    from tests.integration.test_share_consumer import produce
+
+    bs = shared_broker.bootstrap
+    create_topic(bs, topic_name)
+    produce(bs, topic_name, 5)
+    assert describe_offsets(bs, "no-such-group").error_code == ErrorCode.group_id_not_found
+    r = share_groups_tool(bs, "--describe", "--group", "no-such-group")
+    assert r.returncode == 1 and "GROUP_ID_NOT_FOUND" in r.stdout, r.stdout
+    with Connection.to(bs) as conn:
+        req_type = conn.request_type(91, 0)
+
+        def alter(offset: int) -> Any:
+            return conn.send(make(req_type, group_id="ranged", topics=(make(
+                sub(req_type, "AlterShareGroupOffsetsRequestTopic"), topic_name=topic_name, partitions=(make(
+                    sub(req_type, "AlterShareGroupOffsetsRequestPartition"), partition_index=0,
+                    start_offset=offset),)),)))
+
+        for bad in (6, 1000, -5):
+            resp = alter(bad)
+            assert resp.error_code == ErrorCode.none
+            assert [p.error_code for t in resp.responses for p in t.partitions] == [ErrorCode.offset_out_of_range]
+        resp = alter(5)
+        assert [p.error_code for t in resp.responses for p in t.partitions] == [ErrorCode.none]
+    d = describe_offsets(bs, "ranged")
+    assert [(p.start_offset, p.lag) for t in d.topics for p in t.partitions] == [(5, 0)]

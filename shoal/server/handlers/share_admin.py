@@ -4,10 +4,15 @@
 The start offset of a share-partition is its persisted SPSO. Lag follows Kafka
 (KIP-1226): high watermark - SPSO - records at or above the SPSO already in a terminal
 state (acknowledged or archived), never below 0; -1 when the partition has no
-initialized state. Alter and delete need an EMPTY share group (no members, no share
-sessions): NON_EMPTY_GROUP otherwise. Alter starts a new state epoch at the given
-offset (InitializeShareGroupState), dropping the in-flight state; delete removes the
-share-partitions' state (DeleteShareGroupState).
+initialized state. A group id that is no share group is GROUP_ID_NOT_FOUND, except for
+AlterShareGroupOffsets, which creates an unknown group, empty, with the offsets given
+(KIP-932: ``--reset-offsets`` before the first consumer). Alter and delete need an empty
+group, one without members (NON_EMPTY_GROUP otherwise); share sessions still open by
+members that left the group do not count: they are closed and their records released.
+Alter starts a new state epoch at the given offset (InitializeShareGroupState), dropping
+the in-flight state; an offset outside [log start offset, high watermark] is refused
+with OFFSET_OUT_OF_RANGE for that partition. Delete removes the share-partitions' state
+(DeleteShareGroupState).
 """
 
 from __future__ import annotations
@@ -22,26 +27,31 @@ from ..dispatch import api
 from ..share_service import ShareService, share_service
 
 
-def _group_error(ctx: Any, group_id: str) -> ErrorCode | None:
+def _group_error(ctx: Any, group_id: str, *, create: bool = False) -> ErrorCode | None:
+    """GROUP_ID_NOT_FOUND for a group of another kind, or (unless ``create``) none at all."""
     groups = ctx.broker.extensions.get("groups")
     if groups is None:
         return None
     gtype = groups.group_type(group_id)
     if gtype is None:
-        return None
+        return None if create else ErrorCode.group_id_not_found
     if str(getattr(gtype, "value", gtype)).lower() not in ("share", "2"):
         return ErrorCode.group_id_not_found
     return None
 
 
 def _group_is_empty(ctx: Any, svc: ShareService, group_id: str) -> bool:
-    if svc.group_has_sessions(group_id):
-        return False
+    """Whether the group has no members; if so, sessions its former members left open are
+    closed (their records released): they no longer belong to the group."""
     groups = ctx.broker.extensions.get("groups")
-    if groups is None:
-        return True
-    g = groups.share_groups(groups.partition_for(group_id)).group(group_id)
-    return g is None or not g.members
+    if groups is not None:
+        g = groups.share_groups(groups.partition_for(group_id)).group(group_id)
+        if g is not None and g.members:
+            return False
+    elif svc.group_has_sessions(group_id):
+        return False
+    svc.close_group_sessions(group_id)
+    return True
 
 
 def lag_of(ctx: Any, svc: ShareService, key: SharePartitionKey, topic_name: str) -> tuple[int, int, ErrorCode]:
@@ -107,28 +117,43 @@ def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
     store = ctx.broker.store
     tcls = sub(cls, "AlterShareGroupOffsetsResponseTopic")
     pcls = sub(cls, "AlterShareGroupOffsetsResponsePartition")
-    err = _group_error(ctx, request.group_id)
+    err = _group_error(ctx, request.group_id, create=True)
     if err is None and not _group_is_empty(ctx, svc, request.group_id):
         err = ErrorCode.non_empty_group
     if err is not None:
         return make(cls, throttle_time=0, error_code=err, error_message=None, responses=())
     topics = []
+    altered: dict[uuid.UUID, list[int]] = {}
+    names: dict[uuid.UUID, str] = {}
     for t in request.topics:
         meta = store.get_topic(t.topic_name)
         plist = []
         for p in t.partitions:
             idx = int(p.partition_index)
+            message = None
             if meta is None or not 0 <= idx < meta.num_partitions:
                 code = ErrorCode.unknown_topic_or_partition
             else:
                 plog = store.partition(meta.name, idx)
                 offset = int(p.start_offset)
-                if offset < plog.log_start_offset or offset > plog.high_watermark:
-                    offset = max(plog.log_start_offset, min(offset, plog.high_watermark))
-                code = svc.reset_start_offset(request.group_id, meta.topic_id, idx, offset).error_code
-            plist.append(make(pcls, partition_index=idx, error_code=code, error_message=None))
+                if not plog.log_start_offset <= offset <= plog.high_watermark:
+                    code = ErrorCode.offset_out_of_range
+                    message = (f"offset {offset} is outside {meta.name}-{idx}'s range "
+                               f"[{plog.log_start_offset}, {plog.high_watermark}]")
+                else:
+                    code = svc.reset_start_offset(request.group_id, meta.topic_id, idx, offset).error_code
+                    if code == ErrorCode.none:
+                        altered.setdefault(meta.topic_id, []).append(idx)
+                        names[meta.topic_id] = meta.name
+            plist.append(make(pcls, partition_index=idx, error_code=code, error_message=message))
         topics.append(make(tcls, topic_name=t.topic_name, topic_id=meta.topic_id if meta is not None else None,
                            partitions=tuple(plist)))
+    groups = ctx.broker.extensions.get("groups")
+    if groups is not None:
+        p = groups.partition_for(request.group_id)
+        code = groups.apply(p, groups.share_groups(p).handle_alter_offsets(request.group_id, altered, names)).response
+        if code != ErrorCode.none:
+            return make(cls, throttle_time=0, error_code=code, error_message=None, responses=())
     return make(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, responses=tuple(topics))
 
 
@@ -145,6 +170,7 @@ def handle_delete_share_group_offsets(ctx: Any, request: Any) -> Any:
         return make(cls, throttle_time=0, error_code=err, error_message=None, responses=())
     keys = svc.state_keys(request.group_id)
     topics = []
+    deleted: dict[uuid.UUID, list[int]] = {}
     for t in request.topics:
         meta = store.get_topic(t.topic_name)
         if meta is None:
@@ -157,6 +183,12 @@ def handle_delete_share_group_offsets(ctx: Any, request: Any) -> Any:
             o = svc.delete_partition_state(request.group_id, meta.topic_id, p)
             if not o.ok:
                 code = o.error_code
+            else:
+                deleted.setdefault(meta.topic_id, []).append(p)
         topics.append(make(tcls, topic_name=t.topic_name, topic_id=meta.topic_id, error_code=code,
                            error_message=None))
+    groups = ctx.broker.extensions.get("groups")
+    if groups is not None and deleted:
+        p = groups.partition_for(request.group_id)
+        groups.apply(p, groups.share_groups(p).handle_delete_offsets(request.group_id, deleted))
     return make(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, responses=tuple(topics))

@@ -242,3 +242,28 @@ def test_handlers_do_not_mutate_durable_state():
     s.groups.expire(10**9)
     s.groups.mark_initialized("s", {FOO: [0, 1]})
     assert s.groups.group("s") == before
+
+
+def test_alter_offsets_creates_an_empty_group_whose_partitions_are_initialized():
+    s = Shell()
+    assert s.apply(s.groups.handle_alter_offsets("new", {FOO: [0, 1]}, {FOO: "foo"})).response == ErrorCode.none
+    g = s.groups.group("new")
+    assert g is not None and g.state == ShareGroupState.EMPTY and g.group_epoch == 0
+    assert s.groups.initialized_partitions("new") == {FOO: frozenset({0, 1})}
+    assert [x.group_id for x in s.groups.list_groups()] == ["new"]
+    # The first member uses that state: nothing to initialize.
+    res = s.hb_result("m1", 0, group="new")
+    assert res.response.member_epoch == 1 and res.after.initialize == {}
+    # A group with members may not be altered; one without may, again.
+    assert s.apply(s.groups.handle_alter_offsets("new", {FOO: [0]}, {})).response == ErrorCode.non_empty_group
+    s.hb("m1", -1, group="new")
+    assert s.apply(s.groups.handle_alter_offsets("new", {BAR: [2]}, {BAR: "bar"})).response == ErrorCode.none
+    assert s.groups.initialized_partitions("new") == {FOO: frozenset({0, 1}), BAR: frozenset({2})}
+
+
+def test_delete_offsets_forgets_initialized_partitions():
+    s = Shell()
+    s.apply(s.groups.handle_alter_offsets("g", {FOO: [0, 1]}, {FOO: "foo"}))
+    assert s.apply(s.groups.handle_delete_offsets("g", {FOO: [1]})).response == ErrorCode.none
+    assert s.groups.initialized_partitions("g") == {FOO: frozenset({0})}
+    assert s.groups.handle_delete_offsets("nope", {FOO: [0]}).response == ErrorCode.group_id_not_found
