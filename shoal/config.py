@@ -171,6 +171,10 @@ _DEFS: list[Definition] = [
                broker_synonym="log.cleaner.delete.retention.ms"),
     Definition("message.timestamp.type", str, None, Scope.TOPIC, "See log.message.timestamp.type.",
                broker_synonym="log.message.timestamp.type", choices=("CreateTime", "LogAppendTime")),
+    Definition("compression.type", str, "producer", Scope.TOPIC,
+               "Codec of the stored batches: producer (keep the producer's), uncompressed, gzip, snappy, lz4 "
+               "or zstd; a batch in another codec is recompressed at produce time.",
+               choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
     Definition("fetch.max.bytes", int, 16 * MIB, Scope.BROKER,
                "Largest Fetch response, whatever the client asks for (at least one batch is always "
                "returned). Kafka's default is 55 MiB; 16 MiB lets clients parse one response while the "

@@ -43,6 +43,7 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     delete_retention_ms: int = 86_400_000
     log_append_time: bool = False
+    compression_type: str = "producer"
 
     @classmethod
     def resolve(cls, broker: BrokerConfig, overrides: Mapping[str, Any] | None = None) -> "LogConfig":
@@ -62,6 +63,7 @@ class LogConfig:
             min_compaction_lag_ms=r("min.compaction.lag.ms", o),
             delete_retention_ms=r("delete.retention.ms", o),
             log_append_time=r("message.timestamp.type", o) == "LogAppendTime",
+            compression_type=r("compression.type", o),
         )
 
     @property

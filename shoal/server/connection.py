@@ -8,14 +8,16 @@ arrival order. A synchronous handler fills its slot immediately; an ``async`` on
 poll, fsync wait, coordinator write) fills it when its task ends. ``_flush`` writes the
 filled slots at the head of the queue, so responses leave in the order their requests
 came, even when handlers finish out of order (Kafka's rule). Produce with acks=0 takes no
-slot: it has no response.
+slot: it has no response, and a partition error closes the connection instead (Kafka's
+rule, so that the client notices).
 
 Backpressure: past ``queued.max.requests`` open slots, or while the transport's write
 buffer is above its high-water mark, the connection stops reading; it resumes when both
 clear.
 
 Errors: a frame that is not a Kafka request (bad size, truncated, undecodable header or
-body, unknown API key, unsupported version of an API other than ApiVersions) is a
+body, bytes left after the body, unknown API key, unsupported version of an API other
+than ApiVersions) is a
 ProtocolViolation: logged, connection closed. An exception escaping a handler is a bug:
 logged with its traceback, connection closed. The broker keeps serving everyone else.
 """
@@ -148,8 +150,6 @@ class Connection(asyncio.Protocol):
         header, request = decode_request(body, codec)
         ctx = RequestContext(self.broker, self, header, codec)
         if api_key == _PRODUCE and request.acks == 0:
-            # No response is sent; errors are only logged (Kafka closes the connection
-            # on errors for acks=0, so that the client notices).
             self._run_no_response(ctx, route, request)
             return
         slot = _Slot()
@@ -169,14 +169,27 @@ class Connection(asyncio.Protocol):
         self._flush()
 
     def _run_no_response(self, ctx: RequestContext, route: Any, request: Any) -> None:
+        """acks=0 Produce: no response; a partition error closes the connection (Kafka's rule)."""
+        def check(response: Any) -> None:
+            failed = [(t.name, p.index, p.error_code.name) for t in response.responses
+                      for p in t.partition_responses if p.error_code != 0]
+            if failed:
+                self._abort(f"acks=0 produce failed ({failed[:3]})")
+
         def done(t: asyncio.Task[Any]) -> None:
-            if not t.cancelled() and t.exception() is not None:
+            if t.cancelled():
+                return
+            if t.exception() is not None:
                 log.error("acks=0 produce failed on connection %s", self.connection_id, exc_info=t.exception())
                 self._abort(None)
+            elif t.result() is not None:
+                check(t.result())
 
         result = route.handler(ctx, request)
         if asyncio.iscoroutine(result):
             asyncio.ensure_future(result).add_done_callback(done)
+        elif result is not None:
+            check(result)
 
     def _async_done(self, slot: _Slot, ctx: RequestContext, task: asyncio.Task[Any]) -> None:
         if task.cancelled() or self._closing:

@@ -114,3 +114,25 @@ class RawConnection:
             return True
         except socket.timeout:
             return False
+
+
+def raw_batch(payload: bytes, records_count: int, *, attributes: int = 0, last_offset_delta: int | None = None,
+              base_timestamp: int = 1_700_000_000_000, max_timestamp: int | None = None,
+              producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
+    """A v2 batch header with a correct CRC-32C around ``payload``, whatever the payload holds.
+
+    For tests of what a broker must refuse although the CRC matches (garbage records,
+    a count the records do not fill, unknown codecs, control batches).
+    """
+    import crc32c
+
+    if last_offset_delta is None:
+        last_offset_delta = max(records_count - 1, 0)
+    if max_timestamp is None:
+        max_timestamp = base_timestamp
+    out = bytearray(struct.pack(">qiibIhiqqqhii", 0, 49 + len(payload), -1, 2, 0, attributes, last_offset_delta,
+                                base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
+                                records_count))
+    out += payload
+    struct.pack_into(">I", out, 17, crc32c.crc32c(bytes(out[21:])))
+    return bytes(out)

@@ -1,19 +1,29 @@
 """Produce (key 0), v3-v11: record batch v2 bytes appended as they came.
 
-Per partition: the topic and partition must exist and not be internal; the log
-validates every batch (framing, magic, CRC-32C, size, producer sequence) before
-writing any of them, assigns offsets and, for LogAppendTime topics, the timestamp.
-When the flush policy (``flush.messages``, ``flush.ms``; by default every append) asks
-for an fsync, the response waits for it: the fsync runs off the event loop and is shared
-by every produce that appended to the partition meanwhile (group commit). So an
-acknowledged record is written and, where the policy says so, fsynced. acks=0 gets no
-response at all.
+Per partition: the topic and partition must exist and not be internal; the records are
+validated as Kafka's LogValidator does (``protocol/records.py``: one batch, every record
+walked, no control batch, a known codec, compressed payloads decompressed), and a
+refused partition is answered with CORRUPT_MESSAGE or INVALID_RECORD (v8+: the index of
+the record at fault in ``record_errors``) and nothing of it is written. The log then
+checks framing, CRC-32C, size and producer sequence, assigns offsets and, for
+LogAppendTime topics, the timestamp.
+
+A compressed batch is decompressed, walked (and, for a topic whose compression.type
+differs, recompressed) in a worker thread, so the event loop keeps serving meanwhile.
+Appends to one partition stay in arrival order: while a partition has a batch in a
+worker, later produces to it wait their turn (``_PartitionQueue``).
 
 In cluster mode (``broker.replicas`` set) only the partition's leader appends
 (NOT_LEADER_OR_FOLLOWER elsewhere), stamping its leader epoch into each batch; acks=all
 fails with NOT_ENOUGH_REPLICAS when the ISR is smaller than ``min.insync.replicas`` and
 otherwise also waits until every in-sync replica has the records (the high watermark
 passed them).
+When the flush policy (``flush.messages``, ``flush.ms``; by default every append) asks
+for an fsync, the response waits for it: the fsync runs off the event loop and is shared
+by every produce that appended to the partition meanwhile (group commit). So an
+acknowledged record is written and, where the policy says so, fsynced. acks=0 gets no
+response at all: the connection drops the response, or closes when it carries an error
+(as Kafka does, so that the client notices).
 """
 
 from __future__ import annotations
@@ -21,10 +31,12 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import sys
 from typing import Any
 
 from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make, sub
+from ...protocol.records import RecordsError, codec_of_compression_type, needs_worker, validate_produce_batch
 from ..dispatch import api
 from .metadata import INTERNAL_TOPICS
 
@@ -39,6 +51,50 @@ def _append_time(ms: int) -> datetime.datetime | None:
     return _EPOCH + datetime.timedelta(milliseconds=ms)
 
 
+class _PartitionQueue:
+    """Per-partition tails of the produces still being validated in a worker thread.
+
+    Event loop only. A produce to a partition with a tail waits for it before appending,
+    so a later request never overtakes an earlier one (idempotent producers pipeline).
+    """
+
+    def __init__(self) -> None:
+        self.tails: dict[tuple[str, int], asyncio.Future[None]] = {}
+
+    def enqueue(self, key: tuple[str, int]) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
+        prev = self.tails.get(key)
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.tails[key] = mine
+        return prev, mine
+
+    def done(self, key: tuple[str, int], mine: asyncio.Future[None]) -> None:
+        if not mine.done():
+            mine.set_result(None)
+        if self.tails.get(key) is mine:
+            del self.tails[key]
+
+
+def _queue(broker: Any) -> _PartitionQueue:
+    q = getattr(broker, "_produce_queue", None)
+    if q is None:
+        q = broker._produce_queue = _PartitionQueue()
+    return q
+
+
+def _set_error(r: dict[str, Any], e: ApiError, ecls: type | None) -> None:
+    r["error_code"] = e.error_code
+    r["error_message"] = e.message if e.message != e.error_code.name else None
+    index = getattr(e, "record_index", None)
+    if index is not None and ecls is not None:
+        r["record_errors"] = (make(ecls, batch_index=index, batch_index_error_message=e.message),)
+
+
+def _validate(records: Any, plog: Any) -> Any:
+    cfg = plog.config
+    return validate_produce_batch(records, target_codec=codec_of_compression_type(cfg.compression_type),
+                                  log_append_time=cfg.log_append_time, require_keys=cfg.compact)
+
+
 @api(0, 3, 11)
 def handle_produce(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
@@ -47,10 +103,12 @@ def handle_produce(ctx: Any, request: Any) -> Any:
     cls = ctx.response_type
     tcls = sub(cls, "TopicProduceResponse")
     pcls = sub(cls, "PartitionProduceResponse")
+    ecls = getattr(sys.modules[cls.__module__], "BatchIndexAndErrorMessage", None)
     acks = request.acks
+    queue = _queue(broker)
+    timeout_ms = int(request.timeout.total_seconds() * 1000)
     topic_results: list[tuple[str, list[dict[str, Any]]]] = []
     flushes: list[tuple[dict[str, Any], Any]] = []
-    replicas = broker.replicas
     isr_waits: list[tuple[dict[str, Any], Any, int]] = []
     for topic in request.topic_data:
         name = topic.name
@@ -73,37 +131,82 @@ def handle_produce(ctx: Any, request: Any) -> Any:
                 records = pd.records
                 if not records:
                     raise ApiError(ErrorCode.corrupt_message, "empty record set")
-                if replicas is not None:
-                    replica = replicas.leader_replica(name, pd.index)
-                    if acks == -1 and len(replica.state.isr) < replicas.min_insync_replicas(name):
-                        raise ApiError(ErrorCode.not_enough_replicas,
-                                       f"ISR {list(replica.state.isr)} is smaller than min.insync.replicas")
-                    result = plog.append(records, now_ms, defer_flush=True, leader_epoch=replica.leader_epoch)
-                    replicas.maybe_advance_hw(replica)
-                    if acks == -1:
-                        isr_waits.append((r, replica, result.last_offset + 1))
-                else:
-                    result = plog.append(records, now_ms, defer_flush=True)
-                if plog.flush_due(now_ms):
-                    flushes.append((r, broker.flusher.durable(plog, plog.log_end_offset)))
-                r["base_offset"] = result.base_offset
-                r["log_append_time"] = _append_time(result.log_append_time_ms)
-                r["log_start_offset"] = plog.log_start_offset
-                if result.record_count:
-                    broker.append_waiters.notify(name, pd.index)
+                key = (name, pd.index)
+                if needs_worker(records) or key in queue.tails:
+                    prev, mine = queue.enqueue(key)
+                    flushes.append((r, _append_later(broker, key, records, prev, mine, r, ecls, acks, timeout_ms)))
+                    results.append(r)
+                    continue
+                validated = _validate(records, plog)
+                _append(broker, plog, key, validated.batch, now_ms, r, flushes, isr_waits, acks)
             except ApiError as e:
-                r["error_code"] = e.error_code
-                r["error_message"] = e.message if e.message != e.error_code.name else None
+                _set_error(r, e, ecls)
             results.append(r)
         topic_results.append((name, results))
     if isr_waits:
-        return _after_isr(cls, tcls, pcls, acks, topic_results, flushes, isr_waits,
-                          int(request.timeout.total_seconds() * 1000), replicas)
+        return _after_isr(cls, tcls, pcls, acks, topic_results, flushes, isr_waits, timeout_ms, broker.replicas)
     if flushes:
         return _after_flush(cls, tcls, pcls, acks, topic_results, flushes)
-    if acks == 0:
-        return None
     return _response(cls, tcls, pcls, topic_results)
+
+
+def _append(broker: Any, plog: Any, key: tuple[str, int], batch: Any, now_ms: int, r: dict[str, Any],
+            flushes: list[tuple[dict[str, Any], Any]], isr_waits: list[tuple[dict[str, Any], Any, int]],
+            acks: int) -> None:
+    """Append a validated batch; queue its fsync (flush policy) and, in cluster mode, its ISR wait."""
+    replicas = broker.replicas
+    if replicas is not None:
+        replica = replicas.leader_replica(*key)
+        if acks == -1 and len(replica.state.isr) < replicas.min_insync_replicas(key[0]):
+            raise ApiError(ErrorCode.not_enough_replicas,
+                           f"ISR {list(replica.state.isr)} is smaller than min.insync.replicas")
+        result = plog.append(batch, now_ms, defer_flush=True, leader_epoch=replica.leader_epoch)
+        replicas.maybe_advance_hw(replica)
+        if acks == -1:
+            isr_waits.append((r, replica, result.last_offset + 1))
+    else:
+        result = plog.append(batch, now_ms, defer_flush=True)
+    if plog.flush_due(now_ms):
+        flushes.append((r, broker.flusher.durable(plog, plog.log_end_offset)))
+    r["base_offset"] = result.base_offset
+    r["log_append_time"] = _append_time(result.log_append_time_ms)
+    r["log_start_offset"] = plog.log_start_offset
+    if result.record_count:
+        broker.append_waiters.notify(*key)
+
+
+async def _append_later(broker: Any, key: tuple[str, int], records: Any, prev: asyncio.Future[None] | None,
+                        mine: asyncio.Future[None], r: dict[str, Any], ecls: type | None, acks: int,
+                        timeout_ms: int) -> None:
+    """Validate in a worker thread, wait for the partition's earlier produces, then append."""
+    queue = _queue(broker)
+    try:
+        plog = broker.store.partition(*key)
+        try:
+            validated = await asyncio.to_thread(_validate, records, plog)
+        except ApiError as e:
+            validated = e
+        if prev is not None:
+            await prev
+        if isinstance(validated, ApiError):
+            raise validated
+        meta = broker.store.get_topic(key[0])
+        if meta is None or key[1] >= meta.num_partitions or broker.store.partition(*key) is not plog:
+            raise ApiError(ErrorCode.unknown_topic_or_partition)
+        flushes: list[tuple[dict[str, Any], Any]] = []
+        isr_waits: list[tuple[dict[str, Any], Any, int]] = []
+        _append(broker, plog, key, validated.batch, broker.clock.now_ms(), r, flushes, isr_waits, acks)
+    except ApiError as e:
+        _set_error(r, e, ecls)
+        return
+    finally:
+        queue.done(key, mine)
+    for _, f in flushes:
+        await f
+    for _, replica, end in isr_waits:
+        code = await broker.replicas.wait_for_isr(replica, end, timeout_ms)
+        if code != ErrorCode.none:
+            r.update(error_code=code, base_offset=-1)
 
 
 def _response(cls: type, tcls: type, pcls: type, topic_results: list[tuple[str, list[dict[str, Any]]]]) -> Any:
@@ -126,8 +229,6 @@ async def _after_flush(cls: type, tcls: type, pcls: type, acks: int,
         if isinstance(outcome, BaseException):
             log.error("fsync of partition %s failed: %s", r["index"], outcome)
             r.update(error_code=ErrorCode.kafka_storage_error, base_offset=-1)
-    if acks == 0:
-        return None
     return _response(cls, tcls, pcls, topic_results)
 
 
