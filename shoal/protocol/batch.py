@@ -28,7 +28,7 @@ Batch header layout (big endian; Kafka's DefaultRecordBatch)::
     61 records...
 
 Invariants the validation enforces (all faults raise :class:`CorruptBatchError` carrying
-``ErrorCode.corrupt_message``): a whole number of batches, each at least 61 bytes long,
+``ErrorCode.corrupt_message``, or ``invalid_record`` for a count the bytes cannot hold): a whole number of batches, each at least 61 bytes long,
 magic 2, CRC matching, ``records_count >= 0`` and ``last_offset_delta`` consistent with the
 count for uncompressed and compressed batches alike (Kafka's rule: delta = count - 1
 unless the batch is empty, which only compaction produces).
@@ -209,7 +209,8 @@ def read_header(buf, position: int = 0, *, whole: bool = True) -> BatchHeader:
         raise CorruptBatchError("last offset delta smaller than the record count", position)
     # every record takes at least 7 bytes (length, attributes, 3 varints, 2 lengths)
     if h.compression == Compression.NONE and h.records_count * 7 > h.batch_length - (HEADER_SIZE - LOG_OVERHEAD):
-        raise CorruptBatchError("record count exceeds what the batch can hold", position)
+        raise CorruptBatchError("record count exceeds what the batch can hold", position,
+                                error_code=ErrorCode.invalid_record)
     return h
 
 
@@ -401,7 +402,11 @@ def _decompress(codec: int, data: bytes) -> bytes:
             return lz4.frame.decompress(data)
         if codec == Compression.ZSTD:
             import zstandard
-            return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+            obj = zstandard.ZstdDecompressor().decompressobj()
+            out = obj.decompress(data)
+            if not obj.eof:
+                raise CorruptBatchError("truncated zstd frame")
+            return out
     except CorruptBatchError:
         raise
     except Exception as exc:  # each library has its own error types

@@ -1,0 +1,164 @@
+"""Produce-time record validation: what is refused, with which code and record index; rewrites."""
+
+from __future__ import annotations
+
+import struct
+
+import crc32c
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shoal.errors import ApiError, ErrorCode
+from shoal.protocol import records as R
+from shoal.protocol.batch import Compression, build_batch, decode_records, read_header, validate_batches
+from shoal.protocol.records import RecordsError, validate_produce_batch, walk_records
+from tests.support.wire import raw_batch
+
+TS = 1_700_000_000_000
+
+
+def batch(n: int = 3, compression: int = Compression.NONE, **kw) -> bytes:
+    return build_batch([(b"k%d" % i, b"v" * (i % 7), (("h", b"x"),) if i % 2 else (), TS + i) for i in range(n)],
+                       compression=compression, **kw)
+
+
+def payload(n: int) -> bytes:
+    return batch(n)[61:]
+
+
+def refused(data: bytes, **kw) -> RecordsError | ApiError:
+    with pytest.raises(ApiError) as exc:
+        validate_produce_batch(data, **kw)
+    return exc.value
+
+
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.GZIP, Compression.SNAPPY, Compression.LZ4,
+                                   Compression.ZSTD])
+@pytest.mark.parametrize("n", [1, 5, 40])
+def test_valid_batches_pass_untouched(codec, n):
+    data = batch(n, codec)
+    v = validate_produce_batch(data)
+    assert v.batch is data and not v.rewritten
+
+
+def test_count_larger_than_records_names_the_first_missing_record():
+    big = build_batch(
+        [(b"key-%d" % i, b"value" * 5, (), TS) for i in range(3)])
+    e = refused(raw_batch(big[61:], 5))
+    assert e.error_code == ErrorCode.invalid_record and e.record_index == 3
+    # a count the bytes cannot possibly hold: refused from the header alone
+    assert refused(raw_batch(payload(3), 50)).error_code == ErrorCode.invalid_record
+
+
+def test_bytes_after_the_declared_records_are_refused():
+    e = refused(raw_batch(payload(3), 2))
+    assert e.error_code == ErrorCode.invalid_record
+
+
+@pytest.mark.parametrize("attrs", [5, 6, 7])
+def test_unknown_codecs_are_corrupt(attrs):
+    assert refused(raw_batch(payload(2), 2, attributes=attrs)).error_code == ErrorCode.corrupt_message
+
+
+@pytest.mark.parametrize("attrs,junk", [(1, b"\x1f\x8b\x08\x00garbage!"), (2, b"\xff\xff\xff\xff\x0fxx"),
+                                        (3, b"\x04\x22\x4d\x18junk"), (4, b"\x28\xb5\x2f\xfdjunk")])
+def test_corrupt_compressed_payloads_are_corrupt(attrs, junk):
+    assert refused(raw_batch(junk, 2, attributes=attrs)).error_code == ErrorCode.corrupt_message
+
+
+def test_control_batches_and_bad_headers_are_invalid():
+    assert refused(raw_batch(payload(1), 1, attributes=0x20)).error_code == ErrorCode.invalid_record
+    assert refused(raw_batch(payload(3), 3, last_offset_delta=4)).error_code == ErrorCode.invalid_record
+    assert refused(raw_batch(b"", 0)).error_code == ErrorCode.invalid_record
+    assert refused(raw_batch(payload(1), 1, producer_id=5, base_sequence=-1)).error_code == ErrorCode.invalid_record
+    assert refused(batch(2) + batch(2)).error_code == ErrorCode.invalid_record  # two batches for one partition
+
+
+def test_crc_mismatch_stays_corrupt():
+    data = bytearray(batch(3))
+    data[-1] ^= 1
+    assert refused(bytes(data)).error_code == ErrorCode.corrupt_message
+
+
+def test_offset_delta_must_be_the_index():
+    data = build_batch([(None, b"a", (), TS), (None, b"b", (), TS)], offset_deltas=[0, 5], last_offset_delta=1)
+    e = refused(data)
+    assert e.error_code == ErrorCode.invalid_record and e.record_index == 1
+
+
+def test_null_header_key_and_negative_header_count_are_invalid():
+    rec = bytes([0, 0, 2, 1, 2]) + b"v" + bytes([2]) + bytes([1]) + bytes([1])  # 1 header, key length -1
+    body = bytes([len(rec) << 1]) + rec
+    e = refused(raw_batch(body, 1))
+    assert e.error_code == ErrorCode.invalid_record and e.record_index == 0
+    rec = bytes([0, 0, 0, 1, 1, 3])  # header count -2
+    assert refused(raw_batch(bytes([len(rec) << 1]) + rec, 1)).record_index == 0
+
+
+def test_compacted_topics_need_keys():
+    data = build_batch([(b"k", b"v", (), TS), (None, b"v", (), TS)])
+    assert refused(data, require_keys=True).record_index == 1
+    validate_produce_batch(data)
+
+
+def test_max_timestamp_is_set_from_the_records_as_kafka_does():
+    data = bytearray(batch(4))
+    struct.pack_into(">q", data, 35, TS + 100)
+    struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[21:])))
+    v = validate_produce_batch(bytes(data))
+    assert v.rewritten
+    (h,) = validate_batches(v.batch)
+    assert h.max_timestamp == TS + 3
+    assert validate_produce_batch(bytes(data), log_append_time=True).rewritten is False
+
+
+@pytest.mark.parametrize("source", [Compression.NONE, Compression.GZIP, Compression.LZ4])
+@pytest.mark.parametrize("target", [Compression.NONE, Compression.ZSTD, Compression.SNAPPY])
+def test_topic_compression_type_recompresses(source, target):
+    data = batch(6, source, producer_id=7, producer_epoch=1, base_sequence=3)
+    v = validate_produce_batch(data, target_codec=target)
+    assert v.rewritten == (source != target)
+    (h,) = validate_batches(v.batch)
+    old = read_header(data)
+    assert h.compression == target
+    assert (h.producer_id, h.producer_epoch, h.base_sequence, h.records_count, h.max_timestamp) == (
+        old.producer_id, old.producer_epoch, old.base_sequence, old.records_count, old.max_timestamp)
+    assert decode_records(v.batch) == decode_records(data)
+
+
+def test_codec_names():
+    assert R.codec_of_compression_type("producer") is None
+    assert R.codec_of_compression_type("uncompressed") == Compression.NONE
+    assert R.codec_of_compression_type("zstd") == Compression.ZSTD
+
+
+# --- the vectorized walk agrees with the exact one ---------------------------------------
+
+record = st.tuples(st.one_of(st.none(), st.binary(max_size=300)), st.one_of(st.none(), st.binary(max_size=9000)),
+                   st.lists(st.tuples(st.text(max_size=3), st.one_of(st.none(), st.binary(max_size=5))),
+                            max_size=3),
+                   st.integers(-20_000, 20_000))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(record, min_size=16, max_size=40), st.data())
+def test_fast_walk_agrees_with_the_exact_walk(recs, data):
+    raw = build_batch([(k, v, h, TS + t) for k, v, h, t in recs])
+    body = bytearray(raw[61:])
+    if data.draw(st.booleans()):
+        body[data.draw(st.integers(0, len(body) - 1))] = data.draw(st.integers(0, 255))
+    body = bytes(body)
+    try:
+        exact = walk_records(body, 0, len(body), len(recs))
+    except RecordsError:
+        exact = None
+    fast = R._walk_fast(body, 0, len(body), len(recs), False)
+    assert fast is None or fast == exact
+
+
+@pytest.mark.parametrize("n,size,headers", [(16, 10, 0), (10_000, 100, 0), (300, 1024, 2)])
+def test_fast_walk_proves_typical_batches(n, size, headers):
+    """Producer-shaped batches take the vectorized path (else produce pays the exact walk's cost)."""
+    raw = build_batch([(None, b"x" * size, (("trace", b"abc"),) * headers, TS + i // 50) for i in range(n)])
+    assert R._walk_fast(raw, 61, len(raw), n, False) == (n - 1) // 50
