@@ -57,6 +57,7 @@ class Definition:
     broker_synonym: str | None = None
     """For TOPIC/GROUP keys: the broker key that supplies the default."""
     check: Callable[[Any], bool] | None = None
+    """A Range or OneOfList (their str() names the allowed values in errors and in the docs)."""
     choices: tuple[str, ...] | None = None
     dynamic: bool = True
     """Whether IncrementalAlterConfigs may change it while running."""
@@ -66,13 +67,58 @@ MIB = 1024 * 1024
 DAY_MS = 24 * 60 * 60 * 1000
 
 
-def _ge(n: int) -> Callable[[Any], bool]:
-    return lambda v: v >= n
+class Range:
+    """A numeric range check, named as Kafka's ConfigDef names it ("at least 1", "between 2 and 10")."""
+
+    __slots__ = ("lo", "hi")
+
+    def __init__(self, lo: int | None, hi: int | None = None) -> None:
+        self.lo = lo
+        self.hi = hi
+
+    def __call__(self, value: Any) -> bool:
+        return (self.lo is None or value >= self.lo) and (self.hi is None or value <= self.hi)
+
+    def __str__(self) -> str:
+        if self.hi is None:
+            return f"at least {self.lo}"
+        if self.lo is None:
+            return f"at most {self.hi}"
+        return f"between {self.lo} and {self.hi}"
+
+
+def _ge(n: int) -> Range:
+    return Range(n)
+
+
+def _between(lo: int, hi: int) -> Range:
+    return Range(lo, hi)
+
+
+class OneOfList:
+    """Every item of a list value must be one of ``choices`` (Kafka's ValidList.in)."""
+
+    __slots__ = ("choices",)
+
+    def __init__(self, *choices: str) -> None:
+        self.choices = choices
+
+    def __call__(self, value: Any) -> bool:
+        items = value if isinstance(value, list) else [x.strip() for x in str(value).split(",") if x.strip()]
+        return bool(items) and all(x in self.choices for x in items)
+
+    def __str__(self) -> str:
+        return f"a non-empty list of {', '.join(self.choices)}"
+
+
+# Kafka's record overhead of a v0 message: the smallest segment.bytes Kafka's LogConfig allows.
+_MIN_SEGMENT_BYTES = 14
 
 
 _DEFS: list[Definition] = [
     # --- server -------------------------------------------------------------------
-    Definition("node.id", int, 0, Scope.BROKER, "The id of this broker in Metadata replies.", dynamic=False),
+    Definition("node.id", int, 0, Scope.BROKER, "The id of this broker in Metadata replies.", check=_ge(0),
+               dynamic=False),
     Definition("cluster.id", str, "", Scope.BROKER,
                "Cluster id; empty means generate one at first start and keep it in the data directory.",
                dynamic=False),
@@ -83,7 +129,7 @@ _DEFS: list[Definition] = [
     Definition("log.dirs", str, "./shoal-data", Scope.BROKER,
                "The data directory (one is supported); `--data-dir` overrides it.", dynamic=False),
     Definition("socket.request.max.bytes", int, 100 * MIB, Scope.BROKER,
-               "Largest request frame accepted; a larger one closes the connection.", check=_ge(1024)),
+               "Largest request frame accepted; a larger one closes the connection.", check=_ge(1)),
     Definition("queued.max.requests", int, 500, Scope.BROKER,
                "Requests in flight per connection before the broker stops reading from it.", check=_ge(1)),
     Definition("auto.create.topics.enable", bool, False, Scope.BROKER,
@@ -128,47 +174,51 @@ _DEFS: list[Definition] = [
                "On SIGTERM, move this broker's leaderships to other in-sync replicas before exiting."),
     # --- log ---------------------------------------------------------------------
     Definition("log.segment.bytes", int, 1024 * MIB, Scope.BROKER, "Roll a segment when it reaches this size.",
-               check=_ge(1024)),
+               check=_ge(_MIN_SEGMENT_BYTES)),
     Definition("log.roll.ms", int, 7 * DAY_MS, Scope.BROKER, "Roll a segment older than this.", check=_ge(1)),
     Definition("log.retention.ms", int, 7 * DAY_MS, Scope.BROKER,
-               "Delete segments whose newest record is older than this; -1 keeps them forever."),
+               "Delete segments whose newest record is older than this; -1 keeps them forever.", check=_ge(-1)),
     Definition("log.retention.bytes", int, -1, Scope.BROKER,
                "Delete the oldest segments while a partition is larger than this; -1 means no limit."),
     Definition("log.retention.check.interval.ms", int, 300_000, Scope.BROKER,
                "How often retention and compaction run.", check=_ge(1)),
-    Definition("log.cleanup.policy", str, "delete", Scope.BROKER, "delete, compact, or compact,delete."),
+    Definition("log.cleanup.policy", str, "delete", Scope.BROKER, "delete, compact, or compact,delete.",
+               check=OneOfList("delete", "compact")),
     Definition("log.index.interval.bytes", int, 4096, Scope.BROKER,
                "Bytes of log between two entries of the sparse offset and time indexes.", check=_ge(0)),
     Definition("log.flush.interval.messages", int, 1, Scope.BROKER,
                "fsync a partition after this many records; 1 (shoal's default) fsyncs every append before "
                "acks=1/-1 are answered. Kafka's default (Long.MAX) leaves flushing to the OS.", check=_ge(1)),
     Definition("log.flush.interval.ms", int, -1, Scope.BROKER,
-               "fsync a partition at least this often (-1: only by log.flush.interval.messages)."),
+               "fsync a partition at least this often (-1: only by log.flush.interval.messages).", check=_ge(-1)),
     Definition("log.cleaner.min.compaction.lag.ms", int, 0, Scope.BROKER,
-               "Records younger than this are not compacted."),
+               "Records younger than this are not compacted.", check=_ge(0)),
     Definition("log.cleaner.delete.retention.ms", int, DAY_MS, Scope.BROKER,
-               "How long compaction keeps tombstones."),
+               "How long compaction keeps tombstones.", check=_ge(0)),
     Definition("log.message.timestamp.type", str, "CreateTime", Scope.BROKER, "CreateTime or LogAppendTime.",
                choices=("CreateTime", "LogAppendTime")),
     # --- topic keys (defaults from their broker synonyms) ---------------------------
     Definition("cleanup.policy", list, None, Scope.TOPIC, "delete, compact, or both.",
-               broker_synonym="log.cleanup.policy"),
-    Definition("segment.bytes", int, None, Scope.TOPIC, "See log.segment.bytes.", broker_synonym="log.segment.bytes"),
-    Definition("segment.ms", int, None, Scope.TOPIC, "See log.roll.ms.", broker_synonym="log.roll.ms"),
-    Definition("retention.ms", int, None, Scope.TOPIC, "See log.retention.ms.", broker_synonym="log.retention.ms"),
+               broker_synonym="log.cleanup.policy", check=OneOfList("delete", "compact")),
+    Definition("segment.bytes", int, None, Scope.TOPIC, "See log.segment.bytes.", broker_synonym="log.segment.bytes",
+               check=_ge(_MIN_SEGMENT_BYTES)),
+    Definition("segment.ms", int, None, Scope.TOPIC, "See log.roll.ms.", broker_synonym="log.roll.ms", check=_ge(1)),
+    Definition("retention.ms", int, None, Scope.TOPIC, "See log.retention.ms.", broker_synonym="log.retention.ms",
+               check=_ge(-1)),
     Definition("retention.bytes", int, None, Scope.TOPIC, "See log.retention.bytes.",
                broker_synonym="log.retention.bytes"),
     Definition("max.message.bytes", int, None, Scope.TOPIC, "See message.max.bytes.",
-               broker_synonym="message.max.bytes"),
+               broker_synonym="message.max.bytes", check=_ge(0)),
     Definition("flush.messages", int, None, Scope.TOPIC, "See log.flush.interval.messages.",
-               broker_synonym="log.flush.interval.messages"),
-    Definition("flush.ms", int, None, Scope.TOPIC, "See log.flush.interval.ms.", broker_synonym="log.flush.interval.ms"),
+               broker_synonym="log.flush.interval.messages", check=_ge(1)),
+    Definition("flush.ms", int, None, Scope.TOPIC, "See log.flush.interval.ms.", broker_synonym="log.flush.interval.ms",
+               check=_ge(0)),
     Definition("index.interval.bytes", int, None, Scope.TOPIC, "See log.index.interval.bytes.",
-               broker_synonym="log.index.interval.bytes"),
+               broker_synonym="log.index.interval.bytes", check=_ge(0)),
     Definition("min.compaction.lag.ms", int, None, Scope.TOPIC, "See log.cleaner.min.compaction.lag.ms.",
-               broker_synonym="log.cleaner.min.compaction.lag.ms"),
+               broker_synonym="log.cleaner.min.compaction.lag.ms", check=_ge(0)),
     Definition("delete.retention.ms", int, None, Scope.TOPIC, "See log.cleaner.delete.retention.ms.",
-               broker_synonym="log.cleaner.delete.retention.ms"),
+               broker_synonym="log.cleaner.delete.retention.ms", check=_ge(0)),
     Definition("message.timestamp.type", str, None, Scope.TOPIC, "See log.message.timestamp.type.",
                broker_synonym="log.message.timestamp.type", choices=("CreateTime", "LogAppendTime")),
     Definition("compression.type", str, "producer", Scope.TOPIC,
@@ -211,21 +261,23 @@ _DEFS: list[Definition] = [
     # --- share groups (KIP-932) --------------------------------------------------
     Definition("group.share.enable", bool, True, Scope.BROKER, "Whether share groups are served."),
     Definition("group.share.record.lock.duration.ms", int, 30_000, Scope.BROKER,
-               "Default acquisition lock duration.", check=_ge(1000)),
+               "Default acquisition lock duration.", check=_between(1000, 3_600_000)),
     Definition("group.share.min.record.lock.duration.ms", int, 15_000, Scope.BROKER,
-               "Smallest share.record.lock.duration.ms a group may set.", check=_ge(1000)),
+               "Smallest share.record.lock.duration.ms a group may set.", check=_between(1000, 30_000)),
     Definition("group.share.max.record.lock.duration.ms", int, 60_000, Scope.BROKER,
-               "Largest share.record.lock.duration.ms a group may set.", check=_ge(1000)),
+               "Largest share.record.lock.duration.ms a group may set.", check=_between(30_000, 3_600_000)),
     Definition("group.share.delivery.count.limit", int, 5, Scope.BROKER,
-               "Deliveries after which a released or timed-out record is archived.", check=_ge(2)),
+               "Deliveries after which a released or timed-out record is archived.", check=_between(2, 10)),
     Definition("group.share.min.delivery.count.limit", int, 2, Scope.BROKER,
-               "Smallest share.delivery.count.limit a group may set.", check=_ge(2)),
+               "Smallest share.delivery.count.limit a group may set.", check=_between(2, 10)),
     Definition("group.share.max.delivery.count.limit", int, 10, Scope.BROKER,
-               "Largest share.delivery.count.limit a group may set.", check=_ge(2)),
+               "Largest share.delivery.count.limit a group may set.", check=_between(2, 10)),
     Definition("group.share.partition.max.record.locks", int, 2000, Scope.BROKER,
-               "In-flight (acquired or awaiting SPSO) records per share-partition.", check=_ge(100)),
-    Definition("group.share.max.size", int, 200, Scope.BROKER, "Members a share group may have.", check=_ge(1)),
-    Definition("group.share.max.groups", int, 10, Scope.BROKER, "Share groups the broker serves.", check=_ge(1)),
+               "In-flight (acquired or awaiting SPSO) records per share-partition.", check=_between(100, 10_000)),
+    Definition("group.share.max.size", int, 200, Scope.BROKER, "Members a share group may have.",
+               check=_between(10, 1000)),
+    Definition("group.share.max.groups", int, 10, Scope.BROKER, "Share groups the broker serves.",
+               check=_between(1, 100)),
     Definition("group.share.session.timeout.ms", int, 45_000, Scope.BROKER,
                "Default share.session.timeout.ms.", check=_ge(1)),
     Definition("group.share.min.session.timeout.ms", int, 45_000, Scope.BROKER,
@@ -316,7 +368,7 @@ def parse_value(name: str, raw: Any) -> Any:
     if d.choices is not None and value not in d.choices:
         raise ConfigError(f"invalid value {raw!r} for {name}: one of {', '.join(d.choices)}")
     if d.check is not None and not d.check(value):
-        raise ConfigError(f"invalid value {raw!r} for {name}")
+        raise ConfigError(f"invalid value {raw!r} for {name}: must be {d.check}")
     return value
 
 
@@ -412,12 +464,14 @@ def render_markdown() -> str:
     """docs/CONFIGURATION.md's tables, generated from CONFIG_DEFS."""
     lines: list[str] = []
     for scope, title in ((Scope.BROKER, "Broker"), (Scope.TOPIC, "Topic"), (Scope.GROUP, "Group")):
-        lines += [f"## {title} configuration", "", "| key | type | default | description |", "|---|---|---|---|"]
+        lines += [f"## {title} configuration", "", "| key | type | default | valid values | description |",
+                  "|---|---|---|---|---|"]
         for d in _scoped(scope):
             default = f"from `{d.broker_synonym}`" if d.broker_synonym else f"`{d.default!r}`"
             if isinstance(d.default, list):
                 default = f"`{','.join(d.default)}`"
-            lines.append(f"| `{d.name}` | {d.type.__name__} | {default} | {d.doc} |")
+            valid = str(d.check) if d.check is not None else ", ".join(d.choices) if d.choices else ""
+            lines.append(f"| `{d.name}` | {d.type.__name__} | {default} | {valid} | {d.doc} |")
         lines.append("")
     return "\n".join(lines)
 
