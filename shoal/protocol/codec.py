@@ -41,11 +41,7 @@ def codec_for(api_key: int, version: int) -> Codec | None:
 
 
 def decode_request(frame_bytes: bytes, codec: Codec) -> tuple[RequestHeader, Any]:
-    """Parse header and body.
-
-    Raises ProtocolViolation if either does not decode, or if bytes remain after the body
-    (Kafka fails to parse such a request and closes the connection).
-    """
+    """Parse header and body. Raises ProtocolViolation if either does not decode."""
     header, pos = parse_request_header(frame_bytes, codec.flexible)
     try:
         body, size = codec.read_request(frame_bytes, pos)
@@ -53,11 +49,6 @@ def decode_request(frame_bytes: bytes, codec: Codec) -> tuple[RequestHeader, Any
         raise ProtocolViolation(
             f"cannot decode {codec.request_type.__name__} v{header.api_version}: {e}"
         ) from e
-    if pos + size != len(frame_bytes):
-        raise ProtocolViolation(
-            f"{len(frame_bytes) - pos - size} bytes after the body of {codec.request_type.__name__} "
-            f"v{header.api_version}"
-        )
     return header, body
 
 

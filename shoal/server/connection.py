@@ -16,9 +16,10 @@ buffer is above its high-water mark, the connection stops reading; it resumes wh
 clear.
 
 Errors: a frame that is not a Kafka request (bad size, truncated, undecodable header or
-body, bytes left after the body, unknown API key, unsupported version of an API other
-than ApiVersions) is a
-ProtocolViolation: logged, connection closed. An exception escaping a handler is a bug:
+body, unknown API key, unsupported version of an API other than ApiVersions) is a
+ProtocolViolation: logged, connection closed. Bytes after a decoded body are ignored, as
+Kafka's request parser ignores them (librdkafka's AdminClient sends Metadata v12 with
+three). An exception escaping a handler is a bug:
 logged with its traceback, connection closed. The broker keeps serving everyone else.
 """
 
