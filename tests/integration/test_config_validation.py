@@ -75,6 +75,10 @@ def test_out_of_range_broker_configs_stop_the_start(tmp_path: Path, key, value, 
 def test_topic_compression_type_recompresses_stored_batches(broker, topic_name, compression_type, codec):
     bs = broker.bootstrap
     create_topic(bs, topic_name, 1, {"compression.type": compression_type})
+    admin = admin_client(bs)
+    res = ConfigResource(ResourceType.TOPIC, topic_name)
+    described = admin.describe_configs([res], request_timeout=T)[res].result(timeout=T)
+    assert described["compression.type"].value == compression_type and not described["compression.type"].is_default
     source = "none" if codec != Compression.NONE else "lz4"
     values = [b"value-%d" % i * 10 for i in range(50)]
     produce_all(producer(bs, **{"compression.codec": source}), topic_name, [{"value": v} for v in values])

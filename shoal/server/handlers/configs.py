@@ -52,7 +52,13 @@ def topic_config_entries(broker: Any, overrides: dict[str, str]) -> list[ConfigE
     for d in CONFIG_DEFS.values():
         if d.scope is not Scope.TOPIC:
             continue
-        assert d.broker_synonym is not None
+        if d.broker_synonym is None:  # a topic key without a broker key (compression.type)
+            if d.name in overrides:
+                out.append(ConfigEntry(d.name, overrides[d.name], "topic", False, CONFIG_TYPE[d.type], d.doc,
+                                       ((d.name, overrides[d.name], "topic"),)))
+            else:
+                out.append(ConfigEntry(d.name, to_text(d.default), "default", False, CONFIG_TYPE[d.type], d.doc, ()))
+            continue
         broker_value = to_text(broker.config[d.broker_synonym])
         broker_source = "dynamic_default_broker" if d.broker_synonym in broker.dynamic_configs.broker else (
             "default" if broker.config[d.broker_synonym] == CONFIG_DEFS[d.broker_synonym].default else "static_broker"
