@@ -8,7 +8,14 @@ and ``share-coordinator/src/main/resources/common/message`` in its repository): 
 and a value spec. This module restates them as :class:`Schema` objects, one per spec,
 with the same fields, types, versions, nullability and tags, so that
 :mod:`shoal.coordinator.records` writes and reads the bytes Kafka's generated classes
-write and read. Field names are Kafka's, turned to snake_case (``RebalanceTimeoutMs``
+write and read. The specs are those of Kafka's trunk: the share-group and share-state
+values changed incompatibly while KIP-932 was in preview (ShareSnapshotValue and
+ShareUpdateValue with an int32 SnapshotEpoch, timestamps and a tagged
+DeliveryCompleteCount; ShareGroupMetadataValue with MetadataHash;
+ShareGroupStatePartitionMetadataValue with InitializingTopics), and shoal writes the
+current forms. Kafka's trunk no longer has ShareGroupPartitionMetadata (type 9), which
+shoal still writes, in its last published layout, for a share group's subscribed
+topics. Field names are Kafka's, turned to snake_case (``RebalanceTimeoutMs``
 becomes ``rebalance_timeout_ms``), and are the keys of the dicts the domain modules
 build and replay.
 
@@ -164,10 +171,10 @@ _TOPIC_METADATA = (
     f("PartitionMetadata", "[]PartitionMetadata", fields=(f("Partition", "int32"), f("Racks", "[]string"))),
 )
 _STATE_BATCH = (
-    f("FirstOffset", "int64", "0"),
-    f("LastOffset", "int64", "0"),
-    f("DeliveryState", "int8", "0"),
-    f("DeliveryCount", "int16", "0"),
+    f("FirstOffset", "int64"),
+    f("LastOffset", "int64"),
+    f("DeliveryState", "int8"),
+    f("DeliveryCount", "int16"),
 )
 _TOPIC_PARTITIONS_INFO = (f("TopicId", "uuid"), f("TopicName", "string"), f("Partitions", "[]int32"))
 _SHARE_KEY = (f("GroupId", "string", "0+"), f("TopicId", "uuid", "0+"), f("Partition", "int32", "0+"))
@@ -203,7 +210,11 @@ RECORD_SCHEMAS: dict[str, dict[int, tuple[Schema, Schema]]] = {
             )),
         ], write_version=3)),
         3: (_key("ConsumerGroupMetadataKey", 3, _GROUP_ID),
-            schema("ConsumerGroupMetadataValue", "0", "0+", [f("Epoch", "int32")])),
+            schema("ConsumerGroupMetadataValue", "0", "0+", [
+                f("Epoch", "int32"),
+                f("MetadataHash", "int64", tag=0, tagged="0+", default=0),
+                f("CreationTimeMs", "int64", tag=1, tagged="0+", default=-1),
+            ])),
         4: (_key("ConsumerGroupPartitionMetadataKey", 4, _GROUP_ID),
             schema("ConsumerGroupPartitionMetadataValue", "0", "0+", [
                 f("Topics", "[]TopicMetadata", fields=_TOPIC_METADATA)])),
@@ -247,7 +258,7 @@ RECORD_SCHEMAS: dict[str, dict[int, tuple[Schema, Schema]]] = {
                  f("SubscribedTopicNames", "[]string"),
              ])),
         11: (_key("ShareGroupMetadataKey", 11, _GROUP_ID),
-             schema("ShareGroupMetadataValue", "0", "0+", [f("Epoch", "int32")])),
+             schema("ShareGroupMetadataValue", "0", "0+", [f("Epoch", "int32"), f("MetadataHash", "int64")])),
         12: (_key("ShareGroupTargetAssignmentMetadataKey", 12, _GROUP_ID),
              schema("ShareGroupTargetAssignmentMetadataValue", "0", "0+", [f("AssignmentEpoch", "int32")])),
         13: (_key("ShareGroupTargetAssignmentMemberKey", 13, _GROUP_ID, _MEMBER_ID),
@@ -273,17 +284,21 @@ RECORD_SCHEMAS: dict[str, dict[int, tuple[Schema, Schema]]] = {
     },
     SHARE_GROUP_STATE: {
         0: (_key("ShareSnapshotKey", 0, *_SHARE_KEY), schema("ShareSnapshotValue", "0", "0+", [
-            f("SnapshotEpoch", "uint16", "0"),
-            f("StateEpoch", "int32", "0+"),
-            f("LeaderEpoch", "int32", "0+"),
-            f("StartOffset", "int64", "0"),
-            f("StateBatches", "[]StateBatch", "0", fields=_STATE_BATCH),
+            f("SnapshotEpoch", "int32"),
+            f("StateEpoch", "int32"),
+            f("LeaderEpoch", "int32"),
+            f("StartOffset", "int64"),
+            f("DeliveryCompleteCount", "int32", tag=0, tagged="0+", default=-1),
+            f("CreateTimestamp", "int64"),
+            f("WriteTimestamp", "int64"),
+            f("StateBatches", "[]StateBatch", fields=_STATE_BATCH),
         ])),
         1: (_key("ShareUpdateKey", 1, *_SHARE_KEY), schema("ShareUpdateValue", "0", "0+", [
-            f("SnapshotEpoch", "uint16", "0"),
-            f("LeaderEpoch", "int32", "0+"),
-            f("StartOffset", "int64", "0"),
-            f("StateBatches", "[]StateBatch", "0", fields=_STATE_BATCH),
+            f("SnapshotEpoch", "int32"),
+            f("LeaderEpoch", "int32"),
+            f("StartOffset", "int64"),
+            f("DeliveryCompleteCount", "int32", tag=0, tagged="0+", default=-1),
+            f("StateBatches", "[]StateBatch", fields=_STATE_BATCH),
         ])),
     },
 }

@@ -90,6 +90,10 @@ class Persister:
     def partition_of(self, key: SharePartitionKey) -> int:
         return partition_for(key, self.runtime.num_partitions)
 
+    def _now_ms(self) -> int:
+        """The clock for the snapshots' create and write timestamps."""
+        return int(self.runtime.broker.clock.now_ms())
+
     def _run(self, key: SharePartitionKey, op: Any) -> PartitionOutcome:
         try:
             result = self.runtime.run(self.partition_of(key), op)
@@ -98,10 +102,10 @@ class Persister:
         return result.response
 
     def initialize(self, key: SharePartitionKey, state_epoch: int, start_offset: int) -> PartitionOutcome:
-        return self._run(key, lambda s: s.initialize(key, state_epoch, start_offset))
+        return self._run(key, lambda s: s.initialize(key, state_epoch, start_offset, now_ms=self._now_ms()))
 
     def read(self, key: SharePartitionKey, leader_epoch: int = -1) -> PartitionOutcome:
-        return self._run(key, lambda s: s.read(key, leader_epoch))
+        return self._run(key, lambda s: s.read(key, leader_epoch, now_ms=self._now_ms()))
 
     def append_write(self, key: SharePartitionKey, state_epoch: int, leader_epoch: int, start_offset: int,
                      batches: Iterable[StateBatch], delivery_complete_count: int = -1) -> tuple[int, PartitionOutcome]:
@@ -115,7 +119,8 @@ class Persister:
         try:
             result = self.runtime.run_deferred(
                 partition,
-                lambda s: s.write(key, state_epoch, leader_epoch, start_offset, batches, delivery_complete_count))
+                lambda s: s.write(key, state_epoch, leader_epoch, start_offset, batches, delivery_complete_count,
+                                  now_ms=self._now_ms()))
         except ApiError as e:
             return partition, PartitionOutcome(e.error_code, str(e), None)
         return partition, result.response

@@ -32,8 +32,9 @@ Records, in Kafka's ShareSnapshotKey/Value and ShareUpdateKey/Value layouts (key
   overlays them on the state so far.
 * A delete writes tombstones (value ``None``) for both record types of the key.
 
-The records do not hold the leader's delivery-complete count (WriteShareGroupState v1):
-the state derives it from its batches, which hold every offset a leader completed.
+The delivery-complete count (WriteShareGroupState v1, and the records' tagged field) is
+derived from the state's batches, which hold every offset a leader completed; the
+snapshot's create and write timestamps come from the ``now_ms`` the shell passes.
 
 Rules and invariants
 --------------------
@@ -75,7 +76,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kio.schema.delete_share_group_state.v0.request import DeleteShareGroupStateRequest
@@ -145,7 +146,6 @@ SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT = "share.coordinator.snapshot.update.record
 
 _RECORD_VERSION = 0
 _COMPLETE_STATES = (2, 4)  # ACKNOWLEDGED, ARCHIVED
-_SNAPSHOT_EPOCH_MODULUS = 1 << 16
 
 
 # --- keys and values -------------------------------------------------------------------
@@ -212,7 +212,8 @@ class ShareState:
 
     ``state_batches`` is in the canonical form described in the module docstring.
     ``snapshot_epoch`` counts the snapshots of this key since it was (re)created (0 for
-    the first), modulo 2^16 (ShareSnapshotValue.SnapshotEpoch is a uint16).
+    the first). ``create_timestamp`` and ``write_timestamp`` (ms; -1: unknown) are when
+    the state was created and last written as a snapshot; they are not part of equality.
     """
 
     state_epoch: int
@@ -220,6 +221,8 @@ class ShareState:
     start_offset: int
     state_batches: tuple[StateBatch, ...] = ()
     snapshot_epoch: int = 0
+    create_timestamp: int = field(default=-1, compare=False)
+    write_timestamp: int = field(default=-1, compare=False)
 
     @property
     def delivery_complete_count(self) -> int:
@@ -358,16 +361,20 @@ def _snapshot_record(key: SharePartitionKey, state: ShareState) -> CoordinatorRe
         "state_epoch": state.state_epoch,
         "leader_epoch": state.leader_epoch,
         "start_offset": state.start_offset,
+        "delivery_complete_count": state.delivery_complete_count,
+        "create_timestamp": state.create_timestamp,
+        "write_timestamp": state.write_timestamp,
         "state_batches": _batches_json(state.state_batches),
     }, _RECORD_VERSION, SHARE_GROUP_STATE)
 
 
 def _update_record(key: SharePartitionKey, snapshot_epoch: int, leader_epoch: int, start_offset: int,
-                   batches: Iterable[StateBatch]) -> CoordinatorRecord:
+                   batches: Iterable[StateBatch], delivery_complete_count: int) -> CoordinatorRecord:
     return record(ShareStateRecordType.SHARE_UPDATE, key.record_key(), {
         "snapshot_epoch": snapshot_epoch,
         "leader_epoch": leader_epoch,
         "start_offset": start_offset,
+        "delivery_complete_count": delivery_complete_count,
         "state_batches": _batches_json(batches),
     }, _RECORD_VERSION, SHARE_GROUP_STATE)
 
@@ -456,7 +463,8 @@ class ShareCoordinatorShard:
 
     # --- plain operations ------------------------------------------------------------
 
-    def initialize(self, key: SharePartitionKey, state_epoch: int, start_offset: int) -> Result[PartitionOutcome]:
+    def initialize(self, key: SharePartitionKey, state_epoch: int, start_offset: int,
+                   now_ms: int = -1) -> Result[PartitionOutcome]:
         """Set the state epoch and start offset of ``key``, dropping any state batches.
 
         Returns one ShareSnapshot (leader epoch -1, snapshot epoch one past the current)
@@ -472,7 +480,8 @@ class ShareCoordinatorShard:
             return _error(ErrorCode.fenced_state_epoch)
         state = ShareState(
             state_epoch=state_epoch, leader_epoch=-1, start_offset=start_offset, state_batches=(),
-            snapshot_epoch=0 if current is None else (current.snapshot_epoch + 1) % _SNAPSHOT_EPOCH_MODULUS,
+            snapshot_epoch=0 if current is None else current.snapshot_epoch + 1,
+            create_timestamp=now_ms, write_timestamp=now_ms,
         )
         return Result(records=[_snapshot_record(key, state)], response=PartitionOutcome(state=state))
 
@@ -484,6 +493,7 @@ class ShareCoordinatorShard:
         start_offset: int,
         batches: Iterable[StateBatch],
         delivery_complete_count: int = -1,
+        now_ms: int = -1,
     ) -> Result[PartitionOutcome]:
         """Record a leader's change of state for ``key``.
 
@@ -520,6 +530,7 @@ class ShareCoordinatorShard:
             state = ShareState(
                 state_epoch=state_epoch, leader_epoch=leader_epoch, start_offset=start_offset,
                 state_batches=combine_state_batches((), batches, start_offset), snapshot_epoch=0,
+                create_timestamp=now_ms, write_timestamp=now_ms,
             )
             return Result(records=[_snapshot_record(key, state)], response=PartitionOutcome(state=state))
         update = {"start_offset": start_offset, "leader_epoch": leader_epoch,
@@ -528,13 +539,13 @@ class ShareCoordinatorShard:
         if (state_epoch > current.state_epoch
                 or self.update_count(key) >= self.snapshot_update_records_per_snapshot):
             state = replace(merged, state_epoch=state_epoch,
-                            snapshot_epoch=(current.snapshot_epoch + 1) % _SNAPSHOT_EPOCH_MODULUS)
+                            snapshot_epoch=current.snapshot_epoch + 1, write_timestamp=now_ms)
             return Result(records=[_snapshot_record(key, state)], response=PartitionOutcome(state=state))
         rec = _update_record(key, current.snapshot_epoch, leader_epoch, start_offset,
-                             combine_state_batches((), batches, start_offset))
+                             combine_state_batches((), batches, start_offset), merged.delivery_complete_count)
         return Result(records=[rec], response=PartitionOutcome(state=merged))
 
-    def read(self, key: SharePartitionKey, leader_epoch: int = -1) -> Result[PartitionOutcome]:
+    def read(self, key: SharePartitionKey, leader_epoch: int = -1, now_ms: int = -1) -> Result[PartitionOutcome]:
         """The state of ``key`` for a share-partition leader that is loading it.
 
         Returns the state and, when ``leader_epoch`` is above the stored one, one record
@@ -553,7 +564,7 @@ class ShareCoordinatorShard:
             return Result(records=[], response=PartitionOutcome(state=current))
         if leader_epoch < current.leader_epoch:
             return _error(ErrorCode.fenced_leader_epoch)
-        return self.write(key, current.state_epoch, leader_epoch, UNINITIALIZED_START_OFFSET, ())
+        return self.write(key, current.state_epoch, leader_epoch, UNINITIALIZED_START_OFFSET, (), now_ms=now_ms)
 
     def read_summary(self, key: SharePartitionKey, leader_epoch: int = -1) -> Result[PartitionOutcome]:
         """Start offset, state epoch and leader epoch of ``key`` (admin lag computation).
@@ -616,6 +627,8 @@ class ShareCoordinatorShard:
                 start_offset=int(value["start_offset"]),
                 state_batches=tuple(StateBatch.from_json(b) for b in value.get("state_batches", ())),
                 snapshot_epoch=int(value.get("snapshot_epoch", 0)),
+                create_timestamp=int(value.get("create_timestamp", -1)),
+                write_timestamp=int(value.get("write_timestamp", -1)),
             )
             self._update_counts[key] = 0
             if offset is not None:

@@ -101,23 +101,37 @@ CASES = [
     # ShareUpdateKey (type 1).
     pytest.param(SHARE_GROUP_STATE, 1, {"group_id": "G1", "topic_id": TOPIC_ID, "partition": 2}, None, None,
                  hx("0001", s16("G1"), UUID_BYTES, "00000002"), id="ShareUpdateKey"),
-    # ShareSnapshotValue v0: SnapshotEpoch (uint16), StateEpoch, LeaderEpoch, StartOffset,
-    # StateBatches: FirstOffset, LastOffset, DeliveryState (int8), DeliveryCount (int16).
+    # ShareSnapshotValue v0 (Kafka's trunk): SnapshotEpoch, StateEpoch, LeaderEpoch, StartOffset,
+    # CreateTimestamp, WriteTimestamp, StateBatches (FirstOffset, LastOffset, DeliveryState int8,
+    # DeliveryCount int16), then tagged field 0 DeliveryCompleteCount (int32, default -1).
     pytest.param(SHARE_GROUP_STATE, 0, None, 0,
                  {"snapshot_epoch": 1, "state_epoch": 2, "leader_epoch": 3, "start_offset": 110,
+                  "delivery_complete_count": 5, "create_timestamp": 1700000000000,
+                  "write_timestamp": 1700000001000,
                   "state_batches": [{"first_offset": 111, "last_offset": 112, "delivery_state": 0,
                                      "delivery_count": 1}]},
-                 hx("0000", "0001", "00000002", "00000003", "000000000000006e",
-                    "02", "000000000000006f", "0000000000000070", "00", "0001", "00", "00"),
+                 hx("0000", "00000001", "00000002", "00000003", "000000000000006e",
+                    "0000018bcfe56800", "0000018bcfe56be8",
+                    "02", "000000000000006f", "0000000000000070", "00", "0001", "00",
+                    "01", "00", "04", "00000005"),
                  id="ShareSnapshotValue-v0"),
-    # ShareUpdateValue v0: SnapshotEpoch, LeaderEpoch, StartOffset (-1: unchanged), StateBatches.
+    # ShareUpdateValue v0: SnapshotEpoch, LeaderEpoch, StartOffset (-1: unchanged), StateBatches;
+    # DeliveryCompleteCount at its default (-1) is not written.
     pytest.param(SHARE_GROUP_STATE, 1, None, 0,
-                 {"snapshot_epoch": 65535, "leader_epoch": -1, "start_offset": -1,
+                 {"snapshot_epoch": 65535, "leader_epoch": -1, "start_offset": -1, "delivery_complete_count": -1,
                   "state_batches": [{"first_offset": 119, "last_offset": 119, "delivery_state": 2,
                                      "delivery_count": 1}]},
-                 hx("0000", "ffff", "ffffffff", "ffffffffffffffff",
+                 hx("0000", "0000ffff", "ffffffff", "ffffffffffffffff",
                     "02", "0000000000000077", "0000000000000077", "02", "0001", "00", "00"),
                  id="ShareUpdateValue-v0"),
+    # ShareGroupMetadataKey (type 11) and ShareGroupMetadataValue v0: Epoch, MetadataHash.
+    pytest.param(CONSUMER_OFFSETS, 11, {"group_id": "sg"}, None, None, hx("000b", s16("sg")),
+                 id="ShareGroupMetadataKey"),
+    pytest.param(CONSUMER_OFFSETS, 11, None, 0, {"epoch": 4, "metadata_hash": 0},
+                 hx("0000", "00000004", "0000000000000000", "00"), id="ShareGroupMetadataValue-v0"),
+    # ConsumerGroupMetadataValue v0: Epoch; tagged MetadataHash (0) and CreationTimeMs (1).
+    pytest.param(CONSUMER_OFFSETS, 3, None, 0, {"epoch": 7, "metadata_hash": 0, "creation_time_ms": 1},
+                 hx("0000", "00000007", "01", "01", "08", "0000000000000001"), id="ConsumerGroupMetadataValue-v0"),
 ]
 
 
@@ -134,16 +148,16 @@ def test_layout(topic: str, record_type: int, key: dict | None, version: int | N
 
 
 def test_unknown_tagged_fields_are_skipped_as_kafka_readers_do() -> None:
-    # ShareGroupMetadataValue v0 (Epoch) with a tagged field 7 of 3 bytes that shoal does not know.
-    data = hx("0000", "00000009", "01", "07", "03", "aabbcc")
-    assert decode_value(11, data) == (0, {"epoch": 9})
+    # ShareGroupMetadataValue v0 (Epoch, MetadataHash) with a tagged field 7 of 3 bytes that shoal does not know.
+    data = hx("0000", "00000009", "0000000000000002", "01", "07", "03", "aabbcc")
+    assert decode_value(11, data) == (0, {"epoch": 9, "metadata_hash": 2})
 
 
 def test_a_value_with_bytes_left_over_or_a_bad_version_is_refused() -> None:
     with pytest.raises(ValueError):
-        decode_value(11, hx("0000", "00000009", "00", "00"))
+        decode_value(11, hx("0000", "00000009", "0000000000000000", "00", "00"))
     with pytest.raises(ValueError):
-        decode_value(11, hx("0001", "00000009", "00"))
+        decode_value(11, hx("0001", "00000009", "0000000000000000", "00"))
     with pytest.raises(ValueError):
         decode_key(hx("0063", s16("g")))  # no record type 99
 

@@ -509,3 +509,20 @@ def test_wire_null_topic_id_is_invalid_request():
                            state_batches=()),)),))
     r = shard.handle_write_share_group_state(req)
     assert r.records == [] and r.response.results[0].partitions[0].error_code == ErrorCode.invalid_request
+
+
+def test_snapshots_carry_create_and_write_timestamps_and_the_complete_count():
+    h = Harness(n=1)
+    h.apply(h.shard.initialize(KEY, 0, 10, now_ms=1_000))
+    snap = h.log[-1]
+    assert (snap.value["create_timestamp"], snap.value["write_timestamp"]) == (1_000, 1_000)
+    h.apply(h.shard.write(KEY, 0, 0, -1, [B(10, 12, ACKNOWLEDGED)], now_ms=2_000))  # an update
+    assert h.log[-1].record_type == ShareStateRecordType.SHARE_UPDATE
+    assert h.log[-1].value["delivery_complete_count"] == 3
+    h.apply(h.shard.write(KEY, 0, 0, -1, [B(14, 14, ARCHIVED)], now_ms=3_000))  # the next snapshot
+    snap = h.log[-1]
+    assert snap.record_type == ShareStateRecordType.SHARE_SNAPSHOT
+    assert (snap.value["create_timestamp"], snap.value["write_timestamp"]) == (1_000, 3_000)
+    assert snap.value["delivery_complete_count"] == 4
+    st = h.rebuilt().get(KEY)
+    assert (st.create_timestamp, st.write_timestamp, st.delivery_complete_count) == (1_000, 3_000, 4)
