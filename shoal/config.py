@@ -276,8 +276,9 @@ _DEFS: list[Definition] = [
                "In-flight (acquired or awaiting SPSO) records per share-partition.", check=_between(100, 10_000)),
     Definition("group.share.max.size", int, 200, Scope.BROKER, "Members a share group may have.",
                check=_between(10, 1000)),
-    Definition("group.share.max.groups", int, 10, Scope.BROKER, "Share groups the broker serves.",
-               check=_between(1, 100)),
+    Definition("group.share.max.groups", int, 10, Scope.BROKER,
+               "Share groups the broker serves; a heartbeat or AlterShareGroupOffsets that would create one more "
+               "is refused with GROUP_MAX_SIZE_REACHED.", check=_between(1, 100)),
     Definition("group.share.session.timeout.ms", int, 45_000, Scope.BROKER,
                "Default share.session.timeout.ms.", check=_ge(1)),
     Definition("group.share.min.session.timeout.ms", int, 45_000, Scope.BROKER,
@@ -415,6 +416,9 @@ class BrokerConfig(Mapping[str, Any]):
         self._values = values
         for k, v in (overrides or {}).items():
             self.set(k, v)
+        problem = share_config_problem(self._values)
+        if problem is not None:
+            raise ConfigError(problem)
 
     def set(self, name: str, raw: Any) -> None:
         if name in self.IGNORED_KEYS:
@@ -446,6 +450,36 @@ class BrokerConfig(Mapping[str, Any]):
                 return [x.strip() for x in v.split(",") if x.strip()]
             return v
         return d.default
+
+
+_SHARE_BOUNDED = (
+    ("group.share.record.lock.duration.ms", "group.share.min.record.lock.duration.ms",
+     "group.share.max.record.lock.duration.ms"),
+    ("group.share.delivery.count.limit", "group.share.min.delivery.count.limit",
+     "group.share.max.delivery.count.limit"),
+    ("group.share.session.timeout.ms", "group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms"),
+    ("group.share.heartbeat.interval.ms", "group.share.min.heartbeat.interval.ms",
+     "group.share.max.heartbeat.interval.ms"),
+)
+
+
+def share_config_problem(values: Mapping[str, Any]) -> str | None:
+    """What is wrong with the share-group broker settings taken together, or None.
+
+    KIP-932 (and Kafka's ShareGroupConfig): each default lies within its min and max,
+    and the heartbeat interval is shorter than the session timeout.
+    """
+    for key, lo_key, hi_key in _SHARE_BOUNDED:
+        lo, hi, v = values[lo_key], values[hi_key], values[key]
+        if lo > hi:
+            return f"{lo_key} ({lo}) must not be greater than {hi_key} ({hi})"
+        if not lo <= v <= hi:
+            return f"{key} ({v}) must be between {lo_key} and {hi_key}: between {lo} and {hi}"
+    hb, session = values["group.share.heartbeat.interval.ms"], values["group.share.session.timeout.ms"]
+    if hb >= session:
+        return (f"group.share.heartbeat.interval.ms ({hb}) must be less than "
+                f"group.share.session.timeout.ms ({session})")
+    return None
 
 
 def _scoped(scope: Scope) -> Iterable[Definition]:

@@ -429,6 +429,10 @@ class GroupCoordinatorService:
             return None
         return {tid: frozenset(ps) for tid, ps in g.members[member_id].assigned.items()}
 
+    def share_group_count(self) -> int:
+        """How many share groups exist (for ``group.share.max.groups``)."""
+        return sum(len(part.share.groups) for part in self._parts.values())
+
     def share_group_exists(self, group_id: str) -> bool:
         return self.share_groups(self.partition_for(group_id)).has_group(group_id)
 

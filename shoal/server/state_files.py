@@ -31,6 +31,10 @@ class DynamicConfigs:
         for k, v in self.broker.items():
             config.set(k, v)
 
+    def static_values(self) -> dict[str, Any]:
+        """The broker configuration as started (file and overrides), without dynamic changes."""
+        return dict(self._static)
+
     def _save(self) -> None:
         atomic_write(self.path, json.dumps({"broker": self.broker, "groups": self.groups}, indent=1).encode())
 

@@ -450,3 +450,88 @@ def test_offsets_of_an_unknown_group_and_out_of_range_offsets(shared_broker: Bro
         assert [p.error_code for t in resp.responses for p in t.partitions] == [ErrorCode.none]
     d = describe_offsets(bs, "ranged")
     assert [(p.start_offset, p.lag) for t in d.topics for p in t.partitions] == [(5, 0)]
+
+
+# --- 6. configs with the KIP's ranges; group.share.max.groups --------------------------------
+
+
+def _alter(bs: str, rtype: Any, name: str, **configs: str) -> Any:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    res = ConfigResource(rtype, name, incremental_configs=[
+        ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
+    admin = admin_client(bs)
+    try:
+        admin.incremental_alter_configs([res])[res].result(timeout=10)
+    except KafkaException as e:
+        return e.args[0]
+    return None
+
+
+def test_share_configs_outside_their_ranges_are_invalid_config(shared_broker: BrokerProcess) -> None:
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import ResourceType
+
+    bs = shared_broker.bootstrap
+    cases = [
+        (ResourceType.GROUP, "cfg", {"share_delivery_count_limit": "11"}, "between 2 and 10"),
+        (ResourceType.GROUP, "cfg", {"share_record_lock_duration_ms": "500"}, "between 15000 and 60000"),
+        (ResourceType.GROUP, "cfg", {"share_heartbeat_interval_ms": "15000", "share_session_timeout_ms": "45000"},
+         None),
+        (ResourceType.BROKER, "0", {"group_share_delivery_count_limit": "11"}, "between 2 and 10"),
+        (ResourceType.BROKER, "0", {"group_share_partition_max_record_locks": "10001"}, "between 100 and 10000"),
+        (ResourceType.BROKER, "0", {"group_share_record_lock_duration_ms": "5000"}, "between 15000 and 60000"),
+    ]
+    for rtype, name, configs, says in cases:
+        err = _alter(bs, rtype, name, **configs)
+        if says is None:
+            assert err is None, (configs, err)
+            continue
+        assert err is not None and err.code() == KafkaError.INVALID_CONFIG, (configs, err)
+        assert says in err.str(), (configs, err.str())
+    # A refused change changed nothing.
+    assert _alter(bs, ResourceType.BROKER, "0", group_share_delivery_count_limit="10") is None
+    assert _alter(bs, ResourceType.BROKER, "0", group_share_delivery_count_limit="5") is None
+
+
+def test_group_heartbeat_interval_must_be_below_its_session_timeout(start_broker: Any) -> None:
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import ResourceType
+
+    b = start_broker({"group.share.min.session.timeout.ms": "1000", "group.share.min.heartbeat.interval.ms": "200"})
+    err = _alter(b.bootstrap, ResourceType.GROUP, "cfg", share_heartbeat_interval_ms="2000",
+                 share_session_timeout_ms="2000")
+    assert err is not None and err.code() == KafkaError.INVALID_CONFIG and "must be less than" in err.str(), err
+    # The broker's default interval (5000) is not below 3000 either.
+    err = _alter(b.bootstrap, ResourceType.GROUP, "cfg", share_session_timeout_ms="3000")
+    assert err is not None and err.code() == KafkaError.INVALID_CONFIG, err
+    assert _alter(b.bootstrap, ResourceType.GROUP, "cfg", share_session_timeout_ms="3000",
+                  share_heartbeat_interval_ms="1000") is None
+
+
+def test_max_groups_is_enforced(start_broker: Any, topic_name: str) -> None:
+    from shoal.client.connection import KafkaProtocolError
+
+    b = start_broker({"group.share.max.groups": "2"})
+    bs = b.bootstrap
+    create_topic(bs, topic_name)
+    conns = []
+    try:
+        for g in ("one", "two"):
+            conn, _m, _tid = joined(bs, g, topic_name)
+            conns.append(conn)
+        with pytest.raises(KafkaProtocolError) as e:
+            joined(bs, "three", topic_name)
+        assert e.value.code == ErrorCode.group_max_size_reached
+        r = share_groups_tool(bs, "--group", "three", "--topic", topic_name, "--reset-offsets", "--to-earliest",
+                              "--execute")
+        assert r.returncode == 1 and "GROUP_MAX_SIZE_REACHED" in r.stdout, r.stdout
+        # Existing groups keep working: a second member joins "one".
+        conn, _m, _tid = joined(bs, "one", topic_name)
+        conns.append(conn)
+        listed = share_groups_tool(bs, "--list")
+        assert listed.stdout.split() == ["one", "two"]
+    finally:
+        for c in conns:
+            c.close()

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ...config import CONFIG_DEFS, ConfigError, Scope, parse_value
+from ...config import CONFIG_DEFS, ConfigError, Scope, parse_value, share_config_problem
 from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make, sub
 from ..dispatch import api
@@ -155,6 +155,30 @@ def check_group_config(broker: Any, name: str, value: str) -> None:
         raise ApiError(ErrorCode.invalid_config, "read_committed needs transactions, which shoal does not support yet")
 
 
+def _check_group_configs_together(broker: Any, overrides: dict[str, str | None]) -> None:
+    """KIP-932: a group's heartbeat interval must be shorter than its session timeout."""
+    def effective(name: str) -> Any:
+        raw = overrides.get(name)
+        return parse_value(name, raw) if raw is not None else broker.config.resolve(name)
+
+    hb, session = effective("share.heartbeat.interval.ms"), effective("share.session.timeout.ms")
+    if hb >= session:
+        raise ApiError(ErrorCode.invalid_config,
+                       f"share.heartbeat.interval.ms ({hb}) must be less than share.session.timeout.ms ({session})")
+
+
+def _check_broker_configs_together(broker: Any, dynamic: dict[str, str | None]) -> None:
+    """The share-group broker settings as they would be once ``dynamic`` replaces the
+    dynamic broker configs: each default within its min and max, heartbeat < session."""
+    values = broker.dynamic_configs.static_values()
+    for k, v in dynamic.items():
+        if v is not None and k in values:
+            values[k] = parse_value(k, v)
+    problem = share_config_problem(values)
+    if problem is not None:
+        raise ApiError(ErrorCode.invalid_config, problem)
+
+
 def _check_topic_config(name: str, value: str | None) -> None:
     d = CONFIG_DEFS.get(name)
     if d is None or d.scope is not Scope.TOPIC:
@@ -234,6 +258,7 @@ def alter_resource(broker: Any, resource_type: int, name: str, ops: list[tuple[s
         new = _apply_ops({} if replace else dict(broker.dynamic_configs.broker), ops)
         for k, v in new.items():
             _check_broker_config(k, v)
+        _check_broker_configs_together(broker, new)
         if not validate_only:
             broker.dynamic_configs.set_broker(new, broker.config)
             _refresh_log_configs(broker)
@@ -243,6 +268,7 @@ def alter_resource(broker: Any, resource_type: int, name: str, ops: list[tuple[s
         new = _apply_ops({} if replace else dict(broker.dynamic_configs.groups.get(name, {})), ops)
         for k, v in new.items():
             check_group_config(broker, k, v)
+        _check_group_configs_together(broker, new)
         if not validate_only:
             broker.dynamic_configs.set_group(name, new)
     else:

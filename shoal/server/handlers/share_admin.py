@@ -118,10 +118,17 @@ def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
     tcls = sub(cls, "AlterShareGroupOffsetsResponseTopic")
     pcls = sub(cls, "AlterShareGroupOffsetsResponsePartition")
     err = _group_error(ctx, request.group_id, create=True)
+    message = None
     if err is None and not _group_is_empty(ctx, svc, request.group_id):
         err = ErrorCode.non_empty_group
+    groups = ctx.broker.extensions.get("groups")
+    if err is None and groups is not None and groups.group_type(request.group_id) is None:
+        limit = ctx.broker.config["group.share.max.groups"]
+        if groups.share_group_count() >= limit:
+            err = ErrorCode.group_max_size_reached
+            message = f"The broker already serves group.share.max.groups={limit} share groups."
     if err is not None:
-        return make(cls, throttle_time=0, error_code=err, error_message=None, responses=())
+        return make(cls, throttle_time=0, error_code=err, error_message=message, responses=())
     topics = []
     altered: dict[uuid.UUID, list[int]] = {}
     names: dict[uuid.UUID, str] = {}
@@ -148,7 +155,6 @@ def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
             plist.append(make(pcls, partition_index=idx, error_code=code, error_message=message))
         topics.append(make(tcls, topic_name=t.topic_name, topic_id=meta.topic_id if meta is not None else None,
                            partitions=tuple(plist)))
-    groups = ctx.broker.extensions.get("groups")
     if groups is not None:
         p = groups.partition_for(request.group_id)
         code = groups.apply(p, groups.share_groups(p).handle_alter_offsets(request.group_id, altered, names)).response

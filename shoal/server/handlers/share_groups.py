@@ -34,6 +34,10 @@ async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
     if existing is not None and existing.group_type != "share":
         return _error(ctx, ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
     share_groups = svc.share_groups(p)
+    limit = broker.config["group.share.max.groups"]
+    if existing is None and request.member_epoch == 0 and svc.share_group_count() >= limit:
+        return _error(ctx, ErrorCode.group_max_size_reached,
+                      f"The broker already serves group.share.max.groups={limit} share groups.")
     result = share_groups.handle_heartbeat(
         request, ctx.now_ms(), svc.topics_metadata(),
         client_id=ctx.header.client_id or "", client_host=client_host(ctx),
