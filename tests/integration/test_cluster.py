@@ -225,3 +225,27 @@ def test_acks_all_with_one_broker_down_and_not_with_two(cluster: LocalCluster) -
         assert got.value() == b"one-down"
     finally:
         c.close()
+
+
+def test_a_non_leader_answers_not_leader_with_the_leader_hint(cluster: LocalCluster) -> None:
+    import datetime
+
+    from kio.schema.errors import ErrorCode
+    from kio.schema.produce.v11 import request as produce11
+
+    from shoal.protocol.batch import build_batch
+    from tests.support.wire import RawConnection
+
+    _create(cluster.bootstrap, "hint", 1, 2)
+    leader, replicas, _ = wait_until("a leader", lambda: _partitions(cluster.bootstrap, "hint").get(0))
+    other = next(b for b in (1, 2, 3) if b != leader)
+    request = produce11.ProduceRequest(
+        transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
+        topic_data=(produce11.TopicProduceData(name="hint", partition_data=(produce11.PartitionProduceData(
+            index=0, records=build_batch([(None, b"x", [], 1_700_000_000_000)])),)),))
+    with RawConnection(cluster.broker_for(other).bootstrap) as conn:
+        resp = conn.request(request)
+    (p,) = resp.responses[0].partition_responses
+    assert p.error_code == ErrorCode.not_leader_or_follower
+    assert p.current_leader.leader_id == leader and p.current_leader.leader_epoch >= 0
+    assert [(e.node_id, e.port) for e in resp.node_endpoints] == [(leader, cluster.broker_for(leader).port)]

@@ -25,6 +25,7 @@ from ...protocol.batch import read_header
 from ...protocol.entities import ZERO_UUID, has_field, make, sub
 from ..dispatch import api
 from ..fetch_session import FetchSessionError, SessionPartition
+from .leader_hints import leader_hints
 
 def _requested(ctx: Any, request: Any, epochs: dict[tuple[str, int], int]) -> tuple[dict[tuple[str, int], SessionPartition], dict[tuple[str, int], Any],
                                                  list[tuple[str, int]]]:
@@ -185,6 +186,10 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
     tcls = sub(cls, "FetchableTopicResponse")
     pcls = sub(cls, "PartitionData")
     by_topic: dict[str, list[Any]] = {}
+    node_endpoints: tuple[Any, ...] = ()
+    if cluster is not None and any(r.get("error_code") == ErrorCode.not_leader_or_follower
+                                   for r in results.values()):
+        node_endpoints = leader_hints(broker.cluster, cls, pcls, [(k[0], k[1], r) for k, r in results.items()])
     for key, r in results.items():
         if incremental and session is not None and not session.must_send(
             key, r["high_watermark"], r["log_start_offset"], bool(r["records"]), "error_code" in r
@@ -210,5 +215,6 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
             topics.append(make(tcls, topic_id=topic_id, partitions=tuple(plist)))
         else:
             topics.append(make(tcls, topic=name, partitions=tuple(plist)))
+    extra = {"node_endpoints": node_endpoints} if node_endpoints else {}
     return make(cls, throttle_time=0, error_code=ErrorCode.none,
-                session_id=session.session_id if session is not None else 0, responses=tuple(topics))
+                session_id=session.session_id if session is not None else 0, responses=tuple(topics), **extra)

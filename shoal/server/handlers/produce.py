@@ -38,6 +38,7 @@ from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make, sub
 from ...protocol.records import RecordsError, codec_of_compression_type, needs_worker, validate_produce_batch
 from ..dispatch import api
+from .leader_hints import leader_hints
 from .metadata import INTERNAL_TOPICS
 
 log = logging.getLogger("shoal.produce")
@@ -143,11 +144,12 @@ def handle_produce(ctx: Any, request: Any) -> Any:
                 _set_error(r, e, ecls)
             results.append(r)
         topic_results.append((name, results))
+    cluster = broker.cluster if broker.replicas is not None else None
     if isr_waits:
-        return _after_isr(cls, tcls, pcls, acks, topic_results, flushes, isr_waits, timeout_ms, broker.replicas)
+        return _after_isr(cls, tcls, pcls, acks, topic_results, flushes, isr_waits, timeout_ms, cluster)
     if flushes:
-        return _after_flush(cls, tcls, pcls, acks, topic_results, flushes)
-    return _response(cls, tcls, pcls, topic_results)
+        return _after_flush(cls, tcls, pcls, acks, topic_results, flushes, cluster)
+    return _response(cls, tcls, pcls, topic_results, cluster)
 
 
 def _append(broker: Any, plog: Any, key: tuple[str, int], batch: Any, now_ms: int, r: dict[str, Any],
@@ -209,7 +211,15 @@ async def _append_later(broker: Any, key: tuple[str, int], records: Any, prev: a
             r.update(error_code=code, base_offset=-1)
 
 
-def _response(cls: type, tcls: type, pcls: type, topic_results: list[tuple[str, list[dict[str, Any]]]]) -> Any:
+def _response(cls: type, tcls: type, pcls: type, topic_results: list[tuple[str, list[dict[str, Any]]]],
+              cluster: Any = None) -> Any:
+    """The response; in cluster mode with KIP-951 leader hints for NOT_LEADER_OR_FOLLOWER partitions."""
+    extra: dict[str, Any] = {}
+    if cluster is not None:
+        items = [(name, r["index"], r) for name, results in topic_results for r in results]
+        node_endpoints = leader_hints(cluster, cls, pcls, items)
+        if node_endpoints:
+            extra["node_endpoints"] = node_endpoints
     return make(
         cls,
         responses=tuple(
@@ -217,25 +227,27 @@ def _response(cls: type, tcls: type, pcls: type, topic_results: list[tuple[str, 
             for name, results in topic_results
         ),
         throttle_time=0,
+        **extra,
     )
 
 
 async def _after_flush(cls: type, tcls: type, pcls: type, acks: int,
                        topic_results: list[tuple[str, list[dict[str, Any]]]],
-                       flushes: list[tuple[dict[str, Any], Any]]) -> Any:
+                       flushes: list[tuple[dict[str, Any], Any]], cluster: Any = None) -> Any:
     """Wait for the fsyncs the flush policy asked for, then answer (group commit)."""
     outcomes = await asyncio.gather(*(f for _, f in flushes), return_exceptions=True)
     for (r, _), outcome in zip(flushes, outcomes):
         if isinstance(outcome, BaseException):
             log.error("fsync of partition %s failed: %s", r["index"], outcome)
             r.update(error_code=ErrorCode.kafka_storage_error, base_offset=-1)
-    return _response(cls, tcls, pcls, topic_results)
+    return _response(cls, tcls, pcls, topic_results, cluster)
 
 
 async def _after_isr(cls: type, tcls: type, pcls: type, acks: int,
                      topic_results: list[tuple[str, list[dict[str, Any]]]], flushes: list[tuple[dict[str, Any], Any]],
-                     isr_waits: list[tuple[dict[str, Any], Any, int]], timeout_ms: int, replicas: Any) -> Any:
+                     isr_waits: list[tuple[dict[str, Any], Any, int]], timeout_ms: int, cluster: Any) -> Any:
     """acks=all in cluster mode: the local fsyncs, then every in-sync replica."""
+    replicas = cluster.replicas
     if flushes:
         await _after_flush(cls, tcls, pcls, acks, topic_results, flushes)
     codes = await asyncio.gather(*(replicas.wait_for_isr(replica, end, timeout_ms)
@@ -243,4 +255,4 @@ async def _after_isr(cls: type, tcls: type, pcls: type, acks: int,
     for (r, _, _), code in zip(isr_waits, codes):
         if code != ErrorCode.none and r.get("error_code", ErrorCode.none) == ErrorCode.none:
             r.update(error_code=code, base_offset=-1)
-    return _response(cls, tcls, pcls, topic_results)
+    return _response(cls, tcls, pcls, topic_results, cluster)

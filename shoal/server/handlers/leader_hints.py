@@ -1,0 +1,37 @@
+"""KIP-951 leader hints for Produce (v10+) and Fetch (v16+) in cluster mode.
+
+A partition answered with NOT_LEADER_OR_FOLLOWER carries the current leader and its
+epoch, and the response lists that leader's endpoint, so the client retries at the right
+broker without a Metadata round trip first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ...errors import ErrorCode
+from ...protocol.entities import has_field, make, sub
+
+
+def leader_hints(cluster: Any, cls: type, pcls: type, items: Iterable[tuple[str, int, dict[str, Any]]]) -> tuple[Any, ...]:
+    """Set ``current_leader`` in each NOT_LEADER_OR_FOLLOWER result of ``items`` ((topic, partition, result)).
+
+    Returns the endpoints of the leaders named, for the response's ``node_endpoints``;
+    () when the response version has no such fields.
+    """
+    if not has_field(pcls, "current_leader"):
+        return ()
+    lcls = sub(cls, "LeaderIdAndEpoch")
+    leaders: set[int] = set()
+    for topic, index, r in items:
+        if r.get("error_code") == ErrorCode.not_leader_or_follower:
+            view = cluster.partition(topic, index)
+            if view is not None and view.leader >= 0:
+                r["current_leader"] = make(lcls, leader_id=view.leader, leader_epoch=view.leader_epoch)
+                leaders.add(view.leader)
+    if not leaders:
+        return ()
+    ecls = sub(cls, "NodeEndpoint")
+    return tuple(make(ecls, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+                 for b in cluster.brokers() if b.node_id in leaders)
