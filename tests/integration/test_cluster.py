@@ -249,3 +249,85 @@ def test_a_non_leader_answers_not_leader_with_the_leader_hint(cluster: LocalClus
     assert p.error_code == ErrorCode.not_leader_or_follower
     assert p.current_leader.leader_id == leader and p.current_leader.leader_epoch >= 0
     assert [(e.node_id, e.port) for e in resp.node_endpoints] == [(leader, cluster.broker_for(leader).port)]
+
+
+def test_killing_each_broker_in_turn_loses_nothing(cluster: LocalCluster) -> None:
+    topic, partitions = "rolling", 3
+    _create(cluster.bootstrap, topic, partitions, 3)
+    wait_until("leaders", _full_isr(cluster.bootstrap, topic, 3))
+    sender = Sender(cluster.bootstrap, topic, partitions).start()
+    try:
+        for round_ in range(5):
+            victim = cluster.brokers[round_ % 3]
+            before = sender.acked_count()
+            wait_until("records acknowledged", lambda: sender.acked_count() > before + 100, timeout_s=30)
+            victim.kill()
+            before = sender.acked_count()
+            wait_until("produce continuing without it", lambda: sender.acked_count() > before + 100, timeout_s=30)
+            victim.start()
+            wait_until("every replica back in the ISR", _full_isr(cluster.bootstrap, topic, 3), timeout_s=30)
+    finally:
+        sender.stop()
+    assert not sender.failed, sender.failed[:3]
+    _check(cluster, topic, partitions, sender)
+
+
+def test_a_paused_leader_acknowledges_nothing_after_losing_leadership(cluster: LocalCluster) -> None:
+    import os
+    import signal
+
+    topic, partitions = "paused", 1
+    _create(cluster.bootstrap, topic, partitions, 3)
+    wait_until("leaders", _full_isr(cluster.bootstrap, topic, 3))
+    sender = Sender(cluster.bootstrap, topic, partitions).start()
+    try:
+        wait_until("records acknowledged", lambda: sender.acked_count() > 200, timeout_s=30)
+        leader = _partitions(cluster.bootstrap, topic)[0][0]
+        paused = cluster.broker_for(leader)
+        os.kill(paused.pid, signal.SIGSTOP)
+        try:
+            others = ",".join(b.bootstrap for i, b in enumerate(cluster.brokers, 1) if i != leader)
+            wait_until("a new leader", lambda: (lambda p: p and p[0][0] not in (-1, leader))(_partitions(others, topic)),
+                       timeout_s=20)
+            before = sender.acked_count()
+            wait_until("produce continuing on the new leader", lambda: sender.acked_count() > before + 100,
+                       timeout_s=30)
+        finally:
+            os.kill(paused.pid, signal.SIGCONT)
+        before = sender.acked_count()
+        wait_until("produce continuing after the resume", lambda: sender.acked_count() > before + 100, timeout_s=30)
+    finally:
+        sender.stop()
+    assert not sender.failed, sender.failed[:3]
+    _check(cluster, topic, partitions, sender)
+
+
+def test_a_consumer_group_resumes_from_its_committed_offsets(cluster: LocalCluster) -> None:
+    topic = "grouped"
+    _create(cluster.bootstrap, topic, 2, 3)
+    wait_until("leaders", _full_isr(cluster.bootstrap, topic, 3))
+    p = producer(cluster.bootstrap)
+    for i in range(20):
+        p.produce(topic, f"{i}".encode(), partition=i % 2)
+    assert p.flush(20) == 0
+
+    def read(n: int) -> list[bytes]:
+        c = consumer(cluster.bootstrap, **{"group.id": "g1", "enable.auto.commit": False,
+                                           "session.timeout.ms": 6000})
+        c.subscribe([topic])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(got) < n and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.append(m.value())
+        c.commit(asynchronous=False)
+        c.close()
+        return got
+
+    first = read(20)
+    assert sorted(first, key=int) == [f"{i}".encode() for i in range(20)]
+    for i in range(20, 30):
+        p.produce(topic, f"{i}".encode(), partition=i % 2)
+    assert p.flush(20) == 0
+    assert sorted(read(10), key=int) == [f"{i}".encode() for i in range(20, 30)]
