@@ -68,8 +68,9 @@ def wait_port(port: int, timeout: float = 30.0) -> None:
 
 
 class Cluster:
-    def __init__(self, root: Path, brokers: int) -> None:
+    def __init__(self, root: Path, brokers: int, overrides: list[str] | None = None) -> None:
         self.root = root
+        self.overrides = overrides or []
         self.n = brokers
         self.etcd: subprocess.Popen[bytes] | None = None
         self.brokers: dict[int, tuple[subprocess.Popen[bytes], int]] = {}
@@ -92,7 +93,8 @@ class Cluster:
         port = self.brokers[node][1] if node in self.brokers else free_port()
         proc = subprocess.Popen(
             [sys.executable, "-m", "shoal", "serve", "--port", str(port), "--data-dir", str(self.root / f"b{node}"),
-             "-o", f"metadata.store={self.url}", "-o", f"node.id={node}", "--log-level", "WARNING"],
+             "-o", f"metadata.store={self.url}", "-o", f"node.id={node}", "--log-level", "WARNING"]
+            + [x for o in self.overrides for x in ("-o", o)],
             stdout=subprocess.DEVNULL, stderr=open(self.root / f"b{node}.log", "ab"))
         self.brokers[node] = (proc, port)
         wait_port(port)
@@ -131,7 +133,7 @@ def create_topic(bootstrap: str, name: str, rf: int, configs: dict[str, str]) ->
 
 def produce(bootstrap: str, topic: str, count: int) -> tuple[float, list[float]]:
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "enable.idempotence": True,
-                  "batch.size": 256 * 1024, "queue.buffering.max.kbytes": 64 * 1024})
+                  "batch.size": 1_000_000, "queue.buffering.max.kbytes": 64 * 1024})
     value = os.urandom(VALUE)
     latencies: list[float] = []
     errors = []
@@ -211,6 +213,8 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--quick", action="store_true", help="20,000 records per case")
     ap.add_argument("--no-failover", action="store_true")
+    ap.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker configuration for every broker of every case")
     args = ap.parse_args()
     count = 20_000 if args.quick else args.records
     cases = [("RF=1, 1 broker", 1, 1, {}), ("RF=3, 3 brokers", 3, 3, {"min.insync.replicas": "2"}),
@@ -219,7 +223,7 @@ def main() -> int:
     fail_s = None
     for name, brokers, rf, configs in cases:
         root = Path(tempfile.mkdtemp(prefix="shoal-cluster-bench-"))
-        cluster = Cluster(root, brokers).start()
+        cluster = Cluster(root, brokers, args.override).start()
         try:
             create_topic(cluster.bootstrap, "bench", rf, configs)
             p_s, lat = produce(cluster.bootstrap, "bench", count)
