@@ -11,8 +11,10 @@ leader epoch, and removes it when that changes again. The fetcher's loop:
    epoch and cuts the divergent tail the leader does not have (KIP-101/279);
 3. sends one Fetch (v12, replica id set, current leader epoch per partition) for every
    partition, waits at most ``replica.fetch.wait.max.ms`` at the leader, appends what comes
-   back through the replica manager (which fsyncs per the flush policy before the next
-   fetch reports the new log end offset) and repeats.
+   back through the replica manager and repeats. The fsync the flush policy asks for runs
+   while the next Fetch is out (one at a time): the leader may count a follower's records
+   one fsync before they are on the follower's disk (they are in its page cache, so a
+   killed process loses nothing; Kafka's followers never fsync).
 
 A partition that gets NOT_LEADER_OR_FOLLOWER or a leader-epoch error pauses for
 ``replica.fetch.backoff.ms`` (new metadata moves it meanwhile if leadership changed), then
@@ -71,6 +73,7 @@ class Fetcher:
         self._writer: asyncio.StreamWriter | None = None
         self._cid = 0
         self._decoder = FrameDecoder(1 << 30)
+        self._flushing: asyncio.Future[None] | None = None
         self.closed = False
 
     # -- membership -------------------------------------------------------------------
@@ -229,7 +232,11 @@ class Fetcher:
                     appended.append(key)
                 st.fetch_offset = new_leo
         if appended:
-            await self.manager.flush_followers(appended)
+            # One fsync in flight while the next Fetch goes out (depth-1 pipelining): the
+            # previous round's fsync must have finished before this round's starts.
+            if self._flushing is not None:
+                await self._flushing
+            self._flushing = asyncio.ensure_future(self.manager.flush_followers(appended))
 
     def _on_error(self, key: tuple[str, int], st: FetchState, code: int) -> None:
         if code == ErrorCode.offset_out_of_range:

@@ -273,7 +273,7 @@ class ReplicaManager:
         return plog.log_end_offset
 
     async def flush_followers(self, keys: list[tuple[str, int]]) -> None:
-        """fsync per the flush policy before the next Fetch reports the new log end offsets."""
+        """fsync fetched records per the flush policy; a failed fsync halts the broker (as Kafka)."""
         now = self.broker.clock.now_ms()
         waits = []
         for key in keys:
@@ -281,7 +281,10 @@ class ReplicaManager:
             if r is not None and r.plog.flush_due(now):
                 waits.append(self.broker.flusher.durable(r.plog, r.plog.log_end_offset))
         if waits:
-            await asyncio.gather(*waits)
+            try:
+                await asyncio.gather(*waits)
+            except OSError as e:
+                self.broker.halt_on_storage_error(f"fsync of a follower log failed: {e}")
 
     # -- leader side ----------------------------------------------------------------------------
     def on_follower_fetch(self, r: Replica, follower: int, fetch_offset: int, now_ms: int) -> None:
