@@ -6,7 +6,8 @@ Usage:
 One ``shoal serve`` on a temporary data directory; a topic of P partitions is filled
 with N records of B-byte values (confluent-kafka Producer, acks=all, linger.ms=5). Then
 each mode reads all N records back with one confluent-kafka Consumer
-(fetch.queue.backoff.ms=1, see CLIENT-NOTES, auto commit on at its default interval):
+(fetch.queue.backoff.ms=1, so librdkafka does not pause between fetches; auto commit
+on at its default interval):
 
 * ``assign``: ``assign()`` of every partition from offset 0, no group coordination;
 * ``classic``: ``subscribe()`` in a fresh classic group (JoinGroup/SyncGroup/Heartbeat);

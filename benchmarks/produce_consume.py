@@ -6,7 +6,8 @@ Usage:
 For each value size (100 B, 1 KiB) and partition count (1, 6), a topic is created, a
 confluent-kafka Producer (acks=all, linger.ms=5, idempotence off) sends N records
 round-robin over the partitions, then a Consumer assigned to every partition from the
-beginning reads them all back (fetch.queue.backoff.ms=1, see CLIENT-NOTES). Printed per
+beginning reads them all back (fetch.queue.backoff.ms=1, so librdkafka does not pause
+between fetches). Printed per
 case: msgs/s, MB/s of values, and the broker's CPU seconds per million records (from
 /proc/<pid>/stat), since client and broker share this machine's cores.
 

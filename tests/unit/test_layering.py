@@ -1,4 +1,4 @@
-"""The architecture's import rules, checked on the source (STYLE.md: dependency direction).
+"""The architecture's import rules, checked on the source (docs/ARCHITECTURE.md, "Layers and the rules between them").
 
 Pure modules take time as an argument and do no I/O: they never import asyncio,
 socket, threading, selectors or time, and never import the server. Client-side
