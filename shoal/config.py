@@ -132,8 +132,9 @@ _DEFS: list[Definition] = [
                "Largest request frame accepted; a larger one closes the connection.", check=_ge(1)),
     Definition("queued.max.requests", int, 500, Scope.BROKER,
                "Requests in flight per connection before the broker stops reading from it.", check=_ge(1)),
-    Definition("auto.create.topics.enable", bool, False, Scope.BROKER,
-               "Create a topic when Metadata names one that does not exist."),
+    Definition("auto.create.topics.enable", bool, True, Scope.BROKER,
+               "Create a topic (with `num.partitions` partitions) when a Metadata request that allows it "
+               "names one that does not exist."),
     Definition("num.partitions", int, 1, Scope.BROKER, "Partitions of an auto-created topic.", check=_ge(1)),
     Definition("default.replication.factor", int, 1, Scope.BROKER,
                "Replication factor of new topics that ask for -1 (one broker: always 1)."),

@@ -32,6 +32,7 @@ from .fetch_session import FetchSessionCache
 from .state_files import DynamicConfigs, ProducerIdAllocator
 
 log = logging.getLogger("shoal.broker")
+_UNKNOWN_TOPICS_REMEMBERED = 10_000
 
 HALT_EXIT_CODE = 70
 """Exit status after :meth:`Broker.halt_on_storage_error` (EX_SOFTWARE)."""
@@ -195,6 +196,7 @@ class Broker:
         self.replicas: Any = None
         """Cluster mode only: the ReplicaManager (leadership, high watermarks, acks=all)."""
         self._leaving_cluster = False
+        self._unknown_topics_logged: dict[tuple[str | None, str], None] = {}
 
     # -- start / stop -----------------------------------------------------------------
     async def start(self) -> None:
@@ -340,6 +342,20 @@ class Broker:
         assert self.store is not None
         return self.store.create_topic(name, num_partitions, configs, topic_id=topic_id, validate_only=validate_only,
                                        now_ms=self.clock.now_ms())
+
+    def note_unknown_topic(self, client_id: str | None, name: str, why: str) -> None:
+        """Log at INFO, once per (client, topic), that a request named a topic that does not exist.
+
+        The memory of what was logged is bounded (oldest forgotten first), so a client
+        that asks for endless random names cannot grow it.
+        """
+        key = (client_id, name)
+        if key in self._unknown_topics_logged:
+            return
+        if len(self._unknown_topics_logged) >= _UNKNOWN_TOPICS_REMEMBERED:
+            del self._unknown_topics_logged[next(iter(self._unknown_topics_logged))]
+        self._unknown_topics_logged[key] = None
+        log.info("topic %r requested by client %r does not exist and was not created (%s)", name, client_id, why)
 
     def delete_topic(self, name: str) -> None:
         assert self.store is not None

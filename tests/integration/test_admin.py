@@ -203,7 +203,7 @@ def test_broker_configs_describe_and_alter(broker):
     admin = admin_client(broker.bootstrap)
     res = ConfigResource(ResourceType.BROKER, "0")
     cfg = admin.describe_configs([res], request_timeout=T)[res].result(timeout=T)
-    assert cfg["auto.create.topics.enable"].value == "false"
+    assert cfg["auto.create.topics.enable"].value == "true"
     assert cfg["log.retention.ms"].value == str(7 * 24 * 3600 * 1000)
     assert cfg["node.id"].is_read_only
 
@@ -274,16 +274,18 @@ def test_delete_records_moves_low_watermark(shared_broker, topic_name):
         c.close()
 
 
-def test_metadata_does_not_auto_create_topics_by_default(broker):
+def test_metadata_auto_creates_topics_by_default(broker):
+    """Kafka's default: a producer to a new topic creates it with num.partitions (1) partitions."""
     p = producer(broker.bootstrap)
-    md = p.list_topics("auto-created-not", timeout=T)
-    assert md.topics["auto-created-not"].error is not None
-    assert md.topics["auto-created-not"].error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
-    assert "auto-created-not" not in topic_names(admin_client(broker.bootstrap))
+    reports = produce_all(p, "auto-created", [{"value": b"hello"}])
+    assert reports[0].error() is None
+    md = admin_client(broker.bootstrap).list_topics(timeout=T)
+    assert sorted(md.topics["auto-created"].partitions) == [0]
+    assert records_of(broker.bootstrap, "auto-created", 1, 1)[0].value == b"hello"
 
 
-def test_metadata_auto_creates_topics_when_enabled(start_broker):
-    b = start_broker({"auto.create.topics.enable": "true", "num.partitions": "3"})
+def test_metadata_auto_creates_topics_with_num_partitions(start_broker):
+    b = start_broker({"num.partitions": "3"})
     p = producer(b.bootstrap)
     reports = produce_all(p, "auto-created", [{"value": b"hello"}])
     assert reports[0].error() is None
@@ -299,6 +301,20 @@ def test_metadata_auto_creates_topics_when_enabled(start_broker):
     finally:
         c.close()
     assert "consumer-only" not in topic_names(admin_client(b.bootstrap))
+
+
+def test_no_auto_create_when_disabled_and_logged_once_per_client(start_broker):
+    b = start_broker({"auto.create.topics.enable": "false"})
+    for client in ("client-a", "client-b"):
+        p = producer(b.bootstrap, **{"client.id": client})
+        for _ in range(3):
+            md = p.list_topics("auto-created-not", timeout=T)
+            assert md.topics["auto-created-not"].error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert "auto-created-not" not in topic_names(admin_client(b.bootstrap))
+    lines = [ln for ln in b.stderr_tail(400).splitlines() if "'auto-created-not'" in ln]
+    assert len(lines) == 2, lines
+    assert all(" INFO " in ln and "auto.create.topics.enable=false" in ln for ln in lines)
+    assert {"'client-a'", "'client-b'"} == {w for ln in lines for w in ln.split() if w.startswith("'client-")}
 
 
 def test_dynamic_broker_default_applies_to_existing_topics(start_broker, topic_name):

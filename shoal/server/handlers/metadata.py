@@ -55,6 +55,14 @@ def _brokers(ctx: Any, cls: type) -> tuple[Any, ...]:
     return tuple(make(cls, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack) for b in cluster.brokers())
 
 
+def _not_created_reason(broker: Any, request: Any, name: str) -> str:
+    if name in INTERNAL_TOPICS:
+        return "internal topics are created by their coordinator"
+    if not broker.config["auto.create.topics.enable"]:
+        return "auto.create.topics.enable=false"
+    return "the client's Metadata request does not allow auto-creation"
+
+
 @api(3, 0, 12)
 def handle_metadata(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
@@ -85,6 +93,8 @@ def handle_metadata(ctx: Any, request: Any) -> Any:
                     topics.append(make(tcls, error_code=e.error_code, name=name, topic_id=ZERO_UUID))
                     continue
             if meta is None:
+                if name is not None:
+                    broker.note_unknown_topic(ctx.header.client_id, name, _not_created_reason(broker, request, name))
                 topics.append(make(tcls, error_code=ErrorCode.unknown_topic_or_partition, name=name,
                                    topic_id=ZERO_UUID))
             else:

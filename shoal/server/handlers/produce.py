@@ -123,7 +123,10 @@ def handle_produce(ctx: Any, request: Any) -> Any:
                     raise ApiError(ErrorCode.invalid_required_acks)
                 if name in INTERNAL_TOPICS:
                     raise ApiError(ErrorCode.invalid_topic_exception, f"cannot produce to internal topic {name}")
-                if meta is None or not 0 <= pd.index < meta.num_partitions:
+                if meta is None:
+                    broker.note_unknown_topic(ctx.header.client_id, name, "Produce does not create topics")
+                    raise ApiError(ErrorCode.unknown_topic_or_partition)
+                if not 0 <= pd.index < meta.num_partitions:
                     raise ApiError(ErrorCode.unknown_topic_or_partition)
                 if request.transactional_id is not None:
                     raise ApiError(ErrorCode.transactional_id_authorization_failed,
