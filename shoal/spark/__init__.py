@@ -12,15 +12,25 @@ pyspark is imported only when these functions are called.
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 __all__ = ["register", "release", "reject"]
 
 
 def register(spark: Any) -> None:
-    """Register the data source name ``shoal`` in ``spark`` and enable Python filter pushdown."""
+    """Register the data source name ``shoal`` in ``spark`` and enable Python filter pushdown.
+
+    Spark starts its Python workers with ``PYSPARK_PYTHON``, or ``python3`` from the PATH
+    when that is unset, which is usually an interpreter without shoal (and pyarrow). When
+    neither ``PYSPARK_PYTHON`` nor ``spark.pyspark.python`` is set, the workers are made to
+    run this interpreter (``sys.executable``), for the data source and for UDFs defined
+    after this call.
+    """
     from .source import ShoalDataSource
 
+    _use_this_python(spark)
     spark.dataSource.register(ShoalDataSource)
     try:
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
@@ -44,3 +54,17 @@ def reject(rows: Any, *, state_dir: str, share_group: str) -> int:
     from .share import note_dispositions
 
     return note_dispositions(rows, state_dir=state_dir, share_group=share_group, kind="reject")
+
+
+def _use_this_python(spark: Any) -> None:
+    if os.environ.get("PYSPARK_PYTHON"):
+        return
+    try:
+        chosen = spark.conf.get("spark.pyspark.python", None)
+    except Exception:  # pragma: no cover - a Spark Connect session may refuse the look-up
+        chosen = None
+    python = chosen or sys.executable
+    os.environ["PYSPARK_PYTHON"] = python
+    sc = getattr(spark, "sparkContext", None)
+    if sc is not None and getattr(sc, "pythonExec", None) in (None, "python3", "python"):
+        sc.pythonExec = python

@@ -1,0 +1,223 @@
+"""What every client tool shares: connection options, the reachability check, errors, output.
+
+* ``add_connection_options`` adds ``--bootstrap-server``, ``--command-config`` (a Kafka
+  client properties file, e.g. ``client.id``) and ``--timeout`` (milliseconds).
+* ``reach`` opens one connection to the first broker of ``--bootstrap-server`` that
+  answers ApiVersions within ``--timeout``; it raises :class:`CliError` (one line) when
+  none does, so a wrong address never ends in a hang or a traceback.
+* ``tool_main`` runs a tool: :class:`CliError`, a Kafka client error or a lost connection
+  become one ``Error: ...`` line on stderr and exit code 1; Ctrl-C exits 130.
+* ``emit`` prints rows as Kafka's space-aligned tables, or as JSON (``--output json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..config import load_properties
+
+__all__ = [
+    "CliError", "add_connection_options", "add_output_options", "client_config", "reach", "tool_main", "emit",
+    "verbose", "timeout_s", "Progress", "admin_client", "kafka_error_text",
+]
+
+DEFAULT_TIMEOUT_MS = 10_000
+
+
+class CliError(Exception):
+    """A one-line error for the user; the tool exits with ``code``."""
+
+    def __init__(self, message: str, code: int = 1, prefix: str = "Error: ") -> None:
+        super().__init__(message)
+        self.code = code
+        self.prefix = prefix
+
+
+def add_connection_options(p: argparse.ArgumentParser, *, timeout_help: str | None = None) -> None:
+    p.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT...]",
+                   help="the broker(s) to connect to")
+    p.add_argument("--command-config", metavar="FILE",
+                   help="a properties file of Kafka client settings (client.id, ...), passed to the client")
+    p.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_MS, metavar="MS",
+                   help=timeout_help or f"how long to wait for the broker, in ms (default {DEFAULT_TIMEOUT_MS})")
+    p.add_argument("--verbose", action="store_true", help="say what the tool does, on stderr")
+
+
+def add_output_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--output", choices=("text", "json"), default="text",
+                   help="text (Kafka's tables, the default) or json (one JSON document, for scripts)")
+
+
+def timeout_s(args: argparse.Namespace) -> float:
+    return max(0.1, getattr(args, "timeout", DEFAULT_TIMEOUT_MS) / 1000.0)
+
+
+def verbose(args: argparse.Namespace, message: str) -> None:
+    if getattr(args, "verbose", False):
+        print(message, file=sys.stderr, flush=True)
+
+
+def client_config(args: argparse.Namespace, *extra_files: str | None) -> dict[str, str]:
+    """Client settings from ``--command-config`` (and other properties files), as strings."""
+    conf: dict[str, str] = {}
+    for path in (getattr(args, "command_config", None), *extra_files):
+        if not path:
+            continue
+        try:
+            conf.update(load_properties(Path(path).read_text()))
+        except OSError as e:
+            raise CliError(f"cannot read {path}: {e.strerror or e}") from None
+    conf.pop("bootstrap.servers", None)
+    return conf
+
+
+def _parse_servers(bootstrap: str) -> list[tuple[str, int]]:
+    out = []
+    for item in bootstrap.split(","):
+        item = item.strip().split("://")[-1]
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not port.isdigit():
+            raise CliError(f"invalid --bootstrap-server {bootstrap!r}: expected HOST:PORT[,HOST:PORT...]")
+        out.append((host.strip("[]") or "127.0.0.1", int(port)))
+    if not out:
+        raise CliError("--bootstrap-server is empty")
+    return out
+
+
+def reach(args: argparse.Namespace, client_id: str = "shoal-tools") -> Any:
+    """An open :class:`~shoal.client.connection.Connection` to the first broker that answers."""
+    from ..client.connection import Connection
+
+    conf = client_config(args)
+    protocol = conf.get("security.protocol", "PLAINTEXT").upper()
+    if protocol != "PLAINTEXT":
+        raise CliError(f"security.protocol={protocol} is not supported (shoal listens in PLAINTEXT only)")
+    budget = timeout_s(args)
+    deadline = time.monotonic() + budget
+    last: BaseException | None = None
+    for host, port in _parse_servers(args.bootstrap_server):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        conn = Connection(host, port, client_id=conf.get("client.id", client_id), timeout_s=remaining)
+        try:
+            conn.connect()
+        except (OSError, ConnectionError) as e:
+            last = e
+            continue
+        except Exception:  # a peer that does not speak the Kafka protocol
+            last = ConnectionError("the peer does not answer as a Kafka broker")
+            conn.close()
+            continue
+        conn.timeout_s = budget
+        if conn._sock is not None:
+            conn._sock.settimeout(budget)
+        verbose(args, f"connected to {host}:{port} (client.id {conn.client_id})")
+        return conn
+    reason = _reason(last) if last is not None else "no time left"
+    raise CliError(f"cannot reach a broker at {args.bootstrap_server} within {int(budget * 1000)} ms: {reason}")
+
+
+def _reason(e: BaseException) -> str:
+    if isinstance(e, TimeoutError) or type(e).__name__ == "timeout":
+        return "timed out"
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    return str(e) or type(e).__name__
+
+
+def admin_client(args: argparse.Namespace) -> Any:
+    """confluent-kafka's AdminClient for ``--bootstrap-server`` and ``--command-config``."""
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({**client_config(args), "bootstrap.servers": args.bootstrap_server, "log_level": 0})
+
+
+def kafka_error_text(e: BaseException) -> str:
+    """One line for a confluent-kafka KafkaException (or anything else)."""
+    arg = e.args[0] if getattr(e, "args", None) else None
+    if arg is not None and hasattr(arg, "str") and hasattr(arg, "name"):
+        text = arg.str()
+        return text if text else arg.name()
+    return str(e) or type(e).__name__
+
+
+def tool_main(name: str, body: Callable[[], int]) -> int:
+    try:
+        return int(body() or 0)
+    except CliError as e:
+        print(f"{e.prefix}{e}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        try:
+            sys.stdout = open("/dev/null", "w")  # noqa: SIM115 - stdout's reader went away
+        except OSError:
+            pass
+        return 0
+    except (ConnectionError, OSError) as e:
+        print(f"Error: lost the connection to the broker: {_reason(e)}", file=sys.stderr)
+        return 1
+    except Exception as e:
+        if type(e).__module__.startswith("confluent_kafka") or type(e).__name__ in ("KafkaException",
+                                                                                   "KafkaProtocolError"):
+            print(f"Error: {kafka_error_text(e)}", file=sys.stderr)
+            return 1
+        raise
+
+
+def _key(column: str) -> str:
+    return column.lower().lstrip("#").replace("-", "_").replace(" ", "_").replace("(", "").replace(")", "")
+
+
+def emit(args: argparse.Namespace, header: Sequence[str], rows: Iterable[Sequence[Any]],
+         json_key: str | None = None) -> None:
+    """A table in Kafka's layout, or (``--output json``) a JSON list of objects keyed by column."""
+    rows = [list(r) for r in rows]
+    if getattr(args, "output", "text") == "json":
+        keys = [_key(h) for h in header]
+        doc: Any = [dict(zip(keys, r)) for r in rows]
+        print(json.dumps({json_key: doc} if json_key else doc, default=str))
+        return
+    cells = [list(header)] + [["-" if v is None or v == "" else str(v) for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    for r in cells:
+        print(" ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+
+
+class Progress:
+    """A progress line on stderr every ``interval_s`` of a long run (none for short runs)."""
+
+    def __init__(self, what: str, interval_s: float = 5.0, *, enabled: bool = True) -> None:
+        self.what = what
+        self.interval_s = interval_s
+        self.enabled = enabled
+        self.start = time.monotonic()
+        self.next = self.start + interval_s
+        self.count = 0
+        self.printed = False
+
+    def add(self, n: int = 1) -> None:
+        self.count += n
+        if self.enabled and time.monotonic() >= self.next:
+            self._print()
+
+    def _print(self) -> None:
+        now = time.monotonic()
+        rate = self.count / max(now - self.start, 1e-9)
+        print(f"{self.what}: {self.count} records ({rate:.0f}/s)", file=sys.stderr, flush=True)
+        self.printed = True
+        self.next = now + self.interval_s
+
+    def finish(self) -> None:
+        if self.enabled and self.printed:
+            self._print()

@@ -1,0 +1,241 @@
+"""``shoal configs``: describe and alter topic, group and broker configs (kafka-configs.sh).
+
+Kafka's options: ``--entity-type topics|groups|brokers|clients|users``, ``--entity-name``
+(or ``--entity-default`` for brokers), ``--describe [--all]``, ``--alter --add-config
+k=v,k2=[a,b] --delete-config k,k2``. Output as Kafka's: ``Dynamic configs for topic T
+are:`` followed by ``  name=value sensitive=false synonyms={SOURCE:name=value, ...}``
+lines, and ``Completed updating config for topic T.`` after an alter. Client and user
+configs (quotas, SCRAM credentials) are refused with one line when the broker does not
+serve their APIs (shoal does not). Uses confluent-kafka's AdminClient.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from .common import (
+    CliError,
+    add_connection_options,
+    add_output_options,
+    admin_client,
+    kafka_error_text,
+    reach,
+    timeout_s,
+    tool_main,
+    verbose,
+)
+from .main import command
+
+ENTITY_TYPES = ("topics", "groups", "brokers", "clients", "users", "ips", "broker-loggers", "client-metrics")
+# The APIs a broker must serve for these entity types (Kafka's tool uses them).
+_QUOTA_APIS = {"clients": (48, "DescribeClientQuotas"), "users": (48, "DescribeClientQuotas"),
+               "ips": (48, "DescribeClientQuotas")}
+_SOURCE_NAMES = {"GROUP_CONFIG": "DYNAMIC_GROUP_CONFIG"}
+_DYNAMIC = {"topics": "DYNAMIC_TOPIC_CONFIG", "groups": "DYNAMIC_GROUP_CONFIG", "brokers": "DYNAMIC_BROKER_CONFIG"}
+
+
+def _configure(p: argparse.ArgumentParser) -> None:
+    add_connection_options(p)
+    action = p.add_mutually_exclusive_group(required=True)
+    action.add_argument("--describe", action="store_true", help="list the configs of the entity")
+    action.add_argument("--alter", action="store_true", help="change the configs of the entity")
+    p.add_argument("--entity-type", choices=ENTITY_TYPES, help="topics, groups, brokers (clients, users: quotas)")
+    p.add_argument("--entity-name", help="the topic, group or broker id")
+    p.add_argument("--entity-default", action="store_true", help="with --entity-type brokers: the cluster default")
+    p.add_argument("--topic", help="same as --entity-type topics --entity-name TOPIC")
+    p.add_argument("--group", help="same as --entity-type groups --entity-name GROUP")
+    p.add_argument("--broker", help="same as --entity-type brokers --entity-name ID")
+    p.add_argument("--all", action="store_true", help="with --describe: every config, not only the dynamic ones")
+    p.add_argument("--add-config", metavar="K=V,K2=[A,B],...", help="configs to set")
+    p.add_argument("--add-config-file", metavar="FILE", help="a properties file of configs to set")
+    p.add_argument("--delete-config", metavar="K,K2", help="configs to remove (back to their defaults)")
+    add_output_options(p)
+
+
+def parse_add_config(text: str) -> dict[str, str]:
+    """Kafka's ``k=v,k2=[a,b]`` syntax: commas inside brackets belong to the value."""
+    out: dict[str, str] = {}
+    item, depth = "", 0
+    items = []
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            items.append(item)
+            item = ""
+        else:
+            item += ch
+    items.append(item)
+    for it in items:
+        if not it.strip():
+            continue
+        k, sep, v = it.partition("=")
+        if not sep or not k.strip():
+            raise CliError(f"Invalid entity config: all configs to be added must be in the format \"key=val\": {it!r}")
+        v = v.strip()
+        if v.startswith("[") and v.endswith("]"):
+            v = v[1:-1]
+        out[k.strip()] = v
+    return out
+
+
+def _entity(args: argparse.Namespace) -> tuple[str, str | None]:
+    shortcuts = [(t, v) for t, v in (("topics", args.topic), ("groups", args.group), ("brokers", args.broker)) if v]
+    if shortcuts:
+        if len(shortcuts) > 1 or args.entity_type:
+            raise CliError("give either --entity-type/--entity-name or one of --topic, --group, --broker")
+        return shortcuts[0]
+    if not args.entity_type:
+        raise CliError("--entity-type (topics, groups, brokers) is required")
+    if args.entity_default:
+        raise CliError("--entity-default is not supported yet: name the broker with --entity-name ID")
+    return args.entity_type, args.entity_name
+
+
+def _source(entry: Any) -> str:
+    from confluent_kafka.admin import ConfigSource
+
+    source = entry.source
+    if isinstance(source, int) and not isinstance(source, ConfigSource):
+        try:
+            source = ConfigSource(source)
+        except ValueError:
+            return str(source)
+    name = getattr(source, "name", str(source))
+    return _SOURCE_NAMES.get(name, name)
+
+
+class _Configs:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.t = timeout_s(args)
+        conn = reach(args, "shoal-configs")
+        self.broker_apis = dict(conn.broker_versions)
+        conn.close()
+        self.admin = admin_client(args)
+
+    def _resource(self, kind: str, name: str) -> Any:
+        from confluent_kafka.admin import ConfigResource, ResourceType
+
+        rtype = {"topics": ResourceType.TOPIC, "groups": ResourceType.GROUP, "brokers": ResourceType.BROKER}[kind]
+        return ConfigResource(rtype, name)
+
+    def _check_supported(self, kind: str) -> None:
+        if kind in _QUOTA_APIS:
+            key, api = _QUOTA_APIS[kind]
+            if key not in self.broker_apis:
+                raise CliError(f"the broker at {self.args.bootstrap_server} does not serve {api}: "
+                               f"--entity-type {kind} (quotas, SCRAM credentials) is not supported by it")
+            raise CliError(f"--entity-type {kind} is not supported by this tool yet")
+        if kind not in ("topics", "groups", "brokers"):
+            raise CliError(f"--entity-type {kind} is not supported by shoal")
+
+    def _entries(self, kind: str, name: str) -> list[Any]:
+        res = self._resource(kind, name)
+        try:
+            cfg = self.admin.describe_configs([res], request_timeout=self.t)[res].result(timeout=self.t)
+        except Exception as e:
+            raise CliError(f"cannot describe the configs of {kind[:-1]} {name or '(default)'}: "
+                           f"{kafka_error_text(e)}") from None
+        return sorted(cfg.values(), key=lambda e: e.name)
+
+    def _names(self, kind: str) -> list[str]:
+        if kind == "topics":
+            return sorted(self.admin.list_topics(timeout=self.t).topics)
+        if kind == "brokers":
+            md = self.admin.list_topics(timeout=self.t)
+            return [str(b) for b in sorted(md.brokers)]
+        listed = self.admin.list_consumer_groups(request_timeout=self.t).result(timeout=self.t)
+        return sorted(g.group_id for g in listed.valid)
+
+    def describe(self) -> int:
+        kind, name = _entity(self.args)
+        self._check_supported(kind)
+        names = [name] if name is not None else self._names(kind)
+        doc = []
+        for n in names:
+            dynamic = _DYNAMIC[kind] if not (kind == "brokers" and n == "") else "DYNAMIC_DEFAULT_BROKER_CONFIG"
+            entries = self._entries(kind, n)
+            if not self.args.all:
+                wanted = {dynamic, "DYNAMIC_DEFAULT_BROKER_CONFIG"} if kind == "brokers" else {dynamic}
+                entries = [e for e in entries if _source(e) in wanted]
+            rows = []
+            for e in entries:
+                synonyms = [(_source(s), s.name, s.value) for s in (e.synonyms or {}).values()]
+                if not synonyms and not e.is_default:
+                    synonyms = [(_source(e), e.name, e.value)]
+                rows.append((e, synonyms))
+            if self.args.output == "json":
+                doc.append({"entity_type": kind, "entity_name": n, "configs": [
+                    {"name": e.name, "value": e.value, "source": _source(e), "sensitive": bool(e.is_sensitive),
+                     "read_only": bool(e.is_read_only),
+                     "synonyms": [{"source": s, "name": k, "value": v} for s, k, v in syn]} for e, syn in rows]})
+                continue
+            if kind == "brokers" and n == "":
+                print("Default configs for brokers in the cluster are:")
+            else:
+                print(f"{'All' if self.args.all else 'Dynamic'} configs for {kind[:-1]} {n} are:")
+            for e, syn in rows:
+                value = "null" if e.is_sensitive or e.value is None else e.value
+                text = ", ".join(f"{s}:{k}={v}" for s, k, v in syn)
+                print(f"  {e.name}={value} sensitive={str(bool(e.is_sensitive)).lower()} synonyms={{{text}}}")
+        if self.args.output == "json":
+            print(json.dumps(doc))
+        return 0
+
+    def alter(self) -> int:
+        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+
+        a = self.args
+        kind, name = _entity(a)
+        self._check_supported(kind)
+        if name is None:
+            raise CliError("an entity name must be specified with --alter of " + kind)
+        to_set: dict[str, str] = {}
+        if a.add_config_file:
+            from .common import client_config
+
+            to_set.update(client_config(argparse.Namespace(command_config=a.add_config_file)))
+        if a.add_config:
+            to_set.update(parse_add_config(a.add_config))
+        to_delete = [k.strip() for k in (a.delete_config or "").split(",") if k.strip()]
+        if not to_set and not to_delete:
+            raise CliError("--alter needs --add-config, --add-config-file or --delete-config")
+        if kind == "topics" and name not in self.admin.list_topics(timeout=self.t).topics:
+            raise CliError(f"The topic '{name}' does not exist.")
+        if to_delete:
+            dynamic = _DYNAMIC[kind] if not (kind == "brokers" and name == "") else "DYNAMIC_DEFAULT_BROKER_CONFIG"
+            present = {e.name for e in self._entries(kind, name) if _source(e) == dynamic}
+            missing = [k for k in to_delete if k not in present]
+            if missing:
+                raise CliError(f"Invalid config(s): {','.join(missing)}")
+        ops = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in to_set.items()]
+        ops += [ConfigEntry(k, "", incremental_operation=AlterConfigOpType.DELETE) for k in to_delete]
+        res = self._resource(kind, name)
+        res = type(res)(res.restype, res.name, incremental_configs=ops)
+        try:
+            self.admin.incremental_alter_configs([res], request_timeout=self.t)[res].result(timeout=self.t)
+        except Exception as e:
+            raise CliError(f"cannot alter the configs of {kind[:-1]} {name or '(default)'}: "
+                           f"{kafka_error_text(e)}") from None
+        verbose(a, f"set {sorted(to_set)}, deleted {to_delete}")
+        if a.output == "json":
+            print(json.dumps({"entity_type": kind, "entity_name": name, "set": to_set, "deleted": to_delete}))
+        elif kind == "brokers" and name == "":
+            print("Completed updating default config for brokers in the cluster.")
+        else:
+            print(f"Completed updating config for {kind[:-1]} {name}.")
+        return 0
+
+
+@command("configs", "describe and alter topic, group and broker configs (kafka-configs)")(_configure)
+def run(args: argparse.Namespace) -> int:
+    def body() -> int:
+        tool = _Configs(args)
+        return tool.describe() if args.describe else tool.alter()
+
+    return tool_main("configs", body)
