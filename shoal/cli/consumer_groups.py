@@ -15,13 +15,16 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .common import CliError, add_connection_options, add_output_options, emit, reach, timeout_s, tool_main, verbose
 from .main import command
 
-_TIMEOUT_S = 30.0
+DRY_RUN_WARNING = ("WARN: No action will be performed as the --execute option is missing. "
+                   "Add --execute to reset the offsets; add --dry-run to only show them without this warning.")
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bootstrap-server", required=True, help="host:port of a broker")
+    add_connection_options(p)
+    add_output_options(p)
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--list", action="store_true", help="list every consumer group")
     action.add_argument("--describe", action="store_true", help="describe groups: offsets and lag (default), "
@@ -45,43 +48,23 @@ def _configure(p: argparse.ArgumentParser) -> None:
     run = p.add_mutually_exclusive_group()
     run.add_argument("--dry-run", action="store_true", help="print the new offsets only (the default)")
     run.add_argument("--execute", action="store_true", help="commit the new offsets")
-    p.epilog = "Requires confluent-kafka (pip install confluent-kafka)."
-
-
-class CliError(Exception):
-    pass
 
 
 @command("consumer-groups", "list, describe, reset offsets of and delete consumer groups")(_configure)
 def run(args: argparse.Namespace) -> int:
-    try:
-        import confluent_kafka  # noqa: F401
-    except ImportError:
-        print("shoal consumer-groups needs confluent-kafka: pip install confluent-kafka", file=sys.stderr)
-        return 2
-    try:
+    def body() -> int:
         tool = _Tool(args)
         if args.list:
-            tool.list()
-        elif args.describe:
-            tool.describe()
-        elif args.reset_offsets:
-            tool.reset_offsets()
-        elif args.delete:
-            tool.delete()
-        else:
-            tool.delete_offsets()
-    except CliError as e:
-        print(f"Error: {e}", file=sys.stderr)
-        return 1
-    return 0
+            return tool.list()
+        if args.describe:
+            return tool.describe()
+        if args.reset_offsets:
+            return tool.reset_offsets()
+        if args.delete:
+            return tool.delete()
+        return tool.delete_offsets()
 
-
-def _print_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    rows = [[str(c) for c in r] for r in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
-    for r in [list(header)] + rows:
-        print(" ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    return tool_main("consumer-groups", body)
 
 
 def _parse_topic(spec: str) -> tuple[str, list[int] | None]:
@@ -100,10 +83,16 @@ def _dash(value: Any) -> str:
 
 class _Tool:
     def __init__(self, args: argparse.Namespace) -> None:
-        from confluent_kafka.admin import AdminClient
+        from .common import admin_client
 
         self.args = args
-        self.admin = AdminClient({"bootstrap.servers": args.bootstrap_server, "log_level": 0})
+        self.missing: list[str] = []
+        self.t = timeout_s(args)
+        reach(args, "shoal-consumer-groups").close()
+        self.admin = admin_client(args)
+
+    def _table(self, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        emit(self.args, header, rows)
 
     # -- helpers -----------------------------------------------------------------
     def _groups(self) -> list[str]:
@@ -114,15 +103,15 @@ class _Tool:
         return list(self.args.group)
 
     def _listed(self) -> list[Any]:
-        result = self.admin.list_consumer_groups(request_timeout=_TIMEOUT_S).result(_TIMEOUT_S)
+        result = self.admin.list_consumer_groups(request_timeout=self.t).result(self.t)
         return list(result.valid)
 
     def _committed(self, group: str) -> dict[tuple[str, int], int]:
         from confluent_kafka import ConsumerGroupTopicPartitions
 
         fut = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
-                                                     request_timeout=_TIMEOUT_S)[group]
-        return {(tp.topic, tp.partition): tp.offset for tp in fut.result(_TIMEOUT_S).topic_partitions
+                                                     request_timeout=self.t)[group]
+        return {(tp.topic, tp.partition): tp.offset for tp in fut.result(self.t).topic_partitions
                 if tp.offset >= 0}
 
     def _offsets(self, tps: Iterable[tuple[str, int]], spec: Any) -> dict[tuple[str, int], int]:
@@ -131,36 +120,60 @@ class _Tool:
         tps = list(tps)
         if not tps:
             return {}
-        futs = self.admin.list_offsets({TopicPartition(t, p): spec for t, p in tps}, request_timeout=_TIMEOUT_S)
-        return {(tp.topic, tp.partition): f.result(_TIMEOUT_S).offset for tp, f in futs.items()}
+        futs = self.admin.list_offsets({TopicPartition(t, p): spec for t, p in tps}, request_timeout=self.t)
+        return {(tp.topic, tp.partition): f.result(self.t).offset for tp, f in futs.items()}
 
     def _describe(self, groups: list[str]) -> dict[str, Any]:
-        futs = self.admin.describe_consumer_groups(groups, request_timeout=_TIMEOUT_S)
+        """Descriptions of the groups that exist; each unknown one is reported as Kafka does."""
+        futs = self.admin.describe_consumer_groups(groups, request_timeout=self.t)
         out = {}
         for g, f in futs.items():
             try:
-                out[g] = f.result(_TIMEOUT_S)
+                d = f.result(self.t)
             except Exception as e:
-                raise CliError(f"cannot describe group {g}: {e}") from None
+                from .common import kafka_error_text
+
+                raise CliError(f"cannot describe group {g}: {kafka_error_text(e)}") from None
+            if d.state.name == "DEAD":
+                print(f"Error: Consumer group '{g}' does not exist.", file=sys.stderr)
+                self.missing.append(g)
+                continue
+            out[g] = d
         return out
 
     def _topic_partitions(self, topic: str) -> list[int]:
-        md = self.admin.list_topics(topic, timeout=_TIMEOUT_S)
+        md = self.admin.list_topics(topic, timeout=self.t)
         t = md.topics.get(topic)
         if t is None or t.error is not None:
             raise CliError(f"topic {topic} does not exist")
         return sorted(t.partitions)
 
     # -- actions -----------------------------------------------------------------
-    def list(self) -> None:
-        for g in sorted(self._listed(), key=lambda g: g.group_id):
-            print(g.group_id)
+    def list(self) -> int:
+        listed = sorted(self._listed(), key=lambda g: g.group_id)
+        if self.args.output == "json":
+            emit(self.args, ["GROUP", "STATE"], [[g.group_id, g.state.name.title().replace("_", "")]
+                                                 for g in listed])
+        else:
+            for g in listed:
+                print(g.group_id)
+        return 0
 
-    def describe(self) -> None:
+    def describe(self) -> int:
+        self._describe_tables()
+        return 1 if self.missing else 0
+
+    def _describe_tables(self) -> None:
         from confluent_kafka.admin import OffsetSpec
 
-        groups = self._groups()
-        described = self._describe(groups)
+        described = self._describe(self._groups())
+        groups = list(described)
+        if self.args.output != "json":
+            for g in groups:
+                if described[g].state.name == "EMPTY" and not self.args.state:
+                    print(f"Consumer group '{g}' has no active members.", file=sys.stderr)
+        if not groups:
+            return
         if self.args.state:
             rows = []
             for g in groups:
@@ -169,13 +182,15 @@ class _Tool:
                 coord = f"{c.host}:{c.port} ({c.id})" if c is not None else "-"
                 rows.append([g, coord, _dash(d.partition_assignor), d.state.name.title().replace("_", ""),
                              len(d.members)])
-            _print_table(["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"], rows)
+            self._table(["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"], rows)
             return
         if self.args.members:
             rows = [[g, m.member_id, _dash(m.host), _dash(m.client_id),
                      len(m.assignment.topic_partitions) if m.assignment else 0]
+                    + ([_assignment(m)] if self.args.verbose else [])
                     for g in groups for m in described[g].members]
-            _print_table(["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"], rows)
+            self._table(["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
+                        + (["ASSIGNMENT"] if self.args.verbose else []), rows)
             return
         rows = []
         for g in groups:
@@ -194,21 +209,24 @@ class _Tool:
                 rows.append([g, tp[0], tp[1], _dash(cur), _dash(end), _dash(lag),
                              _dash(m.member_id if m else None), _dash(m.host if m else None),
                              _dash(m.client_id if m else None)])
-        _print_table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID",
+        self._table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID",
                       "HOST", "CLIENT-ID"], rows)
 
-    def reset_offsets(self) -> None:
+    def reset_offsets(self) -> int:
         from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
         a = self.args
         if not (a.topic or a.all_topics):
-            raise CliError("--reset-offsets needs --topic or --all-topics")
+            raise CliError("One of the reset scopes should be defined: --all-topics, --topic.")
         if not (a.to_earliest or a.to_latest or a.to_offset is not None or a.to_datetime or a.shift_by is not None):
-            raise CliError("--reset-offsets needs one of --to-earliest, --to-latest, --to-offset, --to-datetime, "
-                           "--shift-by")
+            raise CliError("Option '[reset-offsets]' requires one of the following scenarios: [to-earliest], "
+                           "[to-latest], [to-offset], [to-datetime], [shift-by]")
+        if not (a.dry_run or a.execute):
+            print(DRY_RUN_WARNING, file=sys.stderr)
         groups = self._groups()
-        described = self._describe(groups)
+        futs = self.admin.describe_consumer_groups(groups, request_timeout=self.t)
+        described = {g: f.result(self.t) for g, f in futs.items()}
         rows = []
         for g in groups:
             state = described[g].state.name
@@ -244,20 +262,22 @@ class _Tool:
                 new[tp] = min(max(target, lo), hi)
             if a.execute and new:
                 req = ConsumerGroupTopicPartitions(g, [TopicPartition(t, p, o) for (t, p), o in sorted(new.items())])
-                result = self.admin.alter_consumer_group_offsets([req], request_timeout=_TIMEOUT_S)[g].result(_TIMEOUT_S)
+                result = self.admin.alter_consumer_group_offsets([req], request_timeout=self.t)[g].result(self.t)
                 for tp in result.topic_partitions:
                     if tp.error is not None:
                         raise CliError(f"cannot reset {tp.topic}-{tp.partition} of {g}: {tp.error}")
             rows += [[g, t, p, o] for (t, p), o in sorted(new.items())]
-        _print_table(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], rows)
+            verbose(a, f"{g}: {'committed' if a.execute else 'planned (dry run)'} {len(new)} offsets")
+        self._table(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], rows)
+        return 0
 
-    def delete(self) -> None:
+    def delete(self) -> int:
         groups = self._groups()
-        futs = self.admin.delete_consumer_groups(groups, request_timeout=_TIMEOUT_S)
+        futs = self.admin.delete_consumer_groups(groups, request_timeout=self.t)
         failed = {}
         for g, f in futs.items():
             try:
-                f.result(_TIMEOUT_S)
+                f.result(self.t)
             except Exception as e:
                 failed[g] = e
         ok = [g for g in groups if g not in failed]
@@ -267,9 +287,9 @@ class _Tool:
             print(f"Error: Deletion of group '{g}' failed: {e}", file=sys.stderr)
         if failed:
             raise CliError(f"{len(failed)} group(s) could not be deleted")
+        return 0
 
-    def delete_offsets(self) -> None:
-        from ..client.connection import Connection
+    def delete_offsets(self) -> int:
         from ..protocol.entities import make, sub
 
         a = self.args
@@ -280,7 +300,7 @@ class _Tool:
         for spec in a.topic:
             name, parts = _parse_topic(spec)
             topics.append((name, parts if parts is not None else self._topic_partitions(name)))
-        with Connection.to(a.bootstrap_server, client_id="shoal-consumer-groups") as conn:
+        with reach(a, "shoal-consumer-groups") as conn:
             req = conn.request_type(47, 0)
             tcls, pcls = sub(req, "OffsetDeleteRequestTopic"), sub(req, "OffsetDeleteRequestPartition")
             resp = conn.send(make(req, group_id=group, topics=tuple(
@@ -292,7 +312,15 @@ class _Tool:
             for p in t.partitions:
                 rows.append([t.name, p.partition_index,
                              "Successful" if p.error_code == 0 else f"Error: {p.error_code.name}"])
-        _print_table(["TOPIC", "PARTITION", "STATUS"], rows)
+        self._table(["TOPIC", "PARTITION", "STATUS"], rows)
+        return 0
+
+
+def _assignment(member: Any) -> str:
+    by_topic: dict[str, list[int]] = {}
+    for tp in (member.assignment.topic_partitions if member.assignment else []):
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return ",".join(f"{t}({','.join(map(str, sorted(ps)))})" for t, ps in sorted(by_topic.items())) or "-"
 
 
 def _parse_datetime(text: str) -> int:
