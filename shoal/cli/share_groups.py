@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from ..protocol.entities import make, sub
+from .common import CliError, add_connection_options, add_output_options, emit, reach, tool_main, verbose
 from .main import command
 
 LIST_OFFSETS, LIST_GROUPS, DELETE_GROUPS = 2, 16, 42
@@ -21,8 +22,13 @@ SHARE_GROUP_DESCRIBE, DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS = 77, 90, 
 EARLIEST, LATEST = -2, -1
 
 
+DRY_RUN_WARNING = ("WARN: No action will be performed as the --execute option is missing. "
+                   "Add --execute to reset the offsets; add --dry-run to only show them without this warning.")
+
+
 def _configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bootstrap-server", required=True, help="HOST:PORT of the broker")
+    add_connection_options(p)
+    add_output_options(p)
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--list", action="store_true", help="list share groups")
     action.add_argument("--describe", action="store_true", help="describe a share group")
@@ -30,13 +36,13 @@ def _configure(p: argparse.ArgumentParser) -> None:
     action.add_argument("--delete", action="store_true", help="delete share groups")
     action.add_argument("--delete-offsets", action="store_true", help="delete a share group's offsets of topics")
     p.add_argument("--group", action="append", default=[], help="share group id (repeatable)")
+    p.add_argument("--all-groups", action="store_true", help="every share group")
     p.add_argument("--topic", action="append", default=[], help="TOPIC or TOPIC:P1,P2 (repeatable)")
     p.add_argument("--all-topics", action="store_true", help="with --reset-offsets: every topic the group has state for")
     shown = p.add_mutually_exclusive_group()
     shown.add_argument("--members", action="store_true", help="with --describe: the members")
     shown.add_argument("--state", action="store_true", help="with --describe: the group state")
     shown.add_argument("--offsets", action="store_true", help="with --describe: start offsets and lag (default)")
-    p.add_argument("--verbose", action="store_true", help="with --describe: more columns")
     to = p.add_mutually_exclusive_group()
     to.add_argument("--to-earliest", action="store_true")
     to.add_argument("--to-latest", action="store_true")
@@ -47,11 +53,11 @@ def _configure(p: argparse.ArgumentParser) -> None:
     run_mode.add_argument("--execute", action="store_true", help="apply the new offsets")
 
 
+_ARGS: list[argparse.Namespace] = []
+
+
 def _table(rows: list[list[Any]], header: list[str]) -> None:
-    cells = [header] + [[("-" if v is None else str(v)) for v in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    for r in cells:
-        print(" ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    emit(_ARGS[-1], header, rows)
 
 
 def _topic_args(values: list[str]) -> dict[str, list[int] | None]:
@@ -63,10 +69,8 @@ def _topic_args(values: list[str]) -> dict[str, list[int] | None]:
 
 
 class _Admin:
-    def __init__(self, bootstrap: str) -> None:
-        from ..client.connection import Connection
-
-        self.conn = Connection.to(bootstrap)
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.conn = reach(args, "shoal-share-groups")
 
     def close(self) -> None:
         self.conn.close()
@@ -108,7 +112,7 @@ class _Admin:
         for t in resp.topics:
             if t.name == topic:
                 return len(t.partitions)
-        raise SystemExit(f"unknown topic {topic}")
+        raise CliError(f"Topic '{topic}' does not exist.")
 
     def list_offsets(self, topic: str, partitions: list[int], timestamp: int) -> dict[int, int]:
         version = self.conn.version_for(LIST_OFFSETS, 1, 8)
@@ -131,15 +135,29 @@ def _error_name(code: Any) -> str:
 
 @command("share-groups", "list, describe, reset and delete share groups")(_configure)
 def run(args: argparse.Namespace) -> int:
-    admin = _Admin(args.bootstrap_server)
+    _ARGS.append(args)
+    return tool_main("share-groups", lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    admin = _Admin(args)
     try:
         if args.list:
-            for group, _state in admin.share_groups():
-                print(group)
+            listed = admin.share_groups()
+            if args.output == "json":
+                emit(args, ["GROUP", "STATE"], listed)
+            else:
+                for group, _state in listed:
+                    print(group)
             return 0
+        if args.all_groups:
+            if args.group:
+                raise CliError("give either --group or --all-groups")
+            args.group = [g for g, _state in admin.share_groups()]
+            if args.reset_offsets and not args.group:
+                return 0
         if not args.group:
-            print("--group is required", file=sys.stderr)
-            return 2
+            raise CliError("--group or --all-groups is required")
         if args.describe:
             return _describe(admin, args)
         if args.reset_offsets:
@@ -176,12 +194,21 @@ def _describe(admin: _Admin, args: argparse.Namespace) -> int:
     for group in args.group:
         d = admin.describe(group)
         if int(d.error_code) != 0:
-            print(f"Error: share group '{group}': {_error_name(d.error_code)}")
+            if _error_name(d.error_code) == "GROUP_ID_NOT_FOUND":
+                print(f"Error: Share group '{group}' does not exist.", file=sys.stderr)
+            else:
+                print(f"Error: Share group '{group}': {_error_name(d.error_code)}", file=sys.stderr)
             rc = 1
             continue
+        if not d.members and not args.state and args.output != "json":
+            print(f"Share group '{group}' has no active members.", file=sys.stderr)
         if args.state:
-            _table([[group, f"{admin.conn.host}:{admin.conn.port}", d.group_state, len(d.members)]],
-                   ["GROUP", "COORDINATOR", "STATE", "#MEMBERS"])
+            row = [group, f"{admin.conn.host}:{admin.conn.port}", d.group_state, len(d.members)]
+            header = ["GROUP", "COORDINATOR", "STATE", "#MEMBERS"]
+            if args.verbose:
+                row[3:3] = [d.group_epoch, d.assignment_epoch]
+                header[3:3] = ["GROUP-EPOCH", "ASSIGNMENT-EPOCH"]
+            _table([row], header)
         elif args.members:
             rows = []
             for m in d.members:
@@ -195,7 +222,7 @@ def _describe(admin: _Admin, args: argparse.Namespace) -> int:
         else:
             o = admin.offsets(group)
             if int(o.error_code) != 0:
-                print(f"Error: share group '{group}': {_error_name(o.error_code)}")
+                print(f"Error: Share group '{group}': {_error_name(o.error_code)}", file=sys.stderr)
                 rc = 1
                 continue
             rows = []
@@ -203,7 +230,7 @@ def _describe(admin: _Admin, args: argparse.Namespace) -> int:
                 for p in sorted(t.partitions, key=lambda p: p.partition_index):
                     rows.append([group, t.topic_name, p.partition_index,
                                  p.start_offset if p.start_offset >= 0 else None, p.lag if p.lag >= 0 else None])
-            if not rows:
+            if not rows and args.output != "json":
                 print(f"Share group '{group}' has no offsets.")
             else:
                 _table(rows, ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"])
@@ -225,11 +252,15 @@ def _reset(admin: _Admin, args: argparse.Namespace) -> int:
     elif args.to_datetime:
         ts = _timestamp(args.to_datetime)
     else:
-        print("one of --to-earliest, --to-latest, --to-datetime is required", file=sys.stderr)
-        return 2
+        raise CliError("Option '[reset-offsets]' requires one of the following scenarios: [to-earliest], "
+                       "[to-latest], [to-datetime]")
+    if not (args.topic or args.all_topics):
+        raise CliError("One of the reset scopes should be defined: --all-topics, --topic.")
+    if not (args.dry_run or args.execute):
+        print(DRY_RUN_WARNING, file=sys.stderr)
     group = args.group[0]
     topics = _topic_args(args.topic)
-    if args.all_topics or not topics:
+    if args.all_topics:
         o = admin.offsets(group)
         for t in o.topics:
             topics.setdefault(t.topic_name, [])
@@ -251,9 +282,9 @@ def _reset(admin: _Admin, args: argparse.Namespace) -> int:
                 for p, off in sorted(found.items())))
             for name, found in plan.items())))
         if int(resp.error_code) != 0:
-            print(f"Error: cannot reset offsets of share group '{group}': {_error_name(resp.error_code)}"
-                  + (" (the group must be empty)" if _error_name(resp.error_code) == "NON_EMPTY_GROUP" else ""))
-            return 1
+            raise CliError(f"cannot reset offsets of share group '{group}': {_error_name(resp.error_code)}"
+                           + (" (the group must be empty)" if _error_name(resp.error_code) == "NON_EMPTY_GROUP"
+                              else ""))
         errors = {(t.topic_name, p.partition_index): p.error_code for t in resp.responses for p in t.partitions}
         for r in rows:
             code = errors.get((r[1], r[2]), 0)

@@ -60,6 +60,8 @@ def _not_created_reason(broker: Any, request: Any, name: str) -> str:
         return "internal topics are created by their coordinator"
     if not broker.config["auto.create.topics.enable"]:
         return "auto.create.topics.enable=false"
+    if broker.cluster.clustered:
+        return "a cluster does not create topics automatically yet"
     return "the client's Metadata request does not allow auto-creation"
 
 
