@@ -77,8 +77,9 @@ def _parse_topic(spec: str) -> tuple[str, list[int] | None]:
         raise CliError(f"invalid --topic {spec!r}: expected TOPIC or TOPIC:P,P,...") from None
 
 
-def _dash(value: Any) -> str:
-    return "-" if value is None or value == "" else str(value)
+def _dash(value: Any) -> Any:
+    """None for a missing value: printed as "-" in tables, null in JSON."""
+    return None if value is None or value == "" else value
 
 
 class _Tool:
