@@ -4,7 +4,7 @@ cannot drift from the product).
 Every ```python block runs with this interpreter, in order, against one fresh broker, with
 ``127.0.0.1:9092`` replaced by its address; every ``.venv/bin/shoal`` command of the ```sh
 blocks runs too (as ``python -m shoal``). Left out: the Spark block (it needs Java and runs
-a 30 s stream; tests/spark covers the data source), and set-up commands (``bash
+a stream for a minute or more; tests/spark covers the data source), and set-up commands (``bash
 scripts/...``, ``pip install``, ``examples/pipeline.py``, which tests/spark runs).
 """
 
