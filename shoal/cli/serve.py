@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 from ..config import BrokerConfig, ConfigError, load_properties
@@ -65,6 +67,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(config: BrokerConfig, data_dir: Path, host: str, port: int) -> int:
+    """Run the broker until a signal or a lost data directory stops it; returns the exit status.
+
+    The first SIGTERM or SIGINT starts a clean shutdown, and a watchdog thread ends the
+    process if the shutdown has not finished ``shutdown.timeout.ms`` plus
+    :data:`SHUTDOWN_GRACE_S` later (a disk that blocks the event loop). A second signal
+    exits at once, with status 128 + the signal number.
+    """
     from ..server.broker import Broker
 
     broker = Broker(config, data_dir, host, port)
@@ -75,7 +84,47 @@ async def _serve(config: BrokerConfig, data_dir: Path, host: str, port: int) -> 
         return 1
     print(f"listening on {broker.host}:{broker.port}", flush=True)
     loop = asyncio.get_running_loop()
+    limit_s = config["shutdown.timeout.ms"] / 1000 + SHUTDOWN_GRACE_S
+
+    signals: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        signals.append(signum)
+        if len(signals) > 1:
+            _exit_now(f"second {signal.Signals(signum).name} during shutdown: exiting at once", 128 + signum)
+        _start_watchdog(limit_s)
+        asyncio.ensure_future(broker.stop())
+
+    async def watch_shutdown() -> None:  # a shutdown without a signal: the data directory is gone
+        await broker.wait_stopping()
+        _start_watchdog(limit_s)
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda: asyncio.ensure_future(broker.stop()))
+        loop.add_signal_handler(sig, on_signal, sig)
+    watcher = asyncio.ensure_future(watch_shutdown())
     await broker.serve_forever()
-    return 0
+    watcher.cancel()
+    return broker.exit_code
+
+
+SHUTDOWN_GRACE_S = 5.0
+"""How long past ``shutdown.timeout.ms`` a shutdown may take before the process ends anyway."""
+
+
+def _exit_now(reason: str, status: int) -> None:
+    logging.getLogger("shoal").error("%s", reason)
+    logging.shutdown()
+    os._exit(status)
+
+
+_watchdog_started = False
+
+
+def _start_watchdog(limit_s: float) -> None:
+    global _watchdog_started
+    if _watchdog_started:
+        return
+    _watchdog_started = True
+    timer = threading.Timer(limit_s, _exit_now, (f"shutdown did not finish within {limit_s:.0f}s: exiting", 1))
+    timer.daemon = True
+    timer.start()

@@ -152,6 +152,16 @@ class PartitionLog:
             fsync_dir(directory.parent)
         log = cls(directory, config)
         log._last_flush_ms = now_ms
+        try:
+            log._load()
+        except BaseException:  # out of descriptors or space: close what was opened
+            for seg in log.segments:
+                seg.close()
+            raise
+        return log
+
+    def _load(self) -> None:
+        log, directory, config = self, self.dir, self.config
         for p in directory.iterdir():
             if p.name.endswith((".cleaned", ".tmp")):
                 p.unlink()
@@ -192,7 +202,6 @@ class PartitionLog:
                 if h.producer_id >= 0:
                     log.producers.replay(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
                                          h.base_offset, h.last_offset, h.max_timestamp)
-        return log
 
     # --- offsets -------------------------------------------------------------------------
     @property
@@ -279,7 +288,7 @@ class PartitionLog:
         incoming_ts = max(max_ts) if max_ts else now_ms
         if should_roll(segment_size=active.size, incoming_bytes=total, segment_bytes=cfg.segment_bytes,
                        first_timestamp=active.first_timestamp, now_ms=incoming_ts, segment_ms=cfg.segment_ms):
-            active = self.roll()
+            active = self.roll()  # raises OSError if the old segment's fsync fails
         try:
             active.append(out, headers, offsets, max_ts)
         except OSError as exc:
@@ -359,15 +368,35 @@ class PartitionLog:
         return self.log_end_offset
 
     def roll(self) -> Segment:
-        """Seal the active segment (fsync) and start a new one at the LEO."""
+        """Seal the active segment (fsync) and start a new one at the LEO.
+
+        Raises OSError if the fsync of the old segment fails (its appends may not be on
+        disk), and ApiError(kafka_storage_error) if the new segment cannot be created
+        (no space, no descriptors): then the old segment stays active and nothing changed.
+        A recovery point that cannot be written is skipped: the older one on disk only
+        makes the next start validate more.
+        """
         old = self.segments[-1]
-        old.seal()
-        seg = Segment(self.dir, self.log_end_offset, self.config.index_interval_bytes)
-        seg.recover()
-        fsync_dir(self.dir)
+        try:
+            old.index_max_timestamp()
+        except OSError as exc:
+            raise ApiError(ErrorCode.kafka_storage_error, f"cannot seal segment: {exc}") from exc
+        old.sync()
+        seg = None
+        try:
+            seg = Segment(self.dir, self.log_end_offset, self.config.index_interval_bytes)
+            seg.recover()
+            fsync_dir(self.dir)
+        except OSError as exc:
+            if seg is not None:
+                seg.delete()
+            raise ApiError(ErrorCode.kafka_storage_error, f"cannot start a new segment: {exc}") from exc
         self.segments.append(seg)
         self._bases.append(seg.base_offset)
-        atomic_write(self.dir / RECOVERY_POINT_FILE, str(seg.base_offset).encode())
+        try:
+            atomic_write(self.dir / RECOVERY_POINT_FILE, str(seg.base_offset).encode())
+        except OSError:
+            pass
         return seg
 
     # --- flush ---------------------------------------------------------------------------
@@ -544,14 +573,20 @@ class PartitionLog:
 
     # --- closing ----------------------------------------------------------------------------
     def close(self) -> None:
-        """Flush, checkpoint the recovery point, close files."""
+        """Flush, checkpoint the recovery point, close files.
+
+        The files are closed even if the flush or the checkpoint fails; the OSError is
+        raised afterwards (the next open recovers from the older recovery point).
+        """
         if not self.segments:
             return
-        self.segments[-1].seal()
-        atomic_write(self.dir / RECOVERY_POINT_FILE, str(self.log_end_offset).encode())
-        for seg in self.segments:
-            seg.close()
-        self.segments = []
+        try:
+            self.segments[-1].seal()
+            atomic_write(self.dir / RECOVERY_POINT_FILE, str(self.log_end_offset).encode())
+        finally:
+            for seg in self.segments:
+                seg.close()
+            self.segments = []
 
     def delete(self) -> None:
         """Close and remove every file of this partition (the directory stays)."""

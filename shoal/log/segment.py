@@ -233,7 +233,28 @@ class Segment:
         except OSError:
             os.ftruncate(self.fd, start)
             raise
-        self.size = start + len(mv)
+        saved = (self.next_offset, self.max_timestamp, self.offset_of_max_timestamp, self.first_timestamp,
+                 self._bytes_since_index, len(self.offset_index), len(self.time_index))
+        try:
+            self._account(start, len(mv), headers, offsets, max_ts)
+        except OSError:  # an index file could not grow: take the whole append back
+            self._undo_append(start, saved)
+            raise
+
+    def _undo_append(self, start: int, saved: tuple[int, ...]) -> None:
+        (self.next_offset, self.max_timestamp, self.offset_of_max_timestamp, self.first_timestamp,
+         self._bytes_since_index, n_offsets, n_times) = saved
+        del self.offset_index.keys[n_offsets:], self.offset_index.values[n_offsets:]
+        del self.time_index.keys[n_times:], self.time_index.values[n_times:]
+        os.ftruncate(self._index_fd, n_offsets * OFFSET_ENTRY.size)
+        os.ftruncate(self._time_fd, n_times * TIME_ENTRY.size)
+        os.ftruncate(self.fd, start)
+        self.size = start
+        self._pos_cache.clear()
+
+    def _account(self, start: int, length: int, headers: list[BatchHeader], offsets: list[tuple[int, int]],
+                 max_ts: list[int]) -> None:
+        self.size = start + length
         self._dirty = True
         oentries = []
         tentries = []
@@ -261,11 +282,28 @@ class Segment:
 
     def seal(self) -> None:
         """Before the segment stops being active: index its max timestamp, fsync all files."""
+        self.index_max_timestamp()
+        self.sync()
+
+    def index_max_timestamp(self) -> None:
+        """Add the time-index entry of the segment's max timestamp if it is missing.
+
+        Raises OSError if the entry cannot be written; then the index is as before.
+        """
         last = self.time_index.last()
         if self.max_timestamp >= 0 and (last is None or last[0] < self.max_timestamp):
             rel = self.offset_of_max_timestamp - self.base_offset
+            n = len(self.time_index)
             if self.time_index.append(self.max_timestamp, max(rel, last[1] if last else 0)):
-                os.write(self._time_fd, TIME_ENTRY.pack(*self.time_index.last()))  # type: ignore[misc]
+                try:
+                    os.write(self._time_fd, TIME_ENTRY.pack(*self.time_index.last()))  # type: ignore[misc]
+                except OSError:
+                    del self.time_index.keys[n:], self.time_index.values[n:]
+                    os.ftruncate(self._time_fd, n * TIME_ENTRY.size)
+                    raise
+
+    def sync(self) -> None:
+        """fsync the log and both index files."""
         self.flush()
         os.fsync(self._index_fd)
         os.fsync(self._time_fd)

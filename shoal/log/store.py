@@ -23,6 +23,7 @@ checked with :func:`shoal.config.parse_value`; a partition's effective settings 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import uuid
@@ -36,6 +37,8 @@ from shoal.log.partition_log import PartitionLog, atomic_write
 from shoal.log.policy import LogConfig
 
 __all__ = ["LogStore", "TopicInfo", "validate_topic_name", "validate_topic_configs", "MAX_TOPIC_NAME_LENGTH"]
+
+_log = logging.getLogger("shoal.log")
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -118,7 +121,17 @@ class LogStore:
         for t in self._topics.values():
             cfg = self.log_config(t.name)
             for i in range(t.num_partitions):
-                self._logs[(t.name, i)] = PartitionLog.open(self._partition_dir(t.name, i), cfg, now_ms=now_ms)
+                d = self._partition_dir(t.name, i)
+                if not d.is_dir():
+                    # Older versions wrote the metadata before the partition directories, so a
+                    # creation that failed half-way left a topic without some of them.
+                    _log.warning("partition %s-%d has no directory %s (a topic creation or a partition "
+                                 "increase that did not finish); creating it empty", t.name, i, d)
+                try:
+                    self._logs[(t.name, i)] = PartitionLog.open(d, cfg, now_ms=now_ms)
+                except OSError as e:
+                    self.close()
+                    raise OSError(e.errno, f"cannot open partition {t.name}-{i} in {d}: {e.strerror or e}") from e
 
     # --- metadata --------------------------------------------------------------------------
     def _partition_dir(self, topic: str, index: int) -> Path:
@@ -170,23 +183,58 @@ class LogStore:
         t = TopicInfo(name, topic_id, num_partitions, configs)
         if validate_only:
             return t
-        for i in range(num_partitions):
-            d = self._partition_dir(name, i)
-            if d.exists():  # a stale directory not in the metadata: start afresh
-                shutil.rmtree(d)
+        logs = self._open_new_partitions(name, range(num_partitions), cfg, now_ms)
         self._topics[name] = t
         self._by_id[topic_id] = t
-        self._save()
-        for i in range(num_partitions):
-            self._logs[(name, i)] = PartitionLog.open(self._partition_dir(name, i), cfg, now_ms=now_ms)
+        try:
+            self._save()
+        except OSError as e:
+            del self._topics[name]
+            del self._by_id[topic_id]
+            self._discard(logs)
+            raise ApiError(ErrorCode.kafka_storage_error, f"cannot create topic {name!r}: {e}") from e
+        self._logs.update(logs)
         return t
+
+    def _open_new_partitions(self, name: str, indexes: range, cfg: LogConfig,
+                             now_ms: int) -> dict[tuple[str, int], PartitionLog]:
+        """Create empty partition logs; all of them, or none (ApiError(kafka_storage_error)).
+
+        They become part of the topic only once the metadata naming them is written, so a
+        failure here (no space, no descriptors) or a crash leaves no half-created topic:
+        directories not in the metadata are ignored, and replaced by the next creation.
+        """
+        logs: dict[tuple[str, int], PartitionLog] = {}
+        try:
+            for i in indexes:
+                d = self._partition_dir(name, i)
+                if d.exists():  # a stale directory not in the metadata: start afresh
+                    shutil.rmtree(d)
+                logs[(name, i)] = PartitionLog.open(d, cfg, now_ms=now_ms)
+        except OSError as e:
+            self._discard(logs)
+            for i in indexes:
+                shutil.rmtree(self._partition_dir(name, i), ignore_errors=True)
+            raise ApiError(ErrorCode.kafka_storage_error,
+                           f"cannot create the partitions of topic {name!r}: {e}") from e
+        return logs
+
+    def _discard(self, logs: dict[tuple[str, int], PartitionLog]) -> None:
+        for (name, i), plog in logs.items():
+            plog.delete()
+            shutil.rmtree(self._partition_dir(name, i), ignore_errors=True)
 
     def delete_topic(self, name: str) -> None:
         """Remove a topic and its files.  Raises ApiError(unknown_topic_or_partition)."""
         t = self._require(name)
         del self._topics[name]
         self._by_id.pop(t.topic_id, None)
-        self._save()
+        try:
+            self._save()
+        except OSError as e:
+            self._topics[name] = t
+            self._by_id[t.topic_id] = t
+            raise ApiError(ErrorCode.kafka_storage_error, f"cannot delete topic {name!r}: {e}") from e
         for i in range(t.num_partitions):
             log = self._logs.pop((name, i), None)
             if log is not None:
@@ -207,14 +255,15 @@ class LogStore:
             return t
         cfg = self.log_config(name)
         old = t.num_partitions
-        for i in range(old, total):
-            d = self._partition_dir(name, i)
-            if d.exists():
-                shutil.rmtree(d)
+        logs = self._open_new_partitions(name, range(old, total), cfg, now_ms)
         t.num_partitions = total
-        self._save()
-        for i in range(old, total):
-            self._logs[(name, i)] = PartitionLog.open(self._partition_dir(name, i), cfg, now_ms=now_ms)
+        try:
+            self._save()
+        except OSError as e:
+            t.num_partitions = old
+            self._discard(logs)
+            raise ApiError(ErrorCode.kafka_storage_error, f"cannot add partitions to topic {name!r}: {e}") from e
+        self._logs.update(logs)
         return t
 
     def alter_topic_configs(self, name: str, set: dict[str, str] | None = None,  # noqa: A002
@@ -231,8 +280,12 @@ class LogStore:
         parsed = validate_topic_configs(new)
         if validate_only:
             return t
-        t.configs = new
-        self._save()
+        old, t.configs = t.configs, new
+        try:
+            self._save()
+        except OSError as e:
+            t.configs = old
+            raise ApiError(ErrorCode.kafka_storage_error, f"cannot change the configs of topic {name!r}: {e}") from e
         cfg = LogConfig.resolve(self.config, parsed)
         for i in range(t.num_partitions):
             self._logs[(name, i)].update_config(cfg)
@@ -259,8 +312,18 @@ class LogStore:
         for log in self._logs.values():
             log.flush(now_ms)
 
-    def close(self) -> None:
-        """Flush and close every partition."""
-        for log in self._logs.values():
-            log.close()
+    def close(self) -> bool:
+        """Flush and close every partition; returns whether every one was flushed.
+
+        A partition that cannot be flushed (full disk, deleted directory) is logged with
+        the cause and closed anyway, so closing always ends.
+        """
+        ok = True
+        for (topic, index), plog in self._logs.items():
+            try:
+                plog.close()
+            except OSError as e:
+                ok = False
+                _log.error("partition %s-%d: could not flush at close: %s", topic, index, e)
         self._logs.clear()
+        return ok

@@ -27,6 +27,7 @@ from ..config import BrokerConfig
 from ..log.partition_log import atomic_write
 from ..log.store import LogStore
 from ..cluster.metadata import LocalMetadata
+from .data_dir import DataDirLock, StorageErrors
 from .dispatch import routes
 from .fetch_session import FetchSessionCache
 from .state_files import DynamicConfigs, ProducerIdAllocator
@@ -36,6 +37,9 @@ _UNKNOWN_TOPICS_REMEMBERED = 10_000
 
 HALT_EXIT_CODE = 70
 """Exit status after :meth:`Broker.halt_on_storage_error` (EX_SOFTWARE)."""
+
+DATA_DIR_CHECK_S = 1.0
+"""How often the broker checks that its data directory is still there."""
 
 
 class Clock:
@@ -184,6 +188,7 @@ class Broker:
         self._next_connection_id = 0
         self._server: asyncio.base_events.Server | None = None
         self._stopped = asyncio.Event()
+        self._stopping = asyncio.Event()
         self._timers: list[asyncio.TimerHandle] = []
         self.store: LogStore | None = None
         self.cluster_id = ""
@@ -197,10 +202,20 @@ class Broker:
         """Cluster mode only: the ReplicaManager (leadership, high watermarks, acks=all)."""
         self._leaving_cluster = False
         self._unknown_topics_logged: dict[tuple[str | None, str], None] = {}
+        self.storage_errors = StorageErrors()
+        self.exit_code = 0
+        """0, or 1 once something could not be written at shutdown or the data directory was lost."""
+        self._lock = DataDirLock(self.data_dir)
 
     # -- start / stop -----------------------------------------------------------------
     async def start(self) -> None:
+        """Lock the data directory, recover the log, load the coordinators, listen.
+
+        Raises OSError: DataDirInUse when another broker holds the data directory, or
+        whatever stopped the log from opening.
+        """
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock.acquire()
         node = None
         if self.config["metadata.store"] != "local":
             from ..cluster.node import ClusterNode
@@ -283,10 +298,21 @@ class Broker:
     async def serve_forever(self) -> None:
         await self._stopped.wait()
 
+    async def wait_stopping(self) -> None:
+        """Return once a shutdown has begun (by a signal, or because the data directory is gone)."""
+        await self._stopping.wait()
+
     async def stop(self) -> None:
+        """Shut down in order; always ends, whatever fails on the way.
+
+        A step that fails (a full disk, a deleted data directory) is logged and the
+        next one runs: the log is flushed and closed partition by partition, and what
+        could not be written is named in the log and sets ``exit_code`` to 1.
+        """
         if self.shutting_down:
             await self._stopped.wait()
             return
+        self._stopping.set()
         if self.replicas is not None and not self._leaving_cluster:
             # controlled shutdown while still serving: followers catch up, leaderships move
             self._leaving_cluster = True
@@ -300,6 +326,33 @@ class Broker:
             return
         self.shutting_down = True
         log.info("shutting down")
+        try:
+            await self._stop_serving()
+            for hook in reversed(_STOP_HOOKS):
+                try:
+                    await hook(self)
+                except Exception:
+                    log.exception("stop hook failed")
+                    self.exit_code = 1
+            try:
+                self.flusher.close()
+            except Exception:
+                log.exception("stopping the flusher failed")
+            if self.store is not None and not self.store.close():
+                self.exit_code = 1
+            if self.exit_code:
+                log.error("shut down; some state could not be written (see above)")
+            else:
+                log.info("shut down cleanly")
+        except BaseException:
+            log.exception("shutdown failed")
+            self.exit_code = 1
+            raise
+        finally:
+            self._lock.release()
+            self._stopped.set()
+
+    async def _stop_serving(self) -> None:
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
@@ -307,22 +360,12 @@ class Broker:
         self.append_waiters.wake_all()
         pending = [c.closed for c in self.connections]
         if pending:
-            _, not_done = await asyncio.wait(pending, timeout=self.config["shutdown.timeout.ms"] / 1000)
+            await asyncio.wait(pending, timeout=self.config["shutdown.timeout.ms"] / 1000)
             for conn in list(self.connections):
                 if conn.transport is not None:
                     conn.transport.abort()
         for t in self._timers:
             t.cancel()
-        for hook in reversed(_STOP_HOOKS):
-            try:
-                await hook(self)
-            except Exception:
-                log.exception("stop hook failed")
-        self.flusher.close()
-        if self.store is not None:
-            self.store.close()
-        log.info("shut down cleanly")
-        self._stopped.set()
 
     def halt_on_storage_error(self, reason: str) -> None:
         """Stop the process at once, without a clean shutdown (Kafka halts when a log flush fails).
@@ -392,6 +435,20 @@ class Broker:
             self._timers.append(loop.call_later(interval_s, run))
 
         self._timers.append(loop.call_later(interval_s, run))
+
+        def check_data_dir() -> None:
+            if self.shutting_down:
+                return
+            problem = self._lock.check()
+            if problem is not None:
+                log.critical("data directory %s is gone (%s): nothing written now would survive; stopping",
+                             self.data_dir, problem)
+                self.exit_code = 1
+                asyncio.ensure_future(self.stop())
+                return
+            self._timers.append(loop.call_later(DATA_DIR_CHECK_S, check_data_dir))
+
+        self._timers.append(loop.call_later(DATA_DIR_CHECK_S, check_data_dir))
         flush_ms = self.config["log.flush.interval.ms"]
         if flush_ms > 0:
             def flush() -> None:

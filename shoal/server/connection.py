@@ -198,7 +198,11 @@ class Connection(asyncio.Protocol):
         exc = task.exception()
         if exc is not None:
             if isinstance(exc, ApiError):
-                response = self._error_response(ctx, exc)
+                try:
+                    response = self._error_response(ctx, exc)
+                except ProtocolViolation as e:  # never leave the request unanswered: close instead
+                    self._abort(f"cannot answer: {e}")
+                    return
             else:
                 log.error(
                     "connection %s from %s: %s v%d failed; closing",

@@ -254,8 +254,10 @@ class CoordinatorRuntime(Generic[S]):
             self._fail(partition, e)
             raise ApiError(ErrorCode.coordinator_not_available, "coordinator state could not be written") from e
         except ApiError as e:
-            log.error("%s-%d: cannot write coordinator records: %s", self.topic, partition, e)
+            # A refused write (no space, no descriptors): nothing was appended or replayed.
+            self.broker.storage_errors.failed((self.topic, partition), e.message)
             raise ApiError(ErrorCode.coordinator_not_available, "coordinator state could not be written") from e
+        self.broker.storage_errors.ok((self.topic, partition))
         return plog, appended.base_offset, appended.durable
 
     def _replay(self, partition: int, result: Result[Any], base_offset: int) -> None:

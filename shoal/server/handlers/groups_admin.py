@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ...errors import ErrorCode
+from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make, sub
 from ..dispatch import api
 from ..group_service import group_service
@@ -61,8 +61,11 @@ async def handle_delete_groups(ctx: Any, request: Any) -> Any:
             code = await svc.delete_share_group(p, group_id)
         else:
             one = dataclasses.replace(request, groups_names=(group_id,))
-            response = svc.apply(p, svc.shard(p).handle_delete_groups(one, ctx.now_ms())).response
-            code = response.results[0].error_code
+            try:
+                response = svc.apply(p, svc.shard(p).handle_delete_groups(one, ctx.now_ms())).response
+                code = response.results[0].error_code
+            except ApiError as e:  # the deletion could not be written: this group's result says so
+                code = e.error_code
         if code is ErrorCode.none:
             ctx.broker.dynamic_configs.delete_group(group_id)
         results.append(make(rcls, group_id=group_id, error_code=code))

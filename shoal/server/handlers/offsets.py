@@ -10,17 +10,36 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ...errors import ApiError, ErrorCode
+from ...protocol.entities import make, sub
 from ..dispatch import api
 from ..group_service import group_service
 
 
 @api(8, 2, 9)
 async def handle_offset_commit(ctx: Any, request: Any) -> Any:
-    """Answered once the commit is durable; commits from many consumers share an fsync."""
+    """Answered once the commit is durable; commits from many consumers share an fsync.
+
+    OffsetCommitResponse has no top-level error code: when the commit cannot be written
+    (COORDINATOR_NOT_AVAILABLE: a full disk, a failed partition) every partition of the
+    request carries the error, as Kafka answers.
+    """
     svc = group_service(ctx.broker)
     p = svc.partition_for(request.group_id)
-    result = await svc.apply_durable(p, svc.shard(p).handle_offset_commit(request, ctx.now_ms()))
+    try:
+        result = await svc.apply_durable(p, svc.shard(p).handle_offset_commit(request, ctx.now_ms()))
+    except ApiError as e:
+        return _offset_commit_error(ctx.response_type, request, e.error_code)
     return result.response
+
+
+def _offset_commit_error(cls: type, request: Any, code: ErrorCode) -> Any:
+    tcls = sub(cls, "OffsetCommitResponseTopic")
+    pcls = sub(cls, "OffsetCommitResponsePartition")
+    return make(cls, topics=tuple(
+        make(tcls, name=t.name, partitions=tuple(
+            make(pcls, partition_index=p.partition_index, error_code=code) for p in t.partitions))
+        for t in request.topics))
 
 
 @api(9, 1, 9)

@@ -23,7 +23,9 @@ for an fsync, the response waits for it: the fsync runs off the event loop and i
 by every produce that appended to the partition meanwhile (group commit). So an
 acknowledged record is written and, where the policy says so, fsynced. acks=0 gets no
 response at all: the connection drops the response, or closes when it carries an error
-(as Kafka does, so that the client notices).
+(as Kafka does, so that the client notices). A write the disk refuses (nothing of it is
+left in the log) or an fsync that fails answers KAFKA_STORAGE_ERROR for that partition,
+logged once per partition until it writes again.
 """
 
 from __future__ import annotations
@@ -158,26 +160,51 @@ def handle_produce(ctx: Any, request: Any) -> Any:
 def _append(broker: Any, plog: Any, key: tuple[str, int], batch: Any, now_ms: int, r: dict[str, Any],
             flushes: list[tuple[dict[str, Any], Any]], isr_waits: list[tuple[dict[str, Any], Any, int]],
             acks: int) -> None:
-    """Append a validated batch; queue its fsync (flush policy) and, in cluster mode, its ISR wait."""
+    """Append a validated batch; queue its fsync (flush policy) and, in cluster mode, its ISR wait.
+
+    Raises ApiError; KAFKA_STORAGE_ERROR when the disk refuses the write (nothing of it
+    is left in the log) or the fsync of a rolled segment fails, reported to
+    ``broker.storage_errors`` (logged once per partition).
+    """
     replicas = broker.replicas
-    if replicas is not None:
-        replica = replicas.leader_replica(*key)
-        if acks == -1 and len(replica.state.isr) < replicas.min_insync_replicas(key[0]):
-            raise ApiError(ErrorCode.not_enough_replicas,
-                           f"ISR {list(replica.state.isr)} is smaller than min.insync.replicas")
-        result = plog.append(batch, now_ms, defer_flush=True, leader_epoch=replica.leader_epoch)
-        replicas.maybe_advance_hw(replica)
-        if acks == -1:
-            isr_waits.append((r, replica, result.last_offset + 1))
-    else:
-        result = plog.append(batch, now_ms, defer_flush=True)
+    try:
+        if replicas is not None:
+            replica = replicas.leader_replica(*key)
+            if acks == -1 and len(replica.state.isr) < replicas.min_insync_replicas(key[0]):
+                raise ApiError(ErrorCode.not_enough_replicas,
+                               f"ISR {list(replica.state.isr)} is smaller than min.insync.replicas")
+            result = plog.append(batch, now_ms, defer_flush=True, leader_epoch=replica.leader_epoch)
+            replicas.maybe_advance_hw(replica)
+            if acks == -1:
+                isr_waits.append((r, replica, result.last_offset + 1))
+        else:
+            result = plog.append(batch, now_ms, defer_flush=True)
+    except OSError as e:  # the fsync of the segment a roll sealed
+        broker.storage_errors.failed(key, f"fsync failed: {e}")
+        raise ApiError(ErrorCode.kafka_storage_error, f"append failed: {e}") from e
+    except ApiError as e:
+        if e.error_code == ErrorCode.kafka_storage_error:
+            broker.storage_errors.failed(key, e.message)
+        raise
     if plog.flush_due(now_ms):
-        flushes.append((r, broker.flusher.durable(plog, plog.log_end_offset)))
+        flushes.append((r, _durable(broker, key, plog, plog.log_end_offset)))
+    else:
+        broker.storage_errors.ok(key)
     r["base_offset"] = result.base_offset
     r["log_append_time"] = _append_time(result.log_append_time_ms)
     r["log_start_offset"] = plog.log_start_offset
     if result.record_count:
         broker.append_waiters.notify(*key)
+
+
+async def _durable(broker: Any, key: tuple[str, int], plog: Any, end_offset: int) -> None:
+    """The flusher's wait for ``end_offset``, reporting its outcome to ``broker.storage_errors``."""
+    try:
+        await broker.flusher.durable(plog, end_offset)
+    except OSError as e:
+        broker.storage_errors.failed(key, f"fsync failed: {e}")
+        raise
+    broker.storage_errors.ok(key)
 
 
 async def _append_later(broker: Any, key: tuple[str, int], records: Any, prev: asyncio.Future[None] | None,
@@ -240,8 +267,7 @@ async def _after_flush(cls: type, tcls: type, pcls: type, acks: int,
     """Wait for the fsyncs the flush policy asked for, then answer (group commit)."""
     outcomes = await asyncio.gather(*(f for _, f in flushes), return_exceptions=True)
     for (r, _), outcome in zip(flushes, outcomes):
-        if isinstance(outcome, BaseException):
-            log.error("fsync of partition %s failed: %s", r["index"], outcome)
+        if isinstance(outcome, BaseException):  # logged by _durable, once per partition
             r.update(error_code=ErrorCode.kafka_storage_error, base_offset=-1)
     return _response(cls, tcls, pcls, topic_results, cluster)
 

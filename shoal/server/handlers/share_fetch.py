@@ -208,6 +208,10 @@ def _acquire_one(ctx: Any, svc: ShareService, group_id: str, member_id: str, top
     return parts, acquired
 
 
+_WAIT_OUT = frozenset({ErrorCode.coordinator_not_available, ErrorCode.kafka_storage_error})
+"""Partition errors of state that cannot be written: the fetch still waits out its max wait."""
+
+
 @api(78, 1, 2)
 async def handle_share_fetch(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
@@ -295,9 +299,14 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
                     remaining_records -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
             left = deadline - broker.clock.now_ms()
             got_bytes = max_bytes - budget
-            if (fetched and (got_bytes >= min_bytes or remaining_records <= 0 or budget <= 0)) or errors \
+            if (fetched and (got_bytes >= min_bytes or remaining_records <= 0 or budget <= 0)) \
                     or left <= 0 or broker.shutting_down:
                 break
+            if any(c not in _WAIT_OUT for c in errors.values()):
+                break
+            # A partition whose state cannot be written (a full disk) does not end the long
+            # poll: its error is answered at the deadline, with whatever the others found, so
+            # a client that retries at once does not spin.
             keys = []
             for t, p in order:
                 meta = broker.store.topic_by_id(t)

@@ -20,6 +20,7 @@ from shoal.config import BrokerConfig
 from shoal.log.store import LogStore
 from shoal.protocol.codec import codec_for
 from shoal.protocol.entities import make, sub
+from shoal.server.data_dir import StorageErrors
 from shoal.server.group_service import GroupCoordinatorService
 from shoal.server.handlers import consumer_groups, groups_admin, groups_classic, share_groups
 from shoal.server.state_files import DynamicConfigs
@@ -39,6 +40,7 @@ class FakeBroker:
         self.clock = FakeClock()
         self.store = LogStore(data_dir, self.config, now_ms=self.clock.now_ms())
         self.dynamic_configs = DynamicConfigs(data_dir / "dynamic-configs.json", self.config)
+        self.storage_errors = StorageErrors()
         self.extensions: dict[str, Any] = {}
 
 

@@ -14,6 +14,7 @@ from shoal.config import BrokerConfig
 from shoal.log.store import LogStore
 from shoal.protocol.batch import build_batch
 from shoal.server.broker import AppendWaiters, Flusher
+from shoal.server.data_dir import StorageErrors
 from shoal.server.share_service import SHARE_STATE_TOPIC, ShareService
 from shoal.server.state_files import DynamicConfigs
 from shoal.share.coordinator import SharePartitionKey, StateBatch
@@ -37,6 +38,7 @@ class FakeBroker:
         self.dynamic_configs = DynamicConfigs(data_dir / "dynamic-configs.json", self.config)
         self.append_waiters = AppendWaiters()
         self.flusher = Flusher(self.clock)
+        self.storage_errors = StorageErrors()
         self.extensions: dict[str, Any] = {}
         self.shutting_down = False
         self.halted: list[str] = []
