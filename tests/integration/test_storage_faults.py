@@ -1,0 +1,313 @@
+"""Storage faults against a real ``shoal serve``: a second broker on a data directory in use,
+a full disk, a deleted data directory, and running out of file descriptors.
+
+The full-disk tests mount a 20 MiB tmpfs, so they need root (CI runs the suite as root);
+run as another user they fail and say why, rather than pass without testing anything.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, ShareConsumer, TopicPartition
+
+from shoal.client.connection import Connection
+from shoal.errors import ErrorCode
+from shoal.protocol.entities import make, sub
+from tests.support.broker import BrokerError, BrokerProcess
+from tests.support.clients import (
+    admin_client,
+    consume_exact,
+    consumer,
+    create_topic,
+    producer,
+    rdkafka_conf,
+)
+
+pytestmark = pytest.mark.timeout(180)
+
+
+# ---------------------------------------------------------------------------- helpers
+def produce_acked(bootstrap: str, topic: str, values: list[bytes], partition: int = 0,
+                  **conf: object) -> list[KafkaError | None]:
+    """Produce ``values`` one by one (no retries); returns each delivery's error (None: acknowledged)."""
+    p = producer(bootstrap, retries=0, **conf)
+    errors: list[KafkaError | None] = []
+    for v in values:
+        p.produce(topic, v, partition=partition, on_delivery=lambda err, msg: errors.append(err))
+        p.flush(20)
+    assert len(errors) == len(values), "a delivery report is missing"
+    return errors
+
+
+def read_values(bootstrap: str, topic: str, partition: int, count: int) -> list[bytes]:
+    """The first ``count`` values of one partition, read from offset 0."""
+    c = consumer(bootstrap)
+    try:
+        c.assign([TopicPartition(topic, partition, 0)])
+        return [r.value for r in consume_exact(c, count, timeout_s=20)]
+    finally:
+        c.close()
+
+
+def offset_commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int],
+                  metadata: str = "") -> dict[int, ErrorCode]:
+    """One OffsetCommit v8 on the wire (simple commit, no generation); partition -> error code.
+
+    The socket times out after 10 s, so a missing response fails the test.
+    """
+    with Connection.to(bootstrap, timeout_s=10.0) as conn:
+        req = conn.request_type(8, 8)
+        tcls, pcls = sub(req, "OffsetCommitRequestTopic"), sub(req, "OffsetCommitRequestPartition")
+        request = make(req, group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                       group_instance_id=None, topics=(make(tcls, name=topic, partitions=tuple(
+                           make(pcls, partition_index=p, committed_offset=o, committed_leader_epoch=-1,
+                                committed_metadata=metadata) for p, o in offsets.items())),))
+        response = conn.send(request)
+    (t,) = response.topics
+    return {p.partition_index: ErrorCode(p.error_code) for p in t.partitions}
+
+
+def fill_disk(path: Path) -> None:
+    """Write ``path`` until the file system is full."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        chunk = b"\0" * (1 << 16)
+        while True:
+            try:
+                if os.write(fd, chunk) == 0:
+                    break
+            except OSError as e:
+                assert e.errno == errno.ENOSPC, e
+                if len(chunk) == 1:
+                    break
+                chunk = chunk[: len(chunk) // 16 or 1]
+    finally:
+        os.close(fd)
+
+
+def stop_within(b: BrokerProcess, seconds: float) -> tuple[int, float]:
+    """SIGTERM; returns (exit status, seconds taken). Fails if the broker is still running after ``seconds``."""
+    assert b.proc is not None
+    start = time.monotonic()
+    b.proc.send_signal(signal.SIGTERM)
+    try:
+        rc = b.proc.wait(seconds)
+    except subprocess.TimeoutExpired:
+        b.kill()
+        raise AssertionError(f"broker still running {seconds}s after SIGTERM\n{b.stderr_tail()}") from None
+    took = time.monotonic() - start
+    b.stop(check=False)  # closes pipes
+    return rc, took
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A fresh 20 MiB tmpfs, unmounted at the end."""
+    if os.geteuid() != 0:
+        pytest.fail("the full-disk tests mount a tmpfs and must run as root (CI runs them as root)")
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.fixture
+def brokers() -> Iterator[list[BrokerProcess]]:
+    """Brokers a test starts itself (own data dirs); every one is stopped at the end."""
+    started: list[BrokerProcess] = []
+    yield started
+    for b in started:
+        if b.is_alive():
+            b.kill()
+
+
+# ------------------------------------------------------------------------------ tests
+def test_second_broker_on_a_data_dir_in_use_refuses_to_start_and_nothing_is_lost(
+        tmp_path: Path, brokers: list[BrokerProcess]) -> None:
+    data = tmp_path / "data"
+    first = BrokerProcess(data)
+    brokers.append(first)
+    first.start()
+    create_topic(first.bootstrap, "t", 1)
+    assert produce_acked(first.bootstrap, "t", [b"a%d" % i for i in range(10)]) == [None] * 10
+
+    second = BrokerProcess(data)
+    brokers.append(second)
+    started = time.monotonic()
+    with pytest.raises(BrokerError, match=r"exit 1"):
+        second.start()
+    assert time.monotonic() - started < 10, "the second broker should exit at once"
+    assert f"in use by another broker (pid {first.pid})" in second.stderr_tail(200)
+
+    first.assert_alive()
+    assert produce_acked(first.bootstrap, "t", [b"b%d" % i for i in range(10)]) == [None] * 10
+    first.restart()
+    want = [b"a%d" % i for i in range(10)] + [b"b%d" % i for i in range(10)]
+    assert read_values(first.bootstrap, "t", 0, 20) == want
+    # The lock went with the first broker: a broker starts on the directory once it is free.
+    first.stop()
+    second.start()
+    assert read_values(second.bootstrap, "t", 0, 20) == want
+    second.stop()
+
+
+def test_full_disk_fails_writes_with_errors_and_keeps_every_acknowledged_record(
+        small_disk: Path, tmp_path: Path, brokers: list[BrokerProcess]) -> None:
+    b = BrokerProcess(small_disk, {"group.share.enable": "true"})
+    brokers.append(b)
+    b.start()
+    create_topic(b.bootstrap, "t", 2)
+    acked = [b"before-%d-" % i + b"x" * 1000 for i in range(20)]
+    assert produce_acked(b.bootstrap, "t", acked) == [None] * 20
+    assert offset_commit(b.bootstrap, "g", "t", {0: 7, 1: 0}) == {0: ErrorCode.none, 1: ErrorCode.none}
+
+    filler = small_disk / "filler"
+    fill_disk(filler)
+
+    # Produce: KAFKA_STORAGE_ERROR for the partition, logged once with the cause.
+    big = [b"y" * 65536] * 3
+    errors = produce_acked(b.bootstrap, "t", big)
+    assert [e.code() if e else None for e in errors] == [KafkaError.KAFKA_STORAGE_ERROR] * 3
+    stderr = b.stderr_tail(400)
+    assert stderr.count("partition t-0: write failed") == 1, stderr
+    assert "No space left on device" in stderr
+
+    # OffsetCommit: an answer, with the error on every partition (a commit may still fit in
+    # the page the log's last write began, so commit until the disk refuses one).
+    codes: dict[int, ErrorCode] = {}
+    for i in range(40):
+        codes = offset_commit(b.bootstrap, "g", "t", {0: 100 + i, 1: 100 + i}, metadata="m" * 2000)
+        if codes[0] is not ErrorCode.none:
+            break
+    assert codes == {0: ErrorCode.coordinator_not_available, 1: ErrorCode.coordinator_not_available}
+
+    # A share consumer: every poll returns in its time with nothing or an error (the
+    # share-partition state cannot be written), close() returns, and the broker lives and
+    # does not log a line per request.
+    c = ShareConsumer(rdkafka_conf(b.bootstrap, **{"group.id": "sg"}))
+    c.subscribe(["t"])
+    polls = []
+    deadline = time.monotonic() + 4
+    while time.monotonic() < deadline:
+        started = time.monotonic()
+        try:
+            polls.append(c.poll(0.5))
+        except KafkaException as e:
+            polls.append(e.args[0].code())
+        assert time.monotonic() - started < 5
+    started = time.monotonic()
+    c.close()
+    assert time.monotonic() - started < 15
+    b.assert_alive()
+    # The broker answers a fetch whose share-partition state cannot be written at the end of
+    # its wait, as a long poll with nothing: the consumer hears the error about twice a
+    # second, not in a tight loop.
+    assert KafkaError.COORDINATOR_NOT_AVAILABLE in polls
+    assert len(polls) < 40, polls
+    stderr = b.stderr_tail(2000)
+    assert len(stderr.splitlines()) < 100, stderr
+
+    # Reads are still served, and other partitions still take writes that fit.
+    assert read_values(b.bootstrap, "t", 0, 20) == acked
+
+    rc, took = stop_within(b, 10)
+    assert took < 10
+    assert "could not flush" not in b.stderr_tail(50) or rc == 1
+
+    filler.unlink()
+    b.start()
+    assert read_values(b.bootstrap, "t", 0, 20) == acked
+    with Connection.to(b.bootstrap, timeout_s=10.0) as conn:
+        req = conn.request_type(9, 7)
+        tcls = sub(req, "OffsetFetchRequestTopic")
+        got = conn.send(make(req, group_id="g", require_stable=False,
+                             topics=(make(tcls, name="t", partition_indexes=(0, 1)),)))
+    offsets = {p.partition_index: p.committed_offset for p in got.topics[0].partitions}
+    assert offsets[1] >= 0 and offsets[0] >= 7  # the last acknowledged commit, or a later one
+    # Space is back: writes work again, and every acknowledged record is still there.
+    assert produce_acked(b.bootstrap, "t", [b"after"]) == [None]
+    assert read_values(b.bootstrap, "t", 0, 21) == acked + [b"after"]
+    assert offset_commit(b.bootstrap, "g", "t", {0: 21}) == {0: ErrorCode.none}
+    b.stop()
+
+
+def test_deleted_data_dir_is_reported_and_the_broker_stops(tmp_path: Path, brokers: list[BrokerProcess]) -> None:
+    b = BrokerProcess(tmp_path / "data")
+    brokers.append(b)
+    b.start()
+    create_topic(b.bootstrap, "t", 1)
+    assert produce_acked(b.bootstrap, "t", [b"one"]) == [None]
+    shutil.rmtree(b.data_dir)
+    assert b.proc is not None
+    try:
+        rc = b.proc.wait(10)
+    except subprocess.TimeoutExpired:
+        rc, _ = stop_within(b, 10)
+        raise AssertionError(f"the broker kept running on a deleted data directory (exit {rc} after SIGTERM)")
+    b.stop(check=False)
+    assert rc == 1
+    tail = b.stderr_tail(100)
+    assert "is gone (it was deleted)" in tail
+
+
+def test_create_topics_at_the_descriptor_limit_creates_nothing(tmp_path: Path,
+                                                                brokers: list[BrokerProcess]) -> None:
+    b = BrokerProcess(tmp_path / "data")
+    brokers.append(b)
+    b.start()
+    create_topic(b.bootstrap, "small", 1)
+    admin = admin_client(b.bootstrap)
+    soft, hard = resource.prlimit(b.pid, resource.RLIMIT_NOFILE)
+    used = len(os.listdir(f"/proc/{b.pid}/fd"))
+    # Room for the client's connection and a few files, not for 100 partitions of 3 files each.
+    resource.prlimit(b.pid, resource.RLIMIT_NOFILE, (used + 40, hard))
+    from confluent_kafka.admin import NewTopic
+
+    fut = admin.create_topics([NewTopic("big", 100, 1)], operation_timeout=15, request_timeout=15)["big"]
+    with pytest.raises(Exception) as info:
+        fut.result(timeout=20)
+    assert info.value.args[0].code() == KafkaError.KAFKA_STORAGE_ERROR
+    resource.prlimit(b.pid, resource.RLIMIT_NOFILE, (soft, hard))
+    md = admin.list_topics(timeout=10)
+    assert "big" not in md.topics
+    assert not list(b.data_dir.glob("big-*"))
+
+    # Nothing half-made: the same topic can be created once descriptors are back, and it
+    # survives a restart whole.
+    create_topic(b.bootstrap, "big", 100)
+    b.restart()
+    md = admin_client(b.bootstrap).list_topics(timeout=10)
+    assert len(md.topics["big"].partitions) == 100
+    assert produce_acked(b.bootstrap, "big", [b"x"], partition=99) == [None]
+    b.stop()
+
+
+def test_half_created_topic_of_an_older_version_is_repaired_at_start(tmp_path: Path,
+                                                                      brokers: list[BrokerProcess]) -> None:
+    b = BrokerProcess(tmp_path / "data")
+    brokers.append(b)
+    b.start()
+    create_topic(b.bootstrap, "t", 3)
+    assert produce_acked(b.bootstrap, "t", [b"kept"]) == [None]
+    b.stop()
+    # What an older version left when creation failed half-way: metadata, but not every directory.
+    shutil.rmtree(b.data_dir / "t-2")
+    b.start()
+    assert "partition t-2 has no directory" in b.stderr_tail(100)
+    assert read_values(b.bootstrap, "t", 0, 1) == [b"kept"]
+    assert produce_acked(b.bootstrap, "t", [b"new"], partition=2) == [None]
+    b.stop()
+
