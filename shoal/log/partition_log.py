@@ -575,14 +575,24 @@ class PartitionLog:
     def close(self) -> None:
         """Flush, checkpoint the recovery point, close files.
 
-        The files are closed even if the flush or the checkpoint fails; the OSError is
-        raised afterwards (the next open recovers from the older recovery point).
+        The files are closed whatever fails. Raises OSError if the fsync fails (appends
+        may not be on disk). A checkpoint or time-index entry that cannot be written (a
+        full disk) is skipped: the next open validates the log from the older recovery
+        point and rebuilds the active segment's indexes.
         """
         if not self.segments:
             return
         try:
-            self.segments[-1].seal()
-            atomic_write(self.dir / RECOVERY_POINT_FILE, str(self.log_end_offset).encode())
+            active = self.segments[-1]
+            try:
+                active.index_max_timestamp()
+            except OSError:
+                pass
+            active.sync()
+            try:
+                atomic_write(self.dir / RECOVERY_POINT_FILE, str(self.log_end_offset).encode())
+            except OSError:
+                pass
         finally:
             for seg in self.segments:
                 seg.close()

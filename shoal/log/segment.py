@@ -246,11 +246,15 @@ class Segment:
          self._bytes_since_index, n_offsets, n_times) = saved
         del self.offset_index.keys[n_offsets:], self.offset_index.values[n_offsets:]
         del self.time_index.keys[n_times:], self.time_index.values[n_times:]
-        os.ftruncate(self._index_fd, n_offsets * OFFSET_ENTRY.size)
-        os.ftruncate(self._time_fd, n_times * TIME_ENTRY.size)
+        self._pos_cache.clear()
         os.ftruncate(self.fd, start)
         self.size = start
-        self._pos_cache.clear()
+        try:  # entries the files kept beyond the memory's are harmless: the active segment's
+            # indexes are rebuilt at the next open
+            os.ftruncate(self._index_fd, n_offsets * OFFSET_ENTRY.size)
+            os.ftruncate(self._time_fd, n_times * TIME_ENTRY.size)
+        except OSError:
+            pass
 
     def _account(self, start: int, length: int, headers: list[BatchHeader], offsets: list[tuple[int, int]],
                  max_ts: list[int]) -> None:
