@@ -196,3 +196,83 @@ def test_deferred_flush_with_a_ticket(tmp_path):
     assert log.unflushed_messages == 2 and log.flush_due(2)
     with pytest.raises(OSError):
         os.fstat(ticket.fd)  # the duplicate is closed after the sync
+
+
+def _fail_writes_to(monkeypatch, fd_of, err=28):
+    """os.write to the descriptor ``fd_of()`` returns fails with ``err`` (ENOSPC by default)."""
+    real = os.write
+
+    def write(fd, data):
+        if fd == fd_of():
+            raise OSError(err, os.strerror(err))
+        return real(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+
+
+@pytest.mark.parametrize("which", ["log", "index"])
+def test_a_refused_write_takes_the_whole_append_back(tmp_path, monkeypatch, which):
+    log = open_log(tmp_path, index_interval_bytes=1)  # an index entry per batch
+    log.append(batch(3), 0)
+    seg = log.segments[-1]
+    before = (seg.size, seg.next_offset, list(seg.offset_index.keys), os.fstat(seg._index_fd).st_size)
+    _fail_writes_to(monkeypatch, lambda: seg.fd if which == "log" else seg._index_fd)
+    with pytest.raises(ApiError) as ei:
+        log.append(batch(2, pid=7, epoch=0, seq=0), 0)
+    assert ei.value.error_code == ErrorCode.kafka_storage_error
+    assert "No space left on device" in ei.value.message
+    assert (seg.size, seg.next_offset, list(seg.offset_index.keys), os.fstat(seg._index_fd).st_size) == before
+    assert os.fstat(seg.fd).st_size == before[0]
+    monkeypatch.undo()
+    # Space is back: the same idempotent batch is appended, not taken for a duplicate.
+    r = log.append(batch(2, pid=7, epoch=0, seq=0), 0)
+    assert (r.base_offset, r.duplicate) == (3, False)
+    log.close()
+    log = open_log(tmp_path)
+    assert offsets_of(log.read(0, 1 << 20)) == [0, 1, 2, 3, 4]
+    log.close()
+
+
+def test_a_segment_that_cannot_be_created_leaves_the_old_one_active(tmp_path, monkeypatch):
+    import errno
+
+    from shoal.log import partition_log
+
+    log = open_log(tmp_path, segment_bytes=400)
+    log.append(batch(1), 0)
+    real = partition_log.Segment
+
+    def no_descriptors(*a, **kw):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(partition_log, "Segment", no_descriptors)
+    with pytest.raises(ApiError) as ei:
+        log.append(batch(2), 0)  # needs a roll
+    assert ei.value.error_code == ErrorCode.kafka_storage_error
+    assert len(log.segments) == 1 and log.log_end_offset == 1
+    monkeypatch.setattr(partition_log, "Segment", real)
+    assert log.append(batch(2), 0).base_offset == 1
+    assert len(log.segments) == 2
+    log.close()
+
+
+def test_close_on_a_full_disk_still_closes_and_the_log_reopens(tmp_path, monkeypatch):
+    log = open_log(tmp_path)
+    log.append(batch(2), 0)
+    seg = log.segments[-1]
+    real = os.open
+
+    def no_space(path, *a, **kw):  # the recovery-point checkpoint cannot be created
+        if str(path).endswith(".tmp"):
+            raise OSError(28, "No space left on device")
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(os, "open", no_space)
+    fd = seg.fd
+    log.close()  # the data was fsynced; only the checkpoint is skipped
+    monkeypatch.undo()
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    log = open_log(tmp_path)
+    assert offsets_of(log.read(0, 1 << 20)) == [0, 1]
+    log.close()

@@ -85,3 +85,105 @@ def test_delete_create_partitions_alter(tmp_path):
     s = LogStore(tmp_path, BrokerConfig())
     assert s.get_topic("t").num_partitions == 1
     s.close()
+
+
+def _fail_on_open(monkeypatch, nth: int) -> None:
+    """Make the ``nth`` PartitionLog.open from now on fail as at the descriptor limit."""
+    import errno
+
+    from shoal.log import store as store_mod
+
+    real = store_mod.PartitionLog.open
+    calls = {"n": 0}
+
+    def open_(*args, **kw):
+        calls["n"] += 1
+        if calls["n"] == nth:
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(store_mod.PartitionLog, "open", open_)
+
+
+def test_create_topic_that_fails_half_way_leaves_nothing(tmp_path, monkeypatch):
+    s = LogStore(tmp_path, BrokerConfig())
+    _fail_on_open(monkeypatch, 3)
+    with pytest.raises(ApiError) as ei:
+        s.create_topic("t", 5)
+    assert ei.value.error_code == ErrorCode.kafka_storage_error
+    assert "Too many open files" in ei.value.message
+    assert s.get_topic("t") is None
+    assert not list(tmp_path.glob("t-*"))
+    monkeypatch.undo()
+    s.create_topic("t", 5)  # nothing half-made stands in the way
+    s.close()
+    s = LogStore(tmp_path, BrokerConfig())
+    assert s.get_topic("t").num_partitions == 5
+    s.close()
+
+
+def test_create_partitions_that_fails_half_way_adds_none(tmp_path, monkeypatch):
+    s = LogStore(tmp_path, BrokerConfig())
+    s.create_topic("t", 2)
+    _fail_on_open(monkeypatch, 2)
+    with pytest.raises(ApiError) as ei:
+        s.create_partitions("t", 4)
+    assert ei.value.error_code == ErrorCode.kafka_storage_error
+    assert s.get_topic("t").num_partitions == 2
+    assert sorted(p.name for p in tmp_path.glob("t-*")) == ["t-0", "t-1"]
+    s.close()
+
+
+def test_metadata_that_cannot_be_written_creates_no_topic(tmp_path, monkeypatch):
+    import errno
+
+    from shoal.log import store as store_mod
+
+    s = LogStore(tmp_path, BrokerConfig())
+
+    def no_space(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store_mod, "atomic_write", no_space)
+    with pytest.raises(ApiError) as ei:
+        s.create_topic("t", 2)
+    assert ei.value.error_code == ErrorCode.kafka_storage_error
+    assert s.get_topic("t") is None and not list(tmp_path.glob("t-*"))
+    monkeypatch.undo()
+    s.create_topic("t", 2)
+    s.close()
+
+
+def test_missing_partition_directory_of_a_listed_topic_is_recreated(tmp_path, caplog):
+    import shutil
+
+    s = LogStore(tmp_path, BrokerConfig())
+    s.create_topic("t", 3)
+    s.partition("t", 0).append(batch(2), 0)
+    s.close()
+    shutil.rmtree(tmp_path / "t-2")  # as an older version left a creation that failed half-way
+    with caplog.at_level("WARNING"):
+        s = LogStore(tmp_path, BrokerConfig())
+    assert "partition t-2 has no directory" in caplog.text
+    assert s.partition("t", 0).log_end_offset == 2
+    assert s.partition("t", 2).log_end_offset == 0
+    s.close()
+
+
+def test_close_closes_every_partition_even_when_a_flush_fails(tmp_path, caplog):
+    import os
+
+    s = LogStore(tmp_path, BrokerConfig())
+    s.create_topic("t", 2)
+    logs = [s.partition("t", i) for i in range(2)]
+    logs[0].append(batch(1), 0, defer_flush=True)
+    fds = [seg.fd for log in logs for seg in log.segments]
+    bad = logs[0].segments[-1]
+    os.close(bad.fd)  # its fsync now fails with EBADF
+    bad.fd = os.open(os.devnull, os.O_RDONLY)
+    with caplog.at_level("ERROR"):
+        assert s.close() is False
+    assert "partition t-0: could not flush at close" in caplog.text
+    for fd in fds[1:]:
+        with pytest.raises(OSError):
+            os.fstat(fd)  # closed
