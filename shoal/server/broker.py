@@ -1,10 +1,11 @@
 """The broker process: builds every part, serves connections, shuts down in order.
 
-Start order: log store (recovery), coordinators (replay of the internal topics),
-listening socket, then one "ready" log line with the bound address. Stop order
-(uvicorn's): stop listening; every connection stops reading and closes once its
-accepted requests are answered; wait up to ``shutdown.timeout.ms``; abort what is left;
-stop timers; flush and close the log.
+Start order: the data directory's lock, log store (recovery), coordinators (replay of
+the internal topics), listening socket, then one "ready" log line with the bound
+address. Stop order (uvicorn's): stop listening; every connection stops reading and
+closes once its accepted requests are answered; wait up to ``shutdown.timeout.ms``;
+abort what is left; stop timers; flush and close the log; release the lock. Each step
+runs whatever the previous one raised, so a stop always ends.
 
 The broker is the only owner of I/O resources (files, sockets, timers, threads for
 fsync). Pure cores (groups, share partitions, coordinators) are called from here and

@@ -13,7 +13,10 @@ batch to the partition's log and replaying them into the shard without awaiting 
 between, so no other operation on the shard can interleave between computing a result
 and applying it: one shard's operations are serial, as Kafka's runtime guarantees with
 its queue. If the append fails, nothing is replayed, the call raises
-ApiError(COORDINATOR_NOT_AVAILABLE) and the shard is unchanged.
+ApiError(COORDINATOR_NOT_AVAILABLE) and the shard is unchanged. A write the disk refuses
+(no space, no descriptors) is such a failure, not a fatal one: the log took the whole
+append back, so the same operation succeeds once space returns; it is logged once per
+partition through ``broker.storage_errors``.
 
 * ``apply(partition, result)``: append, fsync on the event loop, replay. When it
   returns, the records are durable; the caller may answer at once.
