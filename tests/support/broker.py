@@ -87,10 +87,12 @@ class BrokerProcess:
                                      stdin=subprocess.DEVNULL)
         line = self._read_ready_line()
         if line is None:
-            rc = self.proc.poll()
-            if rc is None:
+            try:  # a broker that refused to start may still be exiting: let it report its status
+                rc = self.proc.wait(5)
+            except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+                rc = None
             self._close_stderr()
             raise BrokerError(f"broker did not report readiness on port {port} (exit {rc})" + self._tail())
         self.port = int(line.rsplit(":", 1)[1])
