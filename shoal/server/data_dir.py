@@ -108,22 +108,29 @@ class StorageErrors:
     """
 
     def __init__(self) -> None:
-        self._failing: dict[Hashable, str] = {}
+        self._failing: dict[Hashable, tuple[str, str]] = {}
 
-    def failed(self, what: Hashable, cause: object) -> None:
-        """Report a failed write of ``what``; logs only the first of a run of failures."""
+    def failed(self, what: Hashable, cause: object, label: str | None = None) -> None:
+        """Report a failed write of ``what``; logs only the first of a run of failures.
+
+        ``label`` names the writer in the log (default: ``partition <topic>-<n>`` for a
+        ``(topic, n)`` key, else ``str(what)``).
+        """
         if what not in self._failing:
-            self._failing[what] = str(cause)
-            log.error("%s: write failed: %s (not logged again until it writes again)", _label(what), cause)
+            name = label or _label(what)
+            self._failing[what] = (str(cause), name)
+            log.error("%s: write failed: %s (not logged again until it writes again)", name, cause)
 
     def ok(self, what: Hashable) -> None:
         """Report a successful write of ``what``; logs if it was failing."""
-        if self._failing and self._failing.pop(what, None) is not None:
-            log.warning("%s: writes succeed again", _label(what))
+        if self._failing:
+            was = self._failing.pop(what, None)
+            if was is not None:
+                log.warning("%s: writes succeed again", was[1])
 
     def failing(self) -> dict[Hashable, str]:
         """Writers whose last write failed, with the cause."""
-        return dict(self._failing)
+        return {k: cause for k, (cause, _) in self._failing.items()}
 
 
 def _label(what: Hashable) -> str:

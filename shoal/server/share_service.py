@@ -458,13 +458,16 @@ class ShareService:
         pid: PartitionId = (sp.group_id, sp.topic_id, sp.partition)  # type: ignore[assignment]
         live = self.partitions.get(pid) is sp
         before = sp.next_fetch_offset()
+        errors_key = ("share-partition state", pid)
         if failure is None:
+            self.broker.storage_errors.ok(errors_key)
             sp.commit(w)
             # A release commits to AVAILABLE, and the SPSO may have moved.
             released = bool(w.updates) and (before is None or sp.has_available_in_flight())
         else:
-            log.warning("share-partition %s-%s-%d: state write failed (%s); rolled back",
-                        w.group_id, w.topic_id, w.partition, failure.error_code.name)
+            self.broker.storage_errors.failed(
+                errors_key, f"{failure.error_code.name}; acknowledgements rolled back",
+                label=f"share-partition {w.group_id}-{w.topic_id}-{w.partition}")
             sp.rollback(w, self.broker.clock.now_ms())
             released = True
         self._wake_settled(sp, failure is None)
