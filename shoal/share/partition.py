@@ -385,8 +385,10 @@ class SharePartition:
         with their delivery counts, in offset order (adjacent ranges with equal counts
         merged); empty if nothing could be acquired.  In BATCH_OPTIMIZED mode
         ``max_records`` is a soft limit (whole batches are taken); in RECORD_LIMIT mode it
-        is never exceeded.  ``batch_size``, if given, lets consecutive new log batches be
-        tracked as one in-flight batch of up to that many records.  May archive records
+        is never exceeded.  ``batch_size``, if given, is the preferred size of acquired
+        batches: consecutive new log batches are tracked as one in-flight batch of up to
+        that many records (a log batch is never split for it), and each such batch is one
+        entry of the result.  May archive records
         (gaps, delivery limit), which makes the partition dirty.
         """
         mode = AcquireMode(acquire_mode)
@@ -465,10 +467,16 @@ class SharePartition:
             if (grown is not None and batch_size is not None and grown.last_offset + 1 == pos
                     and hi - grown.first_offset + 1 <= batch_size):
                 grown.last_offset = hi
+                _append(out, pos, hi, 1)
             else:
                 grown = InFlightBatch(pos, hi, InFlightState(RecordState.ACQUIRED, 1, member_id, deadline))
                 self._batches.append(grown)
-            _append(out, pos, hi, 1)
+                if batch_size is None:
+                    _append(out, pos, hi, 1)
+                else:
+                    # BatchSize (ShareFetch v2) is the preferred size of acquired batches:
+                    # each in-flight batch of new records is its own AcquiredRecords entry.
+                    out.append(AcquiredRecords(pos, hi, 1))
             remaining -= hi - pos + 1
             pos = hi + 1
         self.end_offset = max(self.end_offset, pos)

@@ -535,3 +535,166 @@ def test_max_groups_is_enforced(start_broker: Any, topic_name: str) -> None:
     finally:
         for c in conns:
             c.close()
+
+
+# --- 9. ShareFetch v2 and the admin paths, over the wire -----------------------------------
+
+
+def produce_batches(bs: str, topic: str, batches: int, per_batch: int, **extra: Any) -> None:
+    """``batches`` record batches of ``per_batch`` records each (one flush per batch)."""
+    p = producer(bs, **{"linger.ms": 0, **extra})
+    for b in range(batches):
+        for i in range(per_batch):
+            p.produce(topic, value=b"%d-%d" % (b, i))
+        assert p.flush(10) == 0
+
+
+def acquired_ranges(resp: Any) -> list[tuple[int, int]]:
+    return [(a.first_offset, a.last_offset) for t in resp.responses for p in t.partitions
+            for a in p.acquired_records]
+
+
+@pytest.fixture
+def fresh_member(shared_broker: BrokerProcess, topic_name: str) -> Any:
+    """(bootstrap, connection, membership, topic id) for a new earliest-reset group on an empty topic."""
+    from tests.integration.test_share_consumer import set_group_configs
+
+    bs = shared_broker.bootstrap
+    create_topic(bs, topic_name)
+    group = f"v2-{topic_name}"
+    set_group_configs(bs, group, share_auto_offset_reset="earliest")
+    conn, m, tid = joined(bs, group, topic_name)
+    yield bs, conn, m, tid
+    conn.close()
+
+
+def test_batch_size_is_the_preferred_acquired_batch_size(fresh_member: Any) -> None:
+    bs, conn, m, tid = fresh_member
+    produce_batches(bs, m.topics[0], 6, 5)
+    r = raw_fetch(conn, m, 0, {0: []}, tid, batch_size=10, max_records=100)
+    # Log batches are never split; consecutive ones are grouped up to BatchSize records.
+    assert acquired_ranges(r) == [(0, 9), (10, 19), (20, 29)]
+
+
+def test_record_limit_acquire_mode_never_exceeds_max_records(fresh_member: Any) -> None:
+    bs, conn, m, tid = fresh_member
+    produce_batches(bs, m.topics[0], 1, 10)
+    r = raw_fetch(conn, m, 0, {0: []}, tid, max_records=3, share_acquire_mode=1)
+    assert acquired_ranges(r) == [(0, 2)]
+    # batch_optimized (the mode clients use): max_records is soft, whole batches are taken.
+    r = raw_fetch(conn, m, 1, {0: []}, tid, max_records=3, share_acquire_mode=0)
+    assert acquired_ranges(r) == [(3, 9)]
+
+
+def test_renew_keeps_records_past_their_lock_and_is_renew_ack_fetches_nothing(start_broker: Any,
+                                                                             topic_name: str) -> None:
+    from tests.integration.test_share_consumer import set_group_configs
+
+    b = start_broker({"group.share.min.record.lock.duration.ms": "1000"})
+    bs = b.bootstrap
+    create_topic(bs, topic_name)
+    set_group_configs(bs, "g", share_auto_offset_reset="earliest", share_record_lock_duration_ms="2000")
+    produce_batches(bs, topic_name, 1, 5)
+    conn, m, tid = joined(bs, "g", topic_name)
+    other_conn, other, _ = joined(bs, "g", topic_name)
+    try:
+        r = raw_fetch(conn, m, 0, {0: []}, tid)
+        assert acquired_ranges(r) == [(0, 4)]
+        started = time.monotonic()
+        produce_batches(bs, topic_name, 1, 5)
+        time.sleep(1.2)
+        # RENEW (type 4) with IsRenewAck: the locks move on; nothing is acquired.
+        r = raw_fetch(conn, m, 1, {0: [(0, 4, 4)]}, tid, is_renew_ack=True, max_wait=1000)
+        assert r.error_code == ErrorCode.none and acquired_ranges(r) == []
+        assert [p.acknowledge_error_code for t in r.responses for p in t.partitions] == [ErrorCode.none]
+        time.sleep(max(0.0, 2.6 - (time.monotonic() - started)))
+        # Past the first lock's end, the renewed records are still the first member's.
+        r = raw_fetch(other_conn, other, 0, {0: []}, tid)
+        assert acquired_ranges(r) == [(5, 9)]
+        r = raw_fetch(conn, m, 2, {0: [(0, 4, 1)]}, tid, max_records=1)
+        assert [p.acknowledge_error_code for t in r.responses for p in t.partitions] == [ErrorCode.none]
+        # RENEW needs ShareFetch/ShareAcknowledge v2; v1 refuses it for the partition.
+        from shoal.protocol.entities import make, sub
+        v1 = other_conn.request_type(79, 1)
+        r = other_conn.send(make(v1, group_id=other.group_id, member_id=other.member_id, share_session_epoch=1,
+                                 topics=(make(sub(v1, "AcknowledgeTopic"), topic_id=tid, partitions=(make(
+                                     sub(v1, "AcknowledgePartition"), partition_index=0, acknowledgement_batches=(
+                                         make(sub(v1, "AcknowledgementBatch"), first_offset=5, last_offset=9,
+                                              acknowledge_types=(4,)),)),)),)))
+        assert [p.error_code for t in r.responses for p in t.partitions] == [ErrorCode.invalid_request]
+    finally:
+        conn.close()
+        other_conn.close()
+
+
+def test_by_duration_reset_starts_at_the_first_record_that_recent(shared_broker: BrokerProcess,
+                                                                  topic_name: str) -> None:
+    from tests.integration.test_share_consumer import set_group_configs
+
+    bs = shared_broker.bootstrap
+    create_topic(bs, topic_name)
+    now = int(time.time() * 1000)
+    p = producer(bs, **{"linger.ms": 0})
+    for i in range(5):
+        p.produce(topic_name, value=b"old", timestamp=now - 2 * 3_600_000 + i)
+    for i in range(5):
+        p.produce(topic_name, value=b"new", timestamp=now - 600_000 + i)
+    assert p.flush(10) == 0
+    set_group_configs(bs, "dur", share_auto_offset_reset="by_duration:PT1H")
+    c = share_consumer(bs, "dur", topic_name)
+    got: list[Any] = []
+    deadline = time.monotonic() + 15
+    while len(got) < 5 and time.monotonic() < deadline:
+        got.extend(x for x in c.poll(0.5) if x.error() is None)
+    c.close()
+    assert sorted(x.offset() for x in got) == [5, 6, 7, 8, 9]
+
+
+def test_describe_list_and_delete_share_groups_and_offsets_lag(shared_broker: BrokerProcess,
+                                                               topic_name: str) -> None:
+    from shoal.client.share import ShareSession
+    from tests.integration.test_share_consumer import produce, set_group_configs
+
+    bs = shared_broker.bootstrap
+    group = f"adm-{topic_name}"[:200]
+    create_topic(bs, topic_name)
+    set_group_configs(bs, group, share_auto_offset_reset="earliest")
+    produce(bs, topic_name, 10)
+    conn, m, tid = joined(bs, group, topic_name)
+    try:
+        d = conn.call(77, 1, group_ids=(group,), include_authorized_operations=False).groups[0]
+        assert (d.error_code, d.group_state, [x.member_id for x in d.members]) == (ErrorCode.none, "Stable",
+                                                                                   [m.member_id])
+        assert [(tp.topic_name, tuple(tp.partitions)) for tp in d.members[0].assignment.topic_partitions] == \
+            [(topic_name, (0,))]
+        listed = conn.call(16, 5, states_filter=(), types_filter=("share",))
+        assert (group, "share") in {(g.group_id, g.group_type) for g in listed.groups}
+        # Several acknowledgement batches in one request; lag counts what is left.
+        s = ShareSession(conn, group, m.member_id)
+        assert len(s.fetch([(tid, 0)]).records) == 10
+        assert s.acknowledge({(tid, 0): [(0, 3, 1), (6, 7, 1), (8, 8, 3)]}) == {}
+        off = describe_offsets(bs, group)
+        assert [(p.start_offset, p.lag) for t in off.topics for p in t.partitions] == [(4, 3)]
+        tool = share_groups_tool(bs, "--describe", "--group", group)
+        assert tool.returncode == 0 and tool.stdout.split()[-5:] == [group, topic_name, "0", "4", "3"], tool.stdout
+        tool = share_groups_tool(bs, "--describe", "--group", group, "--members")
+        assert tool.returncode == 0 and m.member_id in tool.stdout, tool.stdout
+        tool = share_groups_tool(bs, "--describe", "--group", group, "--state")
+        assert tool.returncode == 0 and "Stable" in tool.stdout, tool.stdout
+        dg = conn.call(42, 2, groups_names=(group,))
+        assert [r.error_code for r in dg.results] == [ErrorCode.non_empty_group]
+        tool = share_groups_tool(bs, "--delete-offsets", "--group", group, "--topic", topic_name)
+        assert tool.returncode == 1 and "NON_EMPTY_GROUP" in tool.stdout, tool.stdout
+        s.close()
+        m.leave(conn)
+        tool = share_groups_tool(bs, "--delete-offsets", "--group", group, "--topic", topic_name)
+        assert tool.returncode == 0 and "Successful" in tool.stdout, tool.stdout
+        assert [p.start_offset for t in describe_offsets(bs, group).topics for p in t.partitions] == []
+        tool = share_groups_tool(bs, "--delete", "--group", group)
+        assert tool.returncode == 0 and "successful" in tool.stdout, tool.stdout
+        assert group not in share_groups_tool(bs, "--list").stdout.split()
+        d = conn.call(77, 1, group_ids=(group,), include_authorized_operations=False).groups[0]
+        assert d.error_code == ErrorCode.group_id_not_found
+        assert describe_offsets(bs, group).error_code == ErrorCode.group_id_not_found
+    finally:
+        conn.close()

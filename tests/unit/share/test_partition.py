@@ -72,7 +72,8 @@ def test_acquire_record_limit_splits_batch() -> None:
 def test_acquire_batch_size_combines_log_batches() -> None:
     sp = make()
     got = sp.acquire("m", [(0, 1), (2, 3), (4, 5)], 0, 100, batch_size=4)
-    assert got == [AcquiredRecords(0, 5, 1)]
+    # BatchSize is the preferred size of acquired batches: one entry per in-flight batch.
+    assert got == [AcquiredRecords(0, 3, 1), AcquiredRecords(4, 5, 1)]
     assert len(sp._batches) == 2
 
 
