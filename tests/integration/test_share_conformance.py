@@ -542,7 +542,7 @@ def test_max_groups_is_enforced(start_broker: Any, topic_name: str) -> None:
 
 def produce_batches(bs: str, topic: str, batches: int, per_batch: int, **extra: Any) -> None:
     """``batches`` record batches of ``per_batch`` records each (one flush per batch)."""
-    p = producer(bs, **{"linger.ms": 0, **extra})
+    p = producer(bs, **{"linger.ms": 200, "batch.num.messages": per_batch, **extra})
     for b in range(batches):
         for i in range(per_batch):
             p.produce(topic, value=b"%d-%d" % (b, i))
