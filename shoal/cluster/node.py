@@ -60,6 +60,7 @@ class ClusterNode:
         self._rebalance_due = False
         self._leaving = False
         self._tasks: list[asyncio.Task[Any]] = []
+        self._metadata_revision = -1
 
     # -- lifecycle ------------------------------------------------------------------------
     async def connect(self, proposed_cluster_id: str) -> str:
@@ -141,6 +142,10 @@ class ClusterNode:
     # -- snapshots --------------------------------------------------------------------------
     async def _on_snapshot(self, snap: Snapshot) -> None:
         self.replicas.apply(snap)
+        if snap.revision != self._metadata_revision:
+            # Brokers, leaders or ISRs may have changed: cached Metadata responses are stale.
+            self._metadata_revision = snap.revision
+            self.broker.store.bump_metadata_version()
         if self._closed:
             return
         if snap.controller < 0 and not self._leaving:

@@ -109,6 +109,12 @@ class LogStore:
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self.metadata_version = 0
+        """Bumped on every change Metadata responses show (topics created or deleted,
+        partitions added; leaders, once there are several brokers), through
+        ``bump_metadata_version``: caches of Metadata responses are keyed by it."""
+        self._topic_changed: dict[str, int] = {}
+        self._all_changed = 0
         for p in self.data_dir.iterdir():
             if p.name.endswith(".deleted") and p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
@@ -152,6 +158,22 @@ class LogStore:
             raise ApiError(ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
         return t
 
+    def bump_metadata_version(self, topic: str | None = None) -> None:
+        """Record a change Metadata shows: of ``topic`` only, or (None) of everything.
+
+        Call it on any topic, partition, leader or broker change; cached Metadata views
+        compare ``metadata_version`` and ``topic_metadata_version`` with what they saw.
+        """
+        self.metadata_version += 1
+        if topic is None:
+            self._all_changed = self.metadata_version
+        else:
+            self._topic_changed[topic] = self.metadata_version
+
+    def topic_metadata_version(self, name: str) -> int:
+        """The ``metadata_version`` of the last change that touched topic ``name``."""
+        return max(self._all_changed, self._topic_changed.get(name, 0))
+
     def get_topic(self, name: str) -> TopicInfo | None:
         return self._topics.get(name)
 
@@ -186,6 +208,7 @@ class LogStore:
         logs = self._open_new_partitions(name, range(num_partitions), cfg, now_ms)
         self._topics[name] = t
         self._by_id[topic_id] = t
+        self.bump_metadata_version(name)
         try:
             self._save()
         except OSError as e:
@@ -229,6 +252,7 @@ class LogStore:
         t = self._require(name)
         del self._topics[name]
         self._by_id.pop(t.topic_id, None)
+        self.bump_metadata_version(name)
         try:
             self._save()
         except OSError as e:
@@ -257,6 +281,7 @@ class LogStore:
         old = t.num_partitions
         logs = self._open_new_partitions(name, range(old, total), cfg, now_ms)
         t.num_partitions = total
+        self.bump_metadata_version(name)
         try:
             self._save()
         except OSError as e:

@@ -18,7 +18,7 @@ from ..errors import ProtocolViolation
 from .framing import frame
 from .header import RequestHeader, parse_request_header, response_header
 
-__all__ = ["Codec", "codec_for", "decode_request", "encode_response", "encode_body", "decode_body"]
+__all__ = ["Codec", "EncodedBody", "codec_for", "decode_request", "encode_response", "encode_body", "decode_body"]
 
 
 class Codec(NamedTuple):
@@ -27,6 +27,16 @@ class Codec(NamedTuple):
     read_request: Any
     write_response: Any
     flexible: bool
+
+
+class EncodedBody(NamedTuple):
+    """A response body already encoded for the request's API version.
+
+    A handler may return one instead of an entity when it caches encoded responses
+    (full Metadata); ``encode_response`` only adds the header and the size prefix.
+    """
+
+    body: bytes
 
 
 @lru_cache(maxsize=None)
@@ -64,6 +74,8 @@ def decode_body(entity_type: type, data: bytes) -> Any:
 
 
 def encode_response(codec: Codec, api_key: int, correlation_id: int, entity: Any) -> list[bytes]:
+    if type(entity) is EncodedBody:
+        return frame(response_header(api_key, correlation_id, codec.flexible), entity.body)
     buf = io.BytesIO()
     codec.write_response(buf, entity)
     return frame(response_header(api_key, correlation_id, codec.flexible), buf.getvalue())
