@@ -115,6 +115,34 @@ class OneOfList:
 _MIN_SEGMENT_BYTES = 14
 
 
+class _NoLimitOr(Range):
+    """-1 (no limit) or a value of the range."""
+
+    __slots__ = ()
+
+    def __call__(self, value: Any) -> bool:
+        return value == -1 or super().__call__(value)
+
+    def __str__(self) -> str:
+        return f"-1, or {super().__str__()}"
+
+
+class _HostCounts:
+    """``host-or-ip:count`` pairs, comma separated; host names are resolved when the broker starts."""
+
+    __slots__ = ()
+
+    def __call__(self, value: Any) -> bool:
+        for entry in str(value).split(","):
+            host, sep, count = entry.strip().rpartition(":")
+            if entry.strip() and (not sep or not host or not count.strip().isdigit()):
+                return False
+        return True
+
+    def __str__(self) -> str:
+        return "host-or-ip:count pairs, comma separated"
+
+
 _DEFS: list[Definition] = [
     # --- server -------------------------------------------------------------------
     Definition("node.id", int, 0, Scope.BROKER, "The id of this broker in Metadata replies.", check=_ge(0),
@@ -132,6 +160,25 @@ _DEFS: list[Definition] = [
                "Largest request frame accepted; a larger one closes the connection.", check=_ge(1)),
     Definition("queued.max.requests", int, 500, Scope.BROKER,
                "Requests in flight per connection before the broker stops reading from it.", check=_ge(1)),
+    Definition("queued.max.request.bytes", int, 256 * MIB, Scope.BROKER,
+               "Memory for request bodies, shared by all connections: a connection takes a frame's size when "
+               "it reads the size prefix and waits (stops reading) while the pool lacks it. Kafka's default is "
+               "-1 (unbounded); shoal's 256 MiB keeps partly sent frames from exhausting memory (500 peers "
+               "each sending most of a 100 MiB frame) while leaving room for two maximal frames and many "
+               "ordinary requests. -1 means unbounded.", check=_NoLimitOr(1), dynamic=False),
+    Definition("max.connections", int, 2147483647, Scope.BROKER,
+               "Connections open at once; at the limit the broker stops accepting until one closes.",
+               check=_ge(1), dynamic=False),
+    Definition("max.connections.per.ip", int, 2147483647, Scope.BROKER,
+               "Connections open at once from one address; more are accepted and closed at once.",
+               check=_ge(0), dynamic=False),
+    Definition("max.connections.per.ip.overrides", str, "", Scope.BROKER,
+               "Per-address exceptions to max.connections.per.ip: `host-or-ip:count` pairs, comma separated.",
+               check=_HostCounts(), dynamic=False),
+    Definition("connections.max.idle.ms", int, 600_000, Scope.BROKER,
+               "Close a connection that received and sent nothing for this long and has no request in "
+               "progress (including one waiting for request memory); -1 never closes idle connections.",
+               check=_NoLimitOr(1), dynamic=False),
     Definition("auto.create.topics.enable", bool, True, Scope.BROKER,
                "Create a topic (with `num.partitions` partitions) when a Metadata request that allows it "
                "names one that does not exist."),

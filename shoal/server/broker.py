@@ -31,6 +31,8 @@ from ..cluster.metadata import LocalMetadata
 from .data_dir import DataDirLock, StorageErrors
 from .dispatch import routes
 from .fetch_session import FetchSessionCache
+from .listener import Listener
+from .memory_pool import MemoryPool
 from .state_files import DynamicConfigs, ProducerIdAllocator
 
 log = logging.getLogger("shoal.broker")
@@ -187,7 +189,8 @@ class Broker:
         self.shutting_down = False
         self.connections: set[Any] = set()
         self._next_connection_id = 0
-        self._server: asyncio.base_events.Server | None = None
+        self._server: Listener | None = None
+        self.memory_pool = MemoryPool(self.config["queued.max.request.bytes"], _no_loop_yet)
         self._stopped = asyncio.Event()
         self._stopping = asyncio.Event()
         self._timers: list[asyncio.TimerHandle] = []
@@ -239,9 +242,9 @@ class Broker:
         for hook in _START_HOOKS:
             await hook(self)
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self._new_connection, self.host, self.port, reuse_address=True, backlog=1024
-        )
+        self.memory_pool = MemoryPool(self.config["queued.max.request.bytes"], loop.call_soon)
+        self._server = Listener(self, self._new_connection)
+        await self._server.start(self.host, self.port)
         sock = self._server.sockets[0]
         self.host, self.port = sock.getsockname()[:2]
         adv = self.config["advertised.listeners"]
@@ -465,6 +468,10 @@ class Broker:
                 self._timers.append(loop.call_later(flush_ms / 1000, flush))
 
             self._timers.append(loop.call_later(flush_ms / 1000, flush))
+
+
+def _no_loop_yet(callback: Any) -> None:  # pragma: no cover - replaced in start()
+    raise RuntimeError("the broker has not started")
 
 
 def _log_flush_failure(fut: asyncio.Future[None]) -> None:

@@ -11,9 +11,19 @@ came, even when handlers finish out of order (Kafka's rule). Produce with acks=0
 slot: it has no response, and a partition error closes the connection instead (Kafka's
 rule, so that the client notices).
 
-Backpressure: past ``queued.max.requests`` open slots, or while the transport's write
-buffer is above its high-water mark, the connection stops reading; it resumes when both
-clear.
+Backpressure: past ``queued.max.requests`` open slots, while the transport's write
+buffer is above its high-water mark, or while it waits for request memory, the
+connection stops reading; it resumes when all three clear.
+
+Request memory (``queued.max.request.bytes``, see ``memory_pool.py``): when the decoder
+has read a frame's size prefix, the connection takes that many bytes from the broker's
+pool before the body is buffered; if the pool lacks them it stops reading and queues,
+and reads on when the pool grants them. The bytes go back to the pool when the request
+has been handled (its response encoded, or for acks=0 Produce its task ended).
+
+Idleness: ``last_active_s`` (loop time) moves whenever bytes are received or a response
+is written; the listener closes connections idle past ``connections.max.idle.ms``
+(``close_idle``).
 
 Errors: a frame that is not a Kafka request (bad size, truncated, undecodable header or
 body, unknown API key, unsupported version of an API other than ApiVersions) is a
@@ -50,11 +60,13 @@ _PRODUCE = 0
 
 
 class _Slot:
-    __slots__ = ("pieces", "task")
+    __slots__ = ("pieces", "task", "reserved")
 
     def __init__(self) -> None:
         self.pieces: list[bytes] | None = None
         self.task: asyncio.Task[Any] | None = None
+        self.reserved = 0
+        """Pool bytes of the request's frame, released when its task ends."""
 
 
 class Connection(asyncio.Protocol):
@@ -63,14 +75,21 @@ class Connection(asyncio.Protocol):
         self.connection_id = connection_id
         self.transport: asyncio.Transport | None = None
         self.peer: str = "?"
-        self._decoder = FrameDecoder(broker.config["socket.request.max.bytes"])
+        self._decoder = FrameDecoder(broker.config["socket.request.max.bytes"], gated=True)
+        self._pool = broker.memory_pool
+        self._frame_reserved = 0
+        """Pool bytes granted for the frame being read (0 between frames)."""
+        self._memory_wait: Any = None
+        """The pool's handle while this connection waits (muted) for request memory."""
         self._slots: deque[_Slot] = deque()
         self._max_inflight: int = broker.config["queued.max.requests"]
         self._reading_paused = False
         self._write_paused = False
         self._closing = False
         self._routes = broker.routes
-        self.closed = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self.closed = self._loop.create_future()
+        self.last_active_s = self._loop.time()
 
     # -- asyncio.Protocol ---------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -88,6 +107,12 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
+        if self._memory_wait is not None:
+            self._pool.cancel(self._memory_wait)
+            self._memory_wait = None
+        if self._frame_reserved:
+            self._pool.release(self._frame_reserved)
+            self._frame_reserved = 0
         for slot in self._slots:
             if slot.task is not None and not slot.task.done():
                 slot.task.cancel()
@@ -99,14 +124,27 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        self.last_active_s = self._loop.time()
+        self._decoder.feed(data)
+        self._serve_frames()
+
+    def _serve_frames(self) -> None:
         decoder = self._decoder
-        decoder.feed(data)
         try:
             while not self._closing:
                 body = decoder.next_frame()
                 if body is None:
-                    break
-                self._serve(body)
+                    want = decoder.memory_wanted
+                    if want is None:
+                        break
+                    if not self._pool.try_reserve(want):
+                        self._wait_for_memory(want)
+                        break
+                    self._frame_reserved = want
+                    decoder.grant()
+                    continue
+                reserved, self._frame_reserved = self._frame_reserved, 0
+                self._serve(body, reserved)
         except ProtocolViolation as e:
             self._abort(f"protocol violation: {e}")
         except Exception:
@@ -131,8 +169,37 @@ class Connection(asyncio.Protocol):
         self._write_paused = False
         self._maybe_resume()
 
+    # -- request memory -----------------------------------------------------------
+    def _wait_for_memory(self, size: int) -> None:
+        self._memory_wait = self._pool.wait(size, lambda: self._memory_granted(size))
+        self._maybe_pause()
+
+    def _memory_granted(self, size: int) -> None:
+        self._memory_wait = None
+        if self._closing:
+            self._pool.release(size)
+            return
+        self._frame_reserved = size
+        self._decoder.grant()
+        self._maybe_resume()
+        self._serve_frames()
+
     # -- requests -----------------------------------------------------------------
-    def _serve(self, body: bytes) -> None:
+    def _serve(self, body: bytes, reserved: int) -> None:
+        """Serve one frame whose body holds ``reserved`` pool bytes, and see that they go back."""
+        try:
+            slot = self._serve_frame(body, reserved)
+        except BaseException:
+            self._pool.release(reserved)
+            raise
+        if slot is None:
+            return  # the acks=0 task releases them
+        if slot.task is None:
+            self._pool.release(reserved)
+        else:
+            slot.reserved = reserved
+
+    def _serve_frame(self, body: bytes, reserved: int) -> _Slot | None:
         if len(body) < 4:
             raise ProtocolViolation(f"frame of {len(body)} bytes is too short for a request header")
         api_key, version = _KEY_VERSION.unpack_from(body, 0)
@@ -141,8 +208,7 @@ class Connection(asyncio.Protocol):
             raise ProtocolViolation(f"unknown or unsupported API key {api_key}")
         if not route.min_version <= version <= route.max_version:
             if api_key == _API_VERSIONS:
-                self._unsupported_api_versions(body)
-                return
+                return self._unsupported_api_versions(body)
             raise ProtocolViolation(
                 f"API {api_key} version {version} not in {route.min_version}..{route.max_version}"
             )
@@ -151,8 +217,8 @@ class Connection(asyncio.Protocol):
         header, request = decode_request(body, codec)
         ctx = RequestContext(self.broker, self, header, codec)
         if api_key == _PRODUCE and request.acks == 0:
-            self._run_no_response(ctx, route, request)
-            return
+            self._run_no_response(ctx, route, request, reserved)
+            return None
         slot = _Slot()
         self._slots.append(slot)
         try:
@@ -165,11 +231,12 @@ class Connection(asyncio.Protocol):
             task = asyncio.ensure_future(response)
             slot.task = task
             task.add_done_callback(lambda t, s=slot, c=ctx: self._async_done(s, c, t))
-            return
+            return slot
         slot.pieces = encode_response(codec, api_key, header.correlation_id, response)
         self._flush()
+        return slot
 
-    def _run_no_response(self, ctx: RequestContext, route: Any, request: Any) -> None:
+    def _run_no_response(self, ctx: RequestContext, route: Any, request: Any, reserved: int) -> None:
         """acks=0 Produce: no response; a partition error closes the connection (Kafka's rule)."""
         def check(response: Any) -> None:
             failed = [(t.name, p.index, p.error_code.name) for t in response.responses
@@ -178,6 +245,7 @@ class Connection(asyncio.Protocol):
                 self._abort(f"acks=0 produce failed ({failed[:3]})")
 
         def done(t: asyncio.Task[Any]) -> None:
+            self._pool.release(reserved)
             if t.cancelled():
                 return
             if t.exception() is not None:
@@ -186,13 +254,17 @@ class Connection(asyncio.Protocol):
             elif t.result() is not None:
                 check(t.result())
 
-        result = route.handler(ctx, request)
+        result = route.handler(ctx, request)  # if it raises, _serve gives the memory back
         if asyncio.iscoroutine(result):
             asyncio.ensure_future(result).add_done_callback(done)
-        elif result is not None:
-            check(result)
+        else:
+            self._pool.release(reserved)
+            if result is not None:
+                check(result)
 
     def _async_done(self, slot: _Slot, ctx: RequestContext, task: asyncio.Task[Any]) -> None:
+        self._pool.release(slot.reserved)
+        slot.reserved = 0
         if task.cancelled() or self._closing:
             return
         exc = task.exception()
@@ -225,7 +297,7 @@ class Connection(asyncio.Protocol):
             fields["error_message"] = e.message
         return make(cls, **fields)
 
-    def _unsupported_api_versions(self, body: bytes) -> None:
+    def _unsupported_api_versions(self, body: bytes) -> _Slot:
         """Answer an ApiVersions version we do not know in the v0 format (KIP-511)."""
         header, _ = parse_request_header(body, None)
         from .handlers.api_versions import unsupported_version_response
@@ -237,6 +309,7 @@ class Connection(asyncio.Protocol):
                                       unsupported_version_response(self.broker))
         self._slots.append(slot)
         self._flush()
+        return slot
 
     # -- output and flow control -----------------------------------------------------
     def _flush(self) -> None:
@@ -249,13 +322,14 @@ class Connection(asyncio.Protocol):
             out.extend(slots.popleft().pieces)  # type: ignore[arg-type]
         if out:
             transport.writelines(out)
+            self.last_active_s = self._loop.time()
         self._maybe_resume()
         if self.broker.shutting_down and not slots:
             transport.close()
 
     def _maybe_pause(self) -> None:
         if not self._reading_paused and self.transport is not None and (
-            len(self._slots) >= self._max_inflight or self._write_paused
+            len(self._slots) >= self._max_inflight or self._write_paused or self._memory_wait is not None
         ):
             self._reading_paused = True
             self.transport.pause_reading()
@@ -264,6 +338,7 @@ class Connection(asyncio.Protocol):
         if (
             self._reading_paused
             and not self._write_paused
+            and self._memory_wait is None
             and len(self._slots) < self._max_inflight
             and not self.broker.shutting_down
             and self.transport is not None
@@ -277,6 +352,15 @@ class Connection(asyncio.Protocol):
         self._closing = True
         if self.transport is not None:
             self.transport.abort()
+
+    def close_idle(self, idle_s: float) -> None:
+        """Close this connection: nothing was received or sent for ``idle_s`` seconds."""
+        if self._closing:
+            return
+        waiting = " while waiting for request memory" if self._memory_wait is not None else ""
+        log.info("connection %s from %s: idle for %.1f s%s (connections.max.idle.ms); closing",
+                 self.connection_id, self.peer, idle_s, waiting)
+        self._abort(None)
 
     def begin_shutdown(self) -> None:
         """Stop reading; close once every accepted request has been answered."""
