@@ -7,6 +7,8 @@ the broker's RSS.
 
 from __future__ import annotations
 
+import os
+import resource
 import socket
 import struct
 import time
@@ -213,3 +215,26 @@ def test_stalled_frame_and_muted_connection_are_closed_as_idle(start_broker, raw
     fresh.sock.settimeout(10.0)
     assert fresh.read_response(3, 12)[0] == 3
     produce_some(b.bootstrap, topic_name)
+
+
+# -- running out of descriptors ---------------------------------------------------------
+
+
+def test_out_of_descriptors_on_accept_is_logged_and_the_broker_keeps_serving(start_broker, raw) -> None:
+    b = start_broker()
+    first = raw(b)
+    assert answers(first)
+    original = resource.prlimit(b.pid, resource.RLIMIT_NOFILE)
+    in_use = len(os.listdir(f"/proc/{b.pid}/fd"))
+    resource.prlimit(b.pid, resource.RLIMIT_NOFILE, (in_use + 3, original[1]))
+    try:
+        extra = [raw(b) for _ in range(10)]  # the kernel queues them; the broker runs out at the 4th
+        wait_until("accept failing is logged", lambda: "cannot accept a connection" in b.stderr_tail(200), 10)
+        assert answers(first, 2), "an open connection stopped being served"
+        b.assert_alive()
+        for c in extra:
+            c.close()
+    finally:
+        resource.prlimit(b.pid, resource.RLIMIT_NOFILE, original)
+    # descriptors are free again: accepting resumes after its pause
+    wait_until("a new connection is served", lambda: answers(raw(b), timeout_s=1.0), 15)
