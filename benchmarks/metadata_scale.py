@@ -50,6 +50,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kio.schema.metadata.v12.request import MetadataRequest  # noqa: E402
 from kio.serial import entity_writer  # noqa: E402
 
+from shoal.cluster.metadata import LocalMetadata  # noqa: E402
 from shoal.config import BrokerConfig  # noqa: E402
 from shoal.protocol.codec import codec_for, encode_response  # noqa: E402
 from shoal.protocol.header import RequestHeader  # noqa: E402
@@ -104,6 +105,7 @@ def handler_cost(topics: int, partitions: int) -> None:
     store = _Store(topics, partitions)
     broker = SimpleNamespace(store=store, extensions={}, node_id=0, advertised_host="127.0.0.1",
                              advertised_port=9092, cluster_id="bench", config=BrokerConfig())
+    broker.cluster = LocalMetadata(broker)
     codec = codec_for(3, 12)
     header = RequestHeader(3, 12, 1, "bench")
     request = MetadataRequest(topics=None, allow_auto_topic_creation=False,

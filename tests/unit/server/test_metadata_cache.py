@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kio.index import load_request_schema
 
-from shoal.cluster.metadata import LocalMetadata
+from shoal.cluster.metadata import BrokerEndpoint, LocalMetadata, PartitionView
 from shoal.config import BrokerConfig
 from shoal.errors import ErrorCode
 from shoal.protocol.codec import EncodedBody, codec_for, encode_body
@@ -38,9 +38,11 @@ class FakeStore:
         self.metadata_version += 1
         if topic is not None:
             self._changed[topic] = self.metadata_version
+        else:
+            self._all = self.metadata_version
 
     def topic_metadata_version(self, name: str) -> int:
-        return self._changed.get(name, 0)
+        return max(getattr(self, "_all", 0), self._changed.get(name, 0))
 
     def topics(self) -> list[Any]:
         return list(self._topics.values())
@@ -166,3 +168,36 @@ def test_large_first_build_yields_to_the_loop() -> None:
     body = asyncio.run(run())
     assert ticks >= 4  # other callbacks ran between chunks
     assert body.body == expected(ctx, store.topics())
+
+
+class MovingCluster:
+    """Cluster metadata whose leaders change: what a ClusterNode snapshot gives."""
+
+    clustered = True
+
+    def __init__(self) -> None:
+        self.leader = 1
+
+    def brokers(self) -> list[BrokerEndpoint]:
+        return [BrokerEndpoint(n, "127.0.0.1", 9090 + n) for n in (1, 2)]
+
+    def controller_id(self) -> int:
+        return 1
+
+    def partition(self, topic: str, index: int) -> PartitionView:
+        return PartitionView(self.leader, self.leader, (1, 2), (1, 2))
+
+
+def test_cluster_leader_change_shows_once_the_version_is_bumped() -> None:
+    store = FakeStore(5, 2)
+    broker = fake_broker(store)
+    broker.cluster = MovingCluster()
+    ctx = ctx_for(broker, 12)
+    first = answer(ctx, request_for(12, None))
+    assert first.body == expected(ctx, store.topics())
+    broker.cluster.leader = 2
+    store.bump_metadata_version()  # what ClusterNode does on every new snapshot
+    second = answer(ctx, request_for(12, None))
+    assert second.body == expected(ctx, store.topics()) != first.body
+    named = answer(ctx, request_for(12, ["topic-2"]))
+    assert named.body == expected(ctx, [store.get_topic("topic-2")])
