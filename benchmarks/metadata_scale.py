@@ -228,10 +228,12 @@ def main() -> None:
     ap.add_argument("--refreshers", type=int, default=100)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--messages", type=int, default=1000)
+    ap.add_argument("--skip-handler", action="store_true", help="only the figures of a running broker")
     args = ap.parse_args()
     raise_fd_limit()
 
-    handler_cost(args.topics, 5)
+    if not args.skip_handler:
+        handler_cost(args.topics, 5)
 
     tmp = tempfile.mkdtemp(prefix="shoal-metadata-bench-")
     port = free_port()
