@@ -52,7 +52,6 @@ from shoal.protocol.batch import (
     BatchHeader,
     Compression,
     _compress,
-    _decompress,
     validate_batches,
 )
 
@@ -371,6 +370,86 @@ def _walk_fast(data: bytes, pos: int, end: int, count: int, require_keys: bool) 
     return int(ts.max())
 
 
+MAX_DECOMPRESSED_BYTES = 256 * 1024 * 1024
+"""Largest payload a compressed batch may expand to at produce time (a zstd or gzip batch of
+zeros expands thousands of times); a larger one is refused with CORRUPT_MESSAGE instead of
+being held in memory."""
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+
+
+def _too_big(limit: int) -> RecordsError:
+    return RecordsError(ErrorCode.corrupt_message, f"compressed batch expands past {limit} bytes")
+
+
+def decompress_bounded(codec: int, data: bytes, limit: int = MAX_DECOMPRESSED_BYTES) -> bytes:
+    """The uncompressed payload of a batch, never more than ``limit`` bytes.
+
+    Raises RecordsError(corrupt_message) when the payload does not decompress, is
+    truncated, or expands past ``limit``.
+    """
+    try:
+        if codec == Compression.GZIP:
+            import zlib
+            d = zlib.decompressobj(47)  # gzip or zlib header
+            out = d.decompress(data, limit + 1)
+            if len(out) > limit or d.unconsumed_tail:
+                raise _too_big(limit)
+            if not d.eof:
+                raise RecordsError(ErrorCode.corrupt_message, "truncated gzip payload")
+            return out
+        if codec == Compression.SNAPPY:
+            import cramjam
+            if data[:8] == _XERIAL_MAGIC:  # Java's xerial framing: 16-byte header, then [length][block]...
+                parts = []
+                total = 0
+                pos = 16
+                while pos < len(data):
+                    (n,) = struct.unpack_from(">i", data, pos)
+                    pos += 4
+                    block = data[pos : pos + n]
+                    total += cramjam.snappy.decompress_raw_len(block)
+                    if total > limit:
+                        raise _too_big(limit)
+                    parts.append(bytes(cramjam.snappy.decompress_raw(block)))
+                    pos += n
+                return b"".join(parts)
+            if cramjam.snappy.decompress_raw_len(data) > limit:
+                raise _too_big(limit)
+            return bytes(cramjam.snappy.decompress_raw(data))
+        if codec == Compression.LZ4:
+            import lz4.frame
+            d = lz4.frame.LZ4FrameDecompressor()
+            out = d.decompress(data, max_length=limit + 1)
+            if len(out) > limit:
+                raise _too_big(limit)
+            if not d.eof:
+                raise RecordsError(ErrorCode.corrupt_message, "truncated lz4 frame")
+            return out
+        if codec == Compression.ZSTD:
+            import zstandard
+            d = zstandard.ZstdDecompressor().decompressobj()
+            parts = []
+            total = 0
+            # small input steps bound what one step can produce (a block expands to 128 KiB at most)
+            for pos in range(0, len(data), 1024):
+                chunk = d.decompress(data[pos : pos + 1024])
+                total += len(chunk)
+                if total > limit:
+                    raise _too_big(limit)
+                parts.append(chunk)
+                if d.eof:
+                    break
+            if not d.eof:
+                raise RecordsError(ErrorCode.corrupt_message, "truncated zstd frame")
+            return b"".join(parts)
+    except RecordsError:
+        raise
+    except Exception as exc:  # each library has its own error types
+        raise RecordsError(ErrorCode.corrupt_message, f"cannot decompress batch: {exc}") from exc
+    raise RecordsError(ErrorCode.corrupt_message, f"unknown compression codec {codec}")
+
+
 def _check_header(h: BatchHeader) -> None:
     """Kafka's validateBatch for a client append (magic 2)."""
     if h.records_count <= 0:
@@ -413,7 +492,7 @@ def validate_produce_batch(records: bytes, *, target_codec: int | None = None,
         data = bytes(records) if not isinstance(records, bytes) else records
         start, end = payload_start, h.end
     else:
-        data = _decompress(codec, bytes(memoryview(records)[payload_start : h.end]))
+        data = decompress_bounded(codec, bytes(memoryview(records)[payload_start : h.end]))
         start, end = 0, len(data)
     max_delta = None
     if _np is not None and h.records_count >= FAST_WALK_MIN_RECORDS:

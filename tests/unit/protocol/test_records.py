@@ -162,3 +162,31 @@ def test_fast_walk_proves_typical_batches(n, size, headers):
     """Producer-shaped batches take the vectorized path (else produce pays the exact walk's cost)."""
     raw = build_batch([(None, b"x" * size, (("trace", b"abc"),) * headers, TS + i // 50) for i in range(n)])
     assert R._walk_fast(raw, 61, len(raw), n, False) == (n - 1) // 50
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD])
+def test_decompression_is_bounded(codec):
+    """A small batch that expands past the limit is refused, not held in memory."""
+    from shoal.protocol.batch import _compress
+
+    body = payload(40)
+    packed = _compress(codec, body)
+    assert R.decompress_bounded(codec, packed, limit=len(body)) == body
+    e = refused_bounded(codec, packed, len(body) - 1)
+    assert e.error_code == ErrorCode.corrupt_message and "expands past" in e.message
+    zeros = _compress(codec, bytes(8 << 20))
+    assert refused_bounded(codec, zeros, 1 << 20).error_code == ErrorCode.corrupt_message
+
+
+def refused_bounded(codec: int, data: bytes, limit: int) -> RecordsError:
+    with pytest.raises(RecordsError) as exc:
+        R.decompress_bounded(codec, data, limit=limit)
+    return exc.value
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.LZ4, Compression.ZSTD])
+def test_truncated_compressed_payloads_are_corrupt(codec):
+    from shoal.protocol.batch import _compress
+
+    packed = _compress(codec, payload(40))
+    assert refused_bounded(codec, packed[: len(packed) // 2], 1 << 20).error_code == ErrorCode.corrupt_message
