@@ -273,6 +273,56 @@ def _chain(data: bytes, pos: int, end: int, count: int) -> list[int] | None:
     return ends
 
 
+_MAX_STRIDES = 8
+
+
+def _chain_strided(data: bytes, arr, pos: int, end: int, count: int, limit: int):  # type: ignore[no-untyped-def]
+    """Where each record ends, when records come in runs of equal size (numpy); else None.
+
+    Producers often write records of one size, changing only when a varint grows (the
+    offset delta at 64 and 8192, the timestamp delta at 64 ms): the records from ``pos``
+    are guessed to repeat the size of the first one, the guess is checked by decoding
+    every guessed record's length, and a new run starts at the first record that differs.
+    Each kept record's length was decoded and equals the run's size, so the result is
+    exactly the chain :func:`_chain` follows.  None after ``_MAX_STRIDES`` runs (sizes
+    vary: the caller follows the chain record by record) or if it does not end at ``end``.
+    """
+    np = _np
+    out = np.empty(count, dtype=np.int64)
+    i = 0
+    p = pos
+    for _ in range(_MAX_STRIDES):
+        if i == count:
+            break
+        if p > limit:
+            return None
+        try:
+            length, after = _varint(data, p, end, 4, 0)
+        except RecordsError:
+            return None
+        size = after - p + length
+        if size <= 0:
+            return None
+        starts = p + size * np.arange(count - i, dtype=np.int64)
+        inside = starts <= limit
+        starts = starts[inside]
+        r = _vec_varint(arr, starts, limit)
+        if r is None:
+            return None
+        sizes = r[1] - starts + r[0]
+        bad = np.flatnonzero(sizes != size)
+        run = int(bad[0]) if len(bad) else len(starts)
+        out[i : i + run] = starts[:run] + size
+        i += run
+        p += size * run
+    else:
+        if i < count:
+            return None
+    if i != count or p != end:
+        return None
+    return out
+
+
 def _vec_varint(arr, p, limit: int):  # type: ignore[no-untyped-def]
     """Decode the zigzag varints (up to four bytes) at positions ``p`` (numpy).
 
@@ -303,12 +353,14 @@ def _walk_fast(data: bytes, pos: int, end: int, count: int, require_keys: bool) 
     the record's index or returns.  Never raises for bad data.
     """
     np = _np
-    ends = _chain(data, pos, end, count)
-    if ends is None:
-        return None
     arr = np.frombuffer(data, dtype=np.uint8)
     limit = len(data) - 1
-    rec_end = np.array(ends, dtype=np.int64)
+    rec_end = _chain_strided(data, arr, pos, end, count, limit)
+    if rec_end is None:
+        ends = _chain(data, pos, end, count)
+        if ends is None:
+            return None
+        rec_end = np.array(ends, dtype=np.int64)
     at = np.empty_like(rec_end)  # where each record's length varint is
     at[0] = pos
     at[1:] = rec_end[:-1]

@@ -190,3 +190,27 @@ def test_truncated_compressed_payloads_are_corrupt(codec):
 
     packed = _compress(codec, payload(40))
     assert refused_bounded(codec, packed[: len(packed) // 2], 1 << 20).error_code == ErrorCode.corrupt_message
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 40), st.sampled_from([0, 5, 100, 300])), min_size=1, max_size=6),
+       st.data())
+def test_strided_chain_is_the_record_by_record_chain(runs, data):
+    """Runs of equal-size records are found by stride; the result is exactly the plain chain."""
+    import numpy as np
+
+    recs = [(None, b"v" * size, (), TS) for count, size in runs for _ in range(count)]
+    body = bytearray(build_batch(recs)[61:])
+    if data.draw(st.booleans()):
+        body[data.draw(st.integers(0, len(body) - 1))] = data.draw(st.integers(0, 255))
+    body = bytes(body)
+    n = len(recs)
+    plain = R._chain(body, 0, len(body), n)
+    strided = R._chain_strided(body, np.frombuffer(body, dtype=np.uint8), 0, len(body), n, len(body) - 1)
+    if strided is not None:
+        assert plain is not None and strided.tolist() == plain
+    elif plain is not None:
+        # only more runs of equal sizes than it tries may send it back to the plain chain
+        sizes = [b - a for a, b in zip([0] + plain[:-1], plain)]
+        runs_seen = 1 + sum(1 for a, b in zip(sizes, sizes[1:]) if a != b)
+        assert runs_seen > R._MAX_STRIDES
