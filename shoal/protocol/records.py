@@ -30,9 +30,14 @@ set to its largest record timestamp (Kafka's ``setMaxTimestamp``), and a topic w
 (the record bytes are kept as they are: offsets and timestamps are deltas, so only the
 payload and the header's codec bits, length and CRC change).
 
-Cost: decompression is done by the codec libraries (C, releasing the GIL), the walk is
-plain Python over ``bytes`` with a fast path for one-byte varints; the shell runs the
-compressed case in a worker thread.  This module is pure: no files, clock or sockets.
+Cost: decompression is done by the codec libraries (C, releasing the GIL) and bounded
+(``MAX_DECOMPRESSED_BYTES``); the shell runs the compressed case in a worker thread.
+Batches of 16 records or more are walked with numpy (:func:`_walk_fast`): the record
+boundaries are found by stride when records come in runs of one size (else by a short
+Python loop over the length varints), then every field of every record is decoded and
+checked as arrays.  Any doubt sends the batch to the exact walk (:func:`walk_records`,
+plain Python), which is the reference and names the record at fault.  Figures:
+``benchmarks/records_bench.py``.  This module is pure: no files, clock or sockets.
 """
 
 from __future__ import annotations
