@@ -224,3 +224,44 @@ def test_bytes_after_a_request_body_are_ignored_as_kafka_does(shared_broker: Bro
         conn.send(struct.pack(">i", len(body)) + body)
         assert conn.read_frame() is not None
     shared_broker.assert_alive()
+
+
+def test_pipelined_compressed_and_plain_produces_keep_their_order(shared_broker: BrokerProcess) -> None:
+    """Compressed batches are validated in a worker thread; later plain ones must not overtake them."""
+    bs = shared_broker.bootstrap
+    create_topic(bs, "ordering", 1)
+    codecs = [Compression.ZSTD, Compression.NONE, Compression.GZIP, Compression.NONE, Compression.LZ4,
+              Compression.NONE] * 3
+    expected: list[bytes] = []
+    with RawConnection(bs) as conn:
+        for i, codec in enumerate(codecs):
+            values = [b"%d-%d-" % (i, j) + b"x" * 200 for j in range(2000 if codec else 3)]
+            expected += values
+            conn.send(request_bytes(produce_request("ordering", valid(values, codec)), 1000 + i))
+        offsets = []
+        for i in range(len(codecs)):
+            cid, resp = conn.read_response(0, 9)
+            assert cid == 1000 + i
+            pr = resp.responses[0].partition_responses[0]
+            assert pr.error_code == ErrorCode.none
+            offsets.append(pr.base_offset)
+    assert offsets == sorted(offsets)
+    c = consumer(bs)
+    try:
+        c.assign([TopicPartition("ordering", 0, 0)])
+        got = consume_exact(c, len(expected), timeout_s=30)
+    finally:
+        c.close()
+    assert [r.value for r in got] == expected
+
+
+def test_a_connection_closed_during_validation_does_not_block_the_partition(shared_broker: BrokerProcess) -> None:
+    bs = shared_broker.bootstrap
+    create_topic(bs, "closed-early", 1)
+    big = valid([b"v%d" % i * 50 for i in range(5000)], Compression.GZIP)
+    with RawConnection(bs) as conn:
+        conn.send(request_bytes(produce_request("closed-early", big), 1))
+    with RawConnection(bs) as conn:
+        resp = conn.request(produce_request("closed-early", valid([b"after"])), correlation_id=2)
+        assert resp.responses[0].partition_responses[0].error_code == ErrorCode.none
+    assert log_end_offset(bs, "closed-early") == 5001

@@ -140,7 +140,11 @@ def handle_produce(ctx: Any, request: Any) -> Any:
                 key = (name, pd.index)
                 if needs_worker(records) or key in queue.tails:
                     prev, mine = queue.enqueue(key)
-                    flushes.append((r, _append_later(broker, key, records, prev, mine, r, ecls, acks, timeout_ms)))
+                    # A task of its own: the append happens even if this connection goes away
+                    # meanwhile (as a synchronous one would have), and the tail is always released.
+                    task = asyncio.ensure_future(
+                        _append_later(broker, key, records, prev, mine, r, ecls, acks, timeout_ms))
+                    flushes.append((r, asyncio.shield(task)))
                     results.append(r)
                     continue
                 validated = _validate(records, plog)
