@@ -193,22 +193,37 @@ class EtcdStore:
         return self.registration
 
     async def _keep_alive(self, ttl: int) -> None:
+        """Refresh the lease every ttl/4; the session is lost only once the lease has expired.
+
+        A failed refresh (etcd slow or briefly unreachable) is retried until ``ttl`` has
+        passed since the last good one; an expired lease (TTL 0) is lost at once.
+        """
+        loop = asyncio.get_running_loop()
         interval = max(0.2, ttl / 4)
+        last_ok = loop.time()
         while not self._closed:
             await asyncio.sleep(interval)
             try:
-                reply = await asyncio.wait_for(self.lease.refresh(), self.timeout_s)
+                reply = await asyncio.wait_for(self.lease.refresh(), interval * 2)
                 if reply is not None and reply.TTL <= 0:
-                    raise RuntimeError("lease expired")
+                    raise LookupError("lease expired")
+                last_ok = loop.time()
+                continue
             except asyncio.CancelledError:
                 raise
+            except LookupError as e:
+                reason: Exception = e
             except Exception as e:
-                if self._closed:
-                    return
-                log.error("broker session lost (%s)", e)
-                if self._session_lost is not None:
-                    self._session_lost()
+                if loop.time() - last_ok < ttl:
+                    log.warning("lease refresh failed (%s); retrying", e)
+                    continue
+                reason = e
+            if self._closed:
                 return
+            log.error("broker session lost (%s)", reason)
+            if self._session_lost is not None:
+                self._session_lost()
+            return
 
     async def set_shutting_down(self) -> None:
         info = dict(self._node_info, shutting_down=True)
@@ -239,7 +254,6 @@ class EtcdStore:
 
     async def start_watching(self) -> None:
         await self.reload()
-        self._watch = await self.client.watch_prefix(PREFIX, start_revision=self.snapshot.revision + 1)
         self._tasks.append(asyncio.ensure_future(self._watch_loop()))
         self._tasks.append(asyncio.ensure_future(self._reload_loop()))
 
@@ -247,16 +261,21 @@ class EtcdStore:
         self._stale.set()
 
     async def _watch_loop(self) -> None:
-        try:
-            async for _ in self._watch:
-                self._stale.set()
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            if not self._closed:
-                log.error("etcd watch ended: %s", e)
-                if self._session_lost is not None:
-                    self._session_lost()
+        """One watch on the prefix; when it breaks (etcd restarted, connection lost) a new
+        one starts after a full reload, so no change is missed."""
+        while not self._closed:
+            try:
+                self._watch = await self.client.watch_prefix(PREFIX, start_revision=self.snapshot.revision + 1)
+                async for _ in self._watch:
+                    self._stale.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                if self._closed:
+                    return
+                log.warning("etcd watch broke (%s); watching again", e)
+            await asyncio.sleep(0.5)
+            self._stale.set()
 
     async def _reload_loop(self) -> None:
         while not self._closed:

