@@ -8,6 +8,7 @@ and compares the replicas' log files byte for byte up to the high watermark.
 
 from __future__ import annotations
 
+import signal
 import struct
 import threading
 import time
@@ -351,3 +352,60 @@ def test_the_cluster_keeps_working_after_etcd_restarts(cluster: LocalCluster) ->
     p.produce(topic, b"after-failover", on_delivery=lambda err, msg: errors.append(err))
     p.flush(35)
     assert errors == [None, None]
+
+
+def test_sigterm_moves_leadership_before_the_broker_exits(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    # a session timeout far above the time the move takes: only controlled shutdown is that fast
+    c = LocalCluster(tmp_path, 3, {"min.insync.replicas": "2", "broker.session.timeout.ms": "20000"})
+    _started[request.node.nodeid] = c.brokers
+    c.start()
+    try:
+        topic = "controlled"
+        _create(c.bootstrap, topic, 1, 3)
+        leader = wait_until("leaders", _full_isr(c.bootstrap, topic, 3))[0][0]
+        sender = Sender(c.bootstrap, topic, 1).start()
+        try:
+            wait_until("records acknowledged", lambda: sender.acked_count() > 100, timeout_s=30)
+            others = ",".join(b.bootstrap for i, b in enumerate(c.brokers, 1) if i != leader)
+            admin = admin_client(others)
+            c.broker_for(leader).proc.send_signal(signal.SIGTERM)
+
+            def moved():  # the first metadata showing another leader, and the brokers it lists
+                md = admin.list_topics(topic, timeout=5)
+                p0 = md.topics[topic].partitions[0]
+                return (p0.leader, sorted(md.brokers), list(p0.isrs)) if p0.leader not in (-1, leader) else None
+
+            new_leader, brokers, isr = wait_until("leadership moved", moved, timeout_s=10, interval_s=0.01)
+            # moved while the old leader was still registered: the controlled shutdown did it,
+            # not the end of its session
+            assert leader in brokers and leader not in isr
+            assert c.broker_for(leader).stop() == 0
+            before = sender.acked_count()
+            wait_until("produce continuing", lambda: sender.acked_count() > before + 100, timeout_s=15)
+        finally:
+            sender.stop()
+        assert not sender.failed, sender.failed[:3]
+    finally:
+        c.stop()
+        _started.pop(request.node.nodeid, None)
+
+
+def test_leadership_returns_to_the_preferred_replica(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    c = LocalCluster(tmp_path, 3, {"leader.imbalance.check.interval.seconds": "1"})
+    _started[request.node.nodeid] = c.brokers
+    c.start()
+    try:
+        topic = "preferred"
+        _create(c.bootstrap, topic, 1, 3)
+        preferred, replicas, _ = wait_until("leaders", _full_isr(c.bootstrap, topic, 3))[0]
+        assert preferred == replicas[0]
+        c.broker_for(preferred).kill()
+        others = ",".join(b.bootstrap for i, b in enumerate(c.brokers, 1) if i != preferred)
+        wait_until("another leader", lambda: (lambda ps: ps and ps[0][0] not in (-1, preferred))(
+            _partitions(others, topic)), timeout_s=20)
+        c.broker_for(preferred).start()
+        wait_until("the preferred replica leading again",
+                   lambda: (lambda ps: ps and ps[0][0] == preferred)(_partitions(c.bootstrap, topic)), timeout_s=30)
+    finally:
+        c.stop()
+        _started.pop(request.node.nodeid, None)
