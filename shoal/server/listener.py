@@ -80,7 +80,7 @@ class Listener:
         self._max_per_ip: int = cfg["max.connections.per.ip"]
         self._per_ip_overrides = parse_ip_overrides(cfg["max.connections.per.ip.overrides"])
         self._idle_ms: int = cfg["connections.max.idle.ms"]
-        self._sock: socket.socket | None = None
+        self._socks: list[socket.socket] = []
         self._loop = asyncio.get_running_loop()
         self._accepting = False
         self._paused_until = 0.0
@@ -92,25 +92,36 @@ class Listener:
 
     # -- listening ----------------------------------------------------------------------
     async def start(self, host: str, port: int, backlog: int = 1024) -> None:
+        """Listen on every address ``host`` resolves to (all interfaces when empty), as
+        ``loop.create_server`` does. Raises OSError when an address cannot be bound."""
         infos = await self._loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        family, kind, proto, _, addr = infos[0]
-        sock = socket.socket(family, kind, proto)
+        seen: set[tuple[int, Any]] = set()
+        socks: list[socket.socket] = []
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(addr)
-            sock.listen(backlog)
-            sock.setblocking(False)
+            for family, kind, proto, _, addr in infos:
+                if (family, addr) in seen:
+                    continue
+                seen.add((family, addr))
+                sock = socket.socket(family, kind, proto)
+                socks.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(addr)
+                sock.listen(backlog)
+                sock.setblocking(False)
         except BaseException:
-            sock.close()
+            for sock in socks:
+                sock.close()
             raise
-        self._sock = sock
+        self._socks = socks
         self._resume_accepting()
         if self._idle_ms > 0:
             self._schedule_sweep()
 
     @property
     def sockets(self) -> list[socket.socket]:
-        return [self._sock] if self._sock is not None else []
+        return list(self._socks)
 
     @property
     def open_connections(self) -> int:
@@ -122,31 +133,32 @@ class Listener:
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        for sock in self._socks:
+            sock.close()
+        self._socks = []
 
     def _resume_accepting(self) -> None:
-        if self._accepting or self._sock is None or self._broker.shutting_down:
+        if self._accepting or not self._socks or self._broker.shutting_down:
             return
         if self._open >= self._max_connections or self._loop.time() < self._paused_until:
             return
         self._accepting = True
-        self._loop.add_reader(self._sock.fileno(), self._accept)
+        for sock in self._socks:
+            self._loop.add_reader(sock.fileno(), self._accept, sock)
 
     def _end_accept_pause(self) -> None:
         self._paused_until = 0.0
         self._resume_accepting()
 
     def _pause_accepting(self) -> None:
-        if self._accepting and self._sock is not None:
-            self._loop.remove_reader(self._sock.fileno())
+        if self._accepting:
+            for sock in self._socks:
+                self._loop.remove_reader(sock.fileno())
         self._accepting = False
 
-    def _accept(self) -> None:
-        sock = self._sock
+    def _accept(self, sock: socket.socket) -> None:
         for _ in range(_ACCEPTS_PER_WAKEUP):
-            if sock is None or self._open >= self._max_connections:
+            if not self._accepting or self._open >= self._max_connections:
                 self._pause_accepting()
                 return
             try:
