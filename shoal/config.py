@@ -243,6 +243,9 @@ _DEFS: list[Definition] = [
                "Records younger than this are not compacted.", check=_ge(0)),
     Definition("log.cleaner.delete.retention.ms", int, DAY_MS, Scope.BROKER,
                "How long compaction keeps tombstones.", check=_ge(0)),
+    Definition("log.cleaner.min.cleanable.ratio", float, 0.5, Scope.BROKER,
+               "Compact a partition once the closed segments written since its last compaction are at least "
+               "this share of all its closed segments.", check=_between(0, 1)),
     Definition("log.message.timestamp.type", str, "CreateTime", Scope.BROKER, "CreateTime or LogAppendTime.",
                choices=("CreateTime", "LogAppendTime")),
     # --- topic keys (defaults from their broker synonyms) ---------------------------
@@ -267,6 +270,8 @@ _DEFS: list[Definition] = [
                broker_synonym="log.cleaner.min.compaction.lag.ms", check=_ge(0)),
     Definition("delete.retention.ms", int, None, Scope.TOPIC, "See log.cleaner.delete.retention.ms.",
                broker_synonym="log.cleaner.delete.retention.ms", check=_ge(0)),
+    Definition("min.cleanable.dirty.ratio", float, None, Scope.TOPIC, "See log.cleaner.min.cleanable.ratio.",
+               broker_synonym="log.cleaner.min.cleanable.ratio", check=_between(0, 1)),
     Definition("message.timestamp.type", str, None, Scope.TOPIC, "See log.message.timestamp.type.",
                broker_synonym="log.message.timestamp.type", choices=("CreateTime", "LogAppendTime")),
     Definition("compression.type", str, "producer", Scope.TOPIC,
@@ -287,6 +292,9 @@ _DEFS: list[Definition] = [
     # --- group coordinator (classic and consumer) -------------------------------
     Definition("offsets.topic.num.partitions", int, 1, Scope.BROKER,
                "Partitions of __consumer_offsets (fixed once the topic exists).", check=_ge(1), dynamic=False),
+    Definition("offsets.topic.segment.bytes", int, 100 * MIB, Scope.BROKER,
+               "segment.bytes of __consumer_offsets, kept small so compaction reclaims space soon "
+               "(applied to the topic at every start).", check=_ge(14), dynamic=False),
     Definition("offsets.retention.minutes", int, 7 * 24 * 60, Scope.BROKER,
                "Committed offsets of an empty group expire after this long.", check=_ge(1)),
     Definition("offsets.retention.check.interval.ms", int, 600_000, Scope.BROKER,
@@ -344,6 +352,10 @@ _DEFS: list[Definition] = [
                "Share sessions the broker keeps.", check=_ge(1)),
     Definition("share.coordinator.state.topic.num.partitions", int, 1, Scope.BROKER,
                "Partitions of __share_group_state (fixed once the topic exists).", check=_ge(1), dynamic=False),
+    Definition("share.coordinator.state.topic.segment.bytes", int, 100 * MIB, Scope.BROKER,
+               "segment.bytes of __share_group_state: records below every share-partition's last snapshot "
+               "go a whole segment at a time (applied to the topic at every start).", check=_ge(14),
+               dynamic=False),
     Definition("share.coordinator.snapshot.update.records.per.snapshot", int, 500, Scope.BROKER,
                "ShareUpdate records written between two ShareSnapshot records of a share-partition.",
                check=_ge(0)),

@@ -49,7 +49,7 @@ from pathlib import Path
 from shoal.errors import ApiError, ErrorCode
 from shoal.log.policy import LogConfig, SegmentSummary, plan_retention, should_roll
 from shoal.log.producer_state import ProducerStateTable
-from shoal.log.segment import Segment
+from shoal.log.segment import OpenSegments, Segment, default_open_segments
 from shoal.protocol.batch import (
     TimestampType,
     decode_records,
@@ -114,24 +114,33 @@ class AppendResult:
 class FlushTicket:
     """An fsync of a partition's active segment that covers offsets below ``end_offset``."""
 
-    fd: int
+    path: Path
+    """The segment's log file: opened by :meth:`sync` itself, so a ticket holds no descriptor
+    while it waits, and at most one per fsync thread is open at a time."""
     end_offset: int
     messages: int
 
     def sync(self) -> None:
-        """fdatasync and close the duplicate descriptor (safe in a worker thread)."""
+        """Open the file, fdatasync it and close it (safe in a worker thread).  Raises OSError.
+
+        Linux syncs the file, not the descriptor: every byte written through any
+        descriptor of the file before the call is made durable.
+        """
+        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            os.fdatasync(self.fd)
+            os.fdatasync(fd)
         finally:
-            os.close(self.fd)
+            os.close(fd)
 
 
 class PartitionLog:
     """The log of one partition.  Create with :meth:`open`."""
 
-    def __init__(self, directory: Path, config: LogConfig) -> None:
+    def __init__(self, directory: Path, config: LogConfig, files: OpenSegments | None = None) -> None:
         self.dir = directory
         self.config = config
+        self.files = files if files is not None else default_open_segments()
+        """The LRU of open segment descriptors this log's segments share."""
         self.segments: list[Segment] = []
         self._bases: list[int] = []
         self.log_start_offset = 0
@@ -142,15 +151,25 @@ class PartitionLog:
         """Whether opening cut a torn or corrupt tail."""
         self.replicated_high_watermark: int | None = None
         """Set in cluster mode by the replica manager; None: the high watermark is the LEO."""
+        self._recovery_point: int | None = None
+        """The recovery point last read or written (None: no checkpoint file)."""
+        self.compaction_state: tuple | None = None
+        """What the last compaction pass saw and when a kept tombstone expires (compaction.py)."""
 
     # --- opening -----------------------------------------------------------------------
     @classmethod
-    def open(cls, directory: Path, config: LogConfig, *, now_ms: int = 0) -> "PartitionLog":
+    def open(cls, directory: Path, config: LogConfig, *, now_ms: int = 0,
+             files: OpenSegments | None = None) -> "PartitionLog":
+        """Open (or create) the log in ``directory``, recovering its tail.
+
+        ``files`` is the LRU of open segment descriptors to share (one per store).
+        Raises OSError if the files cannot be read.
+        """
         created = not directory.exists()
         directory.mkdir(parents=True, exist_ok=True)
         if created:  # make the new directory entry durable before anything is acknowledged in it
             fsync_dir(directory.parent)
-        log = cls(directory, config)
+        log = cls(directory, config, files)
         log._last_flush_ms = now_ms
         try:
             log._load()
@@ -166,32 +185,37 @@ class PartitionLog:
             if p.name.endswith((".cleaned", ".tmp")):
                 p.unlink()
         bases = sorted(int(m.group(1)) for p in directory.iterdir() if (m := _SEGMENT_RE.match(p.name)))
-        recovery_point = _read_checkpoint(directory / RECOVERY_POINT_FILE)
+        recovery_point = log._recovery_point = _read_checkpoint(directory / RECOVERY_POINT_FILE)
         start = _read_checkpoint(directory / LOG_START_FILE)
         # index of the first segment to validate
         if recovery_point is None or not bases:
             first_check = 0
         else:
             first_check = max(0, bisect_right(bases, recovery_point) - 1)
+        interval = config.index_interval_bytes
         for i, base in enumerate(bases):
-            seg, cut = Segment.open(directory, base, config.index_interval_bytes, recover=i >= first_check)
-            if log.segments and seg.base_offset < log.segments[-1].next_offset:
-                # overlapping segment (a crash during recovery or compaction): drop it and the rest
+            seg, cut = Segment.open(directory, base, interval, recover=i >= first_check, files=log.files)
+            prev = log.segments[-1] if log.segments else None
+            if prev is not None and seg.base_offset != prev.next_offset:
+                if seg.base_offset > prev.next_offset or seg.next_offset > prev.next_offset:
+                    # a gap (the previous segment lost its tail) or a partial overlap: the
+                    # log ends with the previous segment
+                    for b in bases[i:]:
+                        Segment(directory, b, interval, log.files).delete()
+                    log.recovered_truncation = True
+                    break
+                # wholly inside the previous segment: left over from a compaction that merged
+                # it into the previous one and stopped before deleting it
                 seg.delete()
-                for b in bases[i + 1 :]:
-                    Segment(directory, b, config.index_interval_bytes).delete()
-                log.recovered_truncation = True
-                break
+                continue
             log.segments.append(seg)
-            if i + 1 < len(bases) and seg.next_offset != bases[i + 1]:
-                cut = True  # a closed segment must end where the next begins: it lost its tail
             if cut:
                 log.recovered_truncation = True
                 for b in bases[i + 1 :]:
-                    Segment(directory, b, config.index_interval_bytes).delete()
+                    Segment(directory, b, interval, log.files).delete()
                 break
         if not log.segments:
-            log.segments.append(Segment(directory, start or 0, config.index_interval_bytes))
+            log.segments.append(Segment(directory, start or 0, interval, log.files, create=True))
             log.segments[0].recover()
             fsync_dir(directory)
         log._bases = [s.base_offset for s in log.segments]
@@ -217,6 +241,11 @@ class PartitionLog:
     @property
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments)
+
+    def replace_segments(self, n: int, segments: list[Segment]) -> None:
+        """Put ``segments`` in place of the first ``n`` (compaction rewrote or merged them)."""
+        self.segments[:n] = segments
+        self._bases = [s.base_offset for s in self.segments]
 
     def summaries(self) -> list[SegmentSummary]:
         return [SegmentSummary(s.base_offset, s.next_offset, s.size, s.max_timestamp) for s in self.segments]
@@ -357,6 +386,7 @@ class PartitionLog:
         if pos is not None:
             seg.truncate_to_position(pos)
         atomic_write(self.dir / RECOVERY_POINT_FILE, str(seg.base_offset).encode())
+        self._recovery_point = seg.base_offset
         self.producers = ProducerStateTable()
         for s in self.segments:
             for h in s.walk_headers():
@@ -371,20 +401,19 @@ class PartitionLog:
         """Seal the active segment (fsync) and start a new one at the LEO.
 
         Raises OSError if the fsync of the old segment fails (its appends may not be on
-        disk), and ApiError(kafka_storage_error) if the new segment cannot be created
-        (no space, no descriptors): then the old segment stays active and nothing changed.
-        A recovery point that cannot be written is skipped: the older one on disk only
-        makes the next start validate more.
+        disk), and ApiError(kafka_storage_error) if its index files cannot be written or the
+        new segment cannot be created (no space, no descriptors): then the old segment stays
+        active and nothing changed, so the next append tries again.  A recovery point that
+        cannot be written is skipped: the older one on disk only makes the next start
+        validate more.
         """
         old = self.segments[-1]
-        try:
-            old.index_max_timestamp()
-        except OSError as exc:
-            raise ApiError(ErrorCode.kafka_storage_error, f"cannot seal segment: {exc}") from exc
-        old.sync()
+        old.index_max_timestamp()
+        old.flush()
         seg = None
         try:
-            seg = Segment(self.dir, self.log_end_offset, self.config.index_interval_bytes)
+            old.write_indexes(fsync=True)
+            seg = Segment(self.dir, self.log_end_offset, self.config.index_interval_bytes, self.files, create=True)
             seg.recover()
             fsync_dir(self.dir)
         except OSError as exc:
@@ -395,8 +424,9 @@ class PartitionLog:
         self._bases.append(seg.base_offset)
         try:
             atomic_write(self.dir / RECOVERY_POINT_FILE, str(seg.base_offset).encode())
+            self._recovery_point = seg.base_offset
         except OSError:
-            pass
+            pass  # a stale recovery point only makes the next start validate more
         return seg
 
     # --- flush ---------------------------------------------------------------------------
@@ -411,16 +441,19 @@ class PartitionLog:
     def begin_flush(self) -> FlushTicket:
         """Start an fsync that may run in another thread (group commit).
 
-        Returns a ticket holding a duplicate of the active segment's descriptor, so that
-        rolling or closing the segment meanwhile cannot invalidate it. Run
-        ``ticket.sync()`` anywhere, then call :meth:`end_flush` on the event loop.
+        Returns a ticket naming the active segment's file (rolling or closing the segment
+        meanwhile does not affect it: the file stays where it is). Run ``ticket.sync()``
+        anywhere, then call :meth:`end_flush` on the event loop.
         """
-        return FlushTicket(os.dup(self.segments[-1].fd), self.log_end_offset, self._unflushed_messages)
+        return FlushTicket(self.segments[-1].log_path, self.log_end_offset, self._unflushed_messages)
 
     def end_flush(self, ticket: FlushTicket, now_ms: int) -> None:
         """Account for a completed ticket: everything before ``ticket.end_offset`` is durable."""
         self._unflushed_messages = max(0, self._unflushed_messages - ticket.messages)
         self._last_flush_ms = now_ms
+        active = self.segments[-1] if self.segments else None
+        if active is not None and ticket.end_offset == active.next_offset and ticket.path == active.log_path:
+            active.mark_flushed()  # nothing was appended since: the next flush or close need not sync
 
     def needs_flush(self, now_ms: int) -> bool:
         """Whether flush.ms has passed with unflushed records."""
@@ -439,7 +472,8 @@ class PartitionLog:
         """Whole batches from the one containing ``offset``: at least one, else up to max_bytes.
 
         Returns b"" at the log end.  Raises ApiError(offset_out_of_range) outside
-        [log_start_offset, log_end_offset].
+        [log_start_offset, log_end_offset], ApiError(kafka_storage_error) if the file
+        cannot be opened or read.
         """
         leo = self.segments[-1].next_offset
         if offset == leo and offset >= self.log_start_offset:
@@ -449,12 +483,15 @@ class PartitionLog:
                            f"offset {offset} outside [{self.log_start_offset}, {leo}]")
         i = bisect_right(self._bases, offset) - 1
         segs = self.segments
-        while i < len(segs):
-            seg = segs[i]
-            pos = seg.find_position(offset)
-            if pos is not None:
-                return seg.read_batches(pos, max_bytes)
-            i += 1
+        try:
+            while i < len(segs):
+                seg = segs[i]
+                pos = seg.find_position(offset)
+                if pos is not None:
+                    return seg.read_batches(pos, max_bytes)
+                i += 1
+        except OSError as exc:  # e.g. EMFILE reopening the segment: this read fails, the next may not
+            raise ApiError(ErrorCode.kafka_storage_error, f"reading {self.dir.name} failed: {exc}") from exc
         return b""
 
     def read_batches(self, offset: int):
@@ -573,26 +610,28 @@ class PartitionLog:
 
     # --- closing ----------------------------------------------------------------------------
     def close(self) -> None:
-        """Flush, checkpoint the recovery point, close files.
+        """Flush, checkpoint the recovery point if needed, close files.
 
         The files are closed whatever fails. Raises OSError if the fsync fails (appends
-        may not be on disk). A checkpoint or time-index entry that cannot be written (a
-        full disk) is skipped: the next open validates the log from the older recovery
-        point and rebuilds the active segment's indexes.
+        may not be on disk). The active segment is validated and re-indexed at every open
+        (it holds the recovery point), so its index files are not written here, and the
+        checkpoint is written only if it would make the next open validate less: when it
+        is below the active segment, or missing while there are several segments.  Closing
+        thousands of idle partitions then costs no fsync.  A checkpoint that cannot be
+        written (a full disk) is skipped: the next open validates from the older one.
         """
         if not self.segments:
             return
         try:
             active = self.segments[-1]
-            try:
-                active.index_max_timestamp()
-            except OSError:
-                pass
-            active.sync()
-            try:
-                atomic_write(self.dir / RECOVERY_POINT_FILE, str(self.log_end_offset).encode())
-            except OSError:
-                pass
+            active.flush()
+            rp = self._recovery_point
+            if (rp is None and len(self.segments) > 1) or (rp is not None and rp < active.base_offset):
+                try:
+                    atomic_write(self.dir / RECOVERY_POINT_FILE, str(self.log_end_offset).encode())
+                    self._recovery_point = self.log_end_offset
+                except OSError:
+                    pass
         finally:
             for seg in self.segments:
                 seg.close()

@@ -44,6 +44,7 @@ class LogConfig:
     delete_retention_ms: int = 86_400_000
     log_append_time: bool = False
     compression_type: str = "producer"
+    min_cleanable_dirty_ratio: float = 0.5
 
     @classmethod
     def resolve(cls, broker: BrokerConfig, overrides: Mapping[str, Any] | None = None) -> "LogConfig":
@@ -64,6 +65,7 @@ class LogConfig:
             delete_retention_ms=r("delete.retention.ms", o),
             log_append_time=r("message.timestamp.type", o) == "LogAppendTime",
             compression_type=r("compression.type", o),
+            min_cleanable_dirty_ratio=r("min.cleanable.dirty.ratio", o),
         )
 
     @property

@@ -7,37 +7,144 @@ including) the next segment's base.  Appends go to the end of ``.log`` with one
 ``os.write`` per append (the file is opened ``O_APPEND``); reads are ``os.pread`` of a
 byte range, so readers never move a file position.
 
-The indexes live in memory (:class:`~shoal.log.index.SparseIndex`) and are mirrored to
-their files by appending entries; they are not fsynced with the log: they can always be
-rebuilt from it.  On open, a segment either trusts its index files (closed segments
-below the recovery point, if the files decode consistently) or rebuilds them while
-validating its batches (:meth:`Segment.recover`), cutting the file at the first torn or
-corrupt batch.  ``next_offset`` (one past the last offset of the last batch),
+The indexes live in memory (:class:`~shoal.log.index.SparseIndex`).  Their files are
+written whole, when the segment is validated (:meth:`Segment.recover`) and when it is
+sealed (:meth:`Segment.seal`, with an fsync); the active segment's index files may lag,
+which is harmless because the active segment is always validated and re-indexed on
+open.  On open, a segment either trusts its index files (closed segments below the
+recovery point, if the files decode consistently) or rebuilds them while validating
+its batches, cutting the file at the first torn or corrupt batch.  ``next_offset`` (one past the last offset of the last batch),
 ``max_timestamp`` and its offset are tracked for roll, retention and ListOffsets.
 
 A small map from "offset one past a read" to its byte position makes a sequential
 consumer's next look-up O(1).
+
+Descriptors
+-----------
+A segment holds at most one descriptor, on its ``.log`` (index files are opened only to
+be rewritten), and only while it is among the most recently used segments of its
+:class:`OpenSegments`, an LRU shared by every partition of a store.  Every use of
+:attr:`Segment.fd` reopens the file if it was closed and marks the segment used; the
+least recently used segment beyond the LRU's capacity has its descriptor closed.  So a
+broker with 10,000 partitions holds at most ``capacity`` segment descriptors, however
+many segments exist; busy partitions keep theirs open.  Closing a descriptor loses
+nothing: written bytes are in the page cache, and a later ``fdatasync`` on a new
+descriptor of the same file makes them durable (Linux syncs the file, not the
+descriptor).  When ``open`` fails with EMFILE or ENFILE, the LRU closes half of its
+descriptors, lowers its capacity (which then grows back by one every 16 opens), logs it
+and tries once more; a second failure raises OSError to the caller (a Produce then fails with KAFKA_STORAGE_ERROR and the next one
+tries again).
 
 Concurrency: event loop only; a segment is owned by one PartitionLog.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
+import resource
 import struct
+from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
 
 from shoal.log.index import OFFSET_ENTRY, TIME_ENTRY, SparseIndex, decode_offset_index, decode_time_index
 from shoal.protocol.batch import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, scan_valid_prefix, read_header
 
-__all__ = ["Segment", "segment_name", "RECOVERY_CHUNK"]
+__all__ = ["Segment", "OpenSegments", "segment_name", "RECOVERY_CHUNK", "open_files_limit"]
+
+log = logging.getLogger("shoal.log")
 
 RECOVERY_CHUNK = 8 * 1024 * 1024
 _BASE_LEN = struct.Struct(">qi")
 _DELTA = struct.Struct(">i")
 _MAXTS = struct.Struct(">q")
 _POS_CACHE_MAX = 64
+_LOG_FLAGS = os.O_RDWR | os.O_APPEND
+MIN_OPEN_SEGMENTS = 16
+_REGROW_EVERY = 16
+
+
+def open_files_limit() -> int:
+    """The process's soft RLIMIT_NOFILE (a large number when unlimited)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+class OpenSegments:
+    """The segments whose ``.log`` descriptor is open, least recently used first.
+
+    ``capacity`` defaults to half the soft RLIMIT_NOFILE, leaving the other half for
+    sockets and short-lived descriptors.  Event loop only, never awaits.
+    """
+
+    __slots__ = ("capacity", "max_capacity", "_lru", "opens", "evictions")
+
+    def __init__(self, capacity: int | None = None) -> None:
+        self.capacity = max(MIN_OPEN_SEGMENTS, capacity if capacity is not None else open_files_limit() // 2)
+        """How many descriptors may be open now (lowered after EMFILE, then regrown slowly)."""
+        self.max_capacity = self.capacity
+        self._lru: OrderedDict[Segment, None] = OrderedDict()
+        self.opens = 0
+        """Descriptors opened so far (statistics)."""
+        self.evictions = 0
+        """Descriptors closed because the LRU was full (statistics)."""
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def __contains__(self, seg: object) -> bool:
+        return seg in self._lru
+
+    def open(self, seg: "Segment", flags: int = _LOG_FLAGS) -> int:
+        """Open ``seg``'s log file, make it the most recently used, evict beyond capacity.
+
+        Raises OSError if the file cannot be opened, even after closing descriptors on
+        EMFILE/ENFILE.
+        """
+        try:
+            fd = os.open(seg.log_path, flags, 0o644)
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE) or not self._lru:
+                raise
+            before = len(self._lru)
+            self._close_oldest(max(1, before // 2))
+            self.capacity = max(MIN_OPEN_SEGMENTS, len(self._lru))
+            log.warning("opening %s failed (%s): closed %d segment descriptors, keeping at most %d open",
+                        seg.log_path, exc.strerror, before - len(self._lru), self.capacity)
+            fd = os.open(seg.log_path, flags, 0o644)
+        self.opens += 1
+        if self.capacity < self.max_capacity and self.opens % _REGROW_EVERY == 0:
+            self.capacity += 1
+        seg._fd = fd
+        self._lru[seg] = None
+        if len(self._lru) > self.capacity:
+            self._close_oldest(len(self._lru) - self.capacity)
+        return fd
+
+    def touch(self, seg: "Segment") -> None:
+        self._lru.move_to_end(seg)
+
+    def forget(self, seg: "Segment") -> None:
+        self._lru.pop(seg, None)
+
+    def _close_oldest(self, n: int) -> None:
+        for _ in range(min(n, len(self._lru) - 1)):
+            seg, _ = self._lru.popitem(last=False)
+            seg._close_fd()
+            self.evictions += 1
+
+
+_DEFAULT: OpenSegments | None = None
+
+
+def default_open_segments() -> OpenSegments:
+    """The LRU used by segments opened without one (sized on first use)."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = OpenSegments()
+    return _DEFAULT
 
 
 def segment_name(base_offset: int) -> str:
@@ -45,16 +152,21 @@ def segment_name(base_offset: int) -> str:
 
 
 class Segment:
-    __slots__ = ("dir", "base_offset", "fd", "size", "next_offset", "max_timestamp", "offset_of_max_timestamp",
-                 "first_timestamp", "offset_index", "time_index", "index_interval", "_bytes_since_index",
-                 "_index_fd", "_time_fd", "_pos_cache", "_dirty")
+    __slots__ = ("dir", "base_offset", "_fd", "_files", "size", "next_offset", "max_timestamp",
+                 "offset_of_max_timestamp", "first_timestamp", "offset_index", "time_index", "index_interval",
+                 "_bytes_since_index", "_pos_cache", "_dirty")
 
-    def __init__(self, directory: Path, base_offset: int, index_interval: int) -> None:
+    def __init__(self, directory: Path, base_offset: int, index_interval: int,
+                 files: OpenSegments | None = None, *, create: bool = False) -> None:
+        """A segment of ``directory``; nothing is opened unless ``create`` (a new, empty file).
+
+        Raises OSError if ``create`` fails; a missing file is size 0 otherwise.
+        """
         self.dir = directory
         self.base_offset = base_offset
         self.index_interval = index_interval
-        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self.size = os.fstat(self.fd).st_size
+        self._files = files if files is not None else default_open_segments()
+        self._fd = -1
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = -1
@@ -62,10 +174,30 @@ class Segment:
         self.offset_index = SparseIndex()
         self.time_index = SparseIndex()
         self._bytes_since_index = 0
-        self._index_fd = -1
-        self._time_fd = -1
         self._pos_cache: dict[int, int] = {}
         self._dirty = False
+        if create:
+            self._files.open(self, _LOG_FLAGS | os.O_CREAT)
+            self.size = os.fstat(self._fd).st_size
+        else:
+            try:
+                self.size = os.stat(self.log_path).st_size
+            except FileNotFoundError:
+                self.size = 0
+
+    @property
+    def fd(self) -> int:
+        """The log file's descriptor, reopened if the LRU closed it.  Raises OSError."""
+        fd = self._fd
+        if fd < 0:
+            return self._files.open(self)
+        self._files.touch(self)
+        return fd
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the log file's descriptor is open now."""
+        return self._fd >= 0
 
     # --- paths ------------------------------------------------------------------------
     @property
@@ -82,14 +214,17 @@ class Segment:
 
     # --- open / recover -------------------------------------------------------------
     @classmethod
-    def open(cls, directory: Path, base_offset: int, index_interval: int, *, recover: bool) -> tuple["Segment", bool]:
+    def open(cls, directory: Path, base_offset: int, index_interval: int, *, recover: bool,
+             files: OpenSegments | None = None) -> tuple["Segment", bool]:
         """Open a segment; returns (segment, truncated).
 
         With ``recover`` (or if the index files are unusable) the whole file is validated
         batch by batch (length, magic, CRC) and cut after the last good batch; the indexes
-        are rebuilt.  ``truncated`` tells whether bytes were cut.
+        are rebuilt.  ``truncated`` tells whether bytes were cut.  Raises OSError.
         """
-        seg = cls(directory, base_offset, index_interval)
+        seg = cls(directory, base_offset, index_interval, files)
+        if not seg.log_path.exists():
+            raise FileNotFoundError(errno.ENOENT, "segment file missing", str(seg.log_path))
         if not recover and seg._load_indexes():
             return seg, False
         return seg, seg.recover(check_crc=True)
@@ -129,7 +264,6 @@ class Segment:
                 return False
             self.first_timestamp = first.max_timestamp if first.max_timestamp >= 0 else first.base_timestamp
         self._bytes_since_index = self.size - (oidx.values[-1] if oidx.values else 0)
-        self._open_index_files(truncate=False)
         return True
 
     def recover(self, *, check_crc: bool = True, producer_cb=None) -> bool:
@@ -164,24 +298,22 @@ class Segment:
             pos = good_end
         truncated = good_end < self.size
         if truncated:
-            os.ftruncate(self.fd, good_end)
+            fd = self.fd
+            os.ftruncate(fd, good_end)
             self.size = good_end
-            os.fsync(self.fd)
+            os.fsync(fd)
         self._pos_cache.clear()
-        self._open_index_files(truncate=True)
-        self._write_all_indexes()
+        self.write_indexes(fsync=False)
         return truncated
 
-    def _note_batch(self, position: int, h: BatchHeader) -> tuple[bytes, bytes]:
-        """Account for one batch at ``position`` (indexes, offsets, timestamps); returns new index bytes."""
-        oentry = tentry = b""
+    def _note_batch(self, position: int, h: BatchHeader) -> None:
+        """Account for one batch at ``position`` (indexes, offsets, timestamps)."""
         rel = h.base_offset - self.base_offset
         if self.size == 0 or position == 0 or self._bytes_since_index >= self.index_interval:
             if self.offset_index.append(rel, position):
-                oentry = OFFSET_ENTRY.pack(rel, position)
                 self._bytes_since_index = 0
-                if h.max_timestamp > self.max_timestamp and self.time_index.append(h.max_timestamp, rel):
-                    tentry = TIME_ENTRY.pack(h.max_timestamp, rel)
+                if h.max_timestamp > self.max_timestamp:
+                    self.time_index.append(h.max_timestamp, rel)
         self._bytes_since_index += h.size
         if h.max_timestamp > self.max_timestamp:
             self.max_timestamp = h.max_timestamp
@@ -189,22 +321,20 @@ class Segment:
         if self.first_timestamp < 0:
             self.first_timestamp = h.max_timestamp if h.max_timestamp >= 0 else h.base_timestamp
         self.next_offset = h.next_offset
-        return oentry, tentry
 
-    def _open_index_files(self, *, truncate: bool) -> None:
-        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if truncate else 0)
-        if self._index_fd < 0:
-            self._index_fd = os.open(self.index_path, flags, 0o644)
-            self._time_fd = os.open(self.time_index_path, flags, 0o644)
-        elif truncate:
-            os.ftruncate(self._index_fd, 0)
-            os.ftruncate(self._time_fd, 0)
-
-    def _write_all_indexes(self) -> None:
-        os.write(self._index_fd, b"".join(OFFSET_ENTRY.pack(k, v)
-                                          for k, v in zip(self.offset_index.keys, self.offset_index.values)))
-        os.write(self._time_fd, b"".join(TIME_ENTRY.pack(k, v)
-                                         for k, v in zip(self.time_index.keys, self.time_index.values)))
+    def write_indexes(self, *, fsync: bool) -> None:
+        """Replace both index files with the in-memory indexes (fsynced if asked).  Raises OSError."""
+        odata = b"".join(OFFSET_ENTRY.pack(k, v) for k, v in zip(self.offset_index.keys, self.offset_index.values))
+        tdata = b"".join(TIME_ENTRY.pack(k, v) for k, v in zip(self.time_index.keys, self.time_index.values))
+        for path, data in ((self.index_path, odata), (self.time_index_path, tdata)):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                if data:
+                    os.write(fd, data)
+                if fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def _header_at(self, pos: int) -> BatchHeader | None:
         data = os.pread(self.fd, HEADER_SIZE, pos)
@@ -222,55 +352,29 @@ class Segment:
 
         ``headers`` are the batch headers with positions relative to ``data``; ``offsets``
         gives each batch's (base_offset, next_offset) and ``max_ts`` its max timestamp as
-        written.  Raises OSError on a failed write, after cutting back any partial bytes.
+        written.  Raises OSError on a failed write (or open), after cutting back any
+        partial bytes.
         """
         start = self.size
         mv = memoryview(data)
         written = 0
+        fd = self.fd
         try:
             while written < len(mv):
-                written += os.write(self.fd, mv[written:])
+                written += os.write(fd, mv[written:])
         except OSError:
-            os.ftruncate(self.fd, start)
+            os.ftruncate(fd, start)
             raise
-        saved = (self.next_offset, self.max_timestamp, self.offset_of_max_timestamp, self.first_timestamp,
-                 self._bytes_since_index, len(self.offset_index), len(self.time_index))
-        try:
-            self._account(start, len(mv), headers, offsets, max_ts)
-        except OSError:  # an index file could not grow: take the whole append back
-            self._undo_append(start, saved)
-            raise
-
-    def _undo_append(self, start: int, saved: tuple[int, ...]) -> None:
-        (self.next_offset, self.max_timestamp, self.offset_of_max_timestamp, self.first_timestamp,
-         self._bytes_since_index, n_offsets, n_times) = saved
-        del self.offset_index.keys[n_offsets:], self.offset_index.values[n_offsets:]
-        del self.time_index.keys[n_times:], self.time_index.values[n_times:]
-        self._pos_cache.clear()
-        os.ftruncate(self.fd, start)
-        self.size = start
-        try:  # entries the files kept beyond the memory's are harmless: the active segment's
-            # indexes are rebuilt at the next open
-            os.ftruncate(self._index_fd, n_offsets * OFFSET_ENTRY.size)
-            os.ftruncate(self._time_fd, n_times * TIME_ENTRY.size)
-        except OSError:
-            pass
-
-    def _account(self, start: int, length: int, headers: list[BatchHeader], offsets: list[tuple[int, int]],
-                 max_ts: list[int]) -> None:
-        self.size = start + length
+        self.size = start + len(mv)
         self._dirty = True
-        oentries = []
-        tentries = []
         for h, (base, nxt), ts in zip(headers, offsets, max_ts):
             pos = start + h.position
             rel = base - self.base_offset
             if pos == 0 or self._bytes_since_index >= self.index_interval:
                 if self.offset_index.append(rel, pos):
-                    oentries.append(OFFSET_ENTRY.pack(rel, pos))
                     self._bytes_since_index = 0
-                    if ts > self.max_timestamp and self.time_index.append(ts, rel):
-                        tentries.append(TIME_ENTRY.pack(ts, rel))
+                    if ts > self.max_timestamp:
+                        self.time_index.append(ts, rel)
             self._bytes_since_index += h.size
             if ts > self.max_timestamp:
                 self.max_timestamp = ts
@@ -278,44 +382,35 @@ class Segment:
             if self.first_timestamp < 0:
                 self.first_timestamp = ts
             self.next_offset = nxt
-        if oentries:
-            os.write(self._index_fd, b"".join(oentries))
-        if tentries:
-            os.write(self._time_fd, b"".join(tentries))
         self._remember(self.next_offset, self.size)
 
     def seal(self) -> None:
-        """Before the segment stops being active: index its max timestamp, fsync all files."""
+        """Before the segment stops being active: index its max timestamp, fsync the log,
+        write and fsync the index files.  Raises OSError."""
         self.index_max_timestamp()
         self.sync()
 
     def index_max_timestamp(self) -> None:
-        """Add the time-index entry of the segment's max timestamp if it is missing.
-
-        Raises OSError if the entry cannot be written; then the index is as before.
-        """
+        """Add the time-index entry of the segment's max timestamp if it is missing (in memory)."""
         last = self.time_index.last()
         if self.max_timestamp >= 0 and (last is None or last[0] < self.max_timestamp):
             rel = self.offset_of_max_timestamp - self.base_offset
-            n = len(self.time_index)
-            if self.time_index.append(self.max_timestamp, max(rel, last[1] if last else 0)):
-                try:
-                    os.write(self._time_fd, TIME_ENTRY.pack(*self.time_index.last()))  # type: ignore[misc]
-                except OSError:
-                    del self.time_index.keys[n:], self.time_index.values[n:]
-                    os.ftruncate(self._time_fd, n * TIME_ENTRY.size)
-                    raise
+            self.time_index.append(self.max_timestamp, max(rel, last[1] if last else 0))
 
     def sync(self) -> None:
-        """fsync the log and both index files."""
+        """fdatasync the log, then write and fsync both index files.  Raises OSError."""
         self.flush()
-        os.fsync(self._index_fd)
-        os.fsync(self._time_fd)
+        self.write_indexes(fsync=True)
 
     def flush(self) -> None:
+        """fdatasync the log file if it was written since the last flush.  Raises OSError."""
         if self._dirty:
             os.fdatasync(self.fd)
             self._dirty = False
+
+    def mark_flushed(self) -> None:
+        """Everything written so far was fdatasynced elsewhere (a flush ticket)."""
+        self._dirty = False
 
     # --- read -----------------------------------------------------------------------
     def _remember(self, offset: int, position: int) -> None:
@@ -408,23 +503,29 @@ class Segment:
 
     # --- truncate / close / delete --------------------------------------------------------
     def truncate_to_position(self, position: int) -> None:
-        os.ftruncate(self.fd, position)
+        fd = self.fd
+        os.ftruncate(fd, position)
         self.size = position
-        os.fsync(self.fd)
+        os.fsync(fd)
         self.recover(check_crc=False)
 
+    def _close_fd(self) -> None:
+        """Close the descriptor (the LRU already dropped this segment)."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
     def close(self) -> None:
-        for fd in (self.fd, self._index_fd, self._time_fd):
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self.fd = self._index_fd = self._time_fd = -1
+        self._files.forget(self)
+        self._close_fd()
 
     def delete(self) -> None:
+        """Close and remove the files (index files first, so no stray log is left without them)."""
         self.close()
-        for p in (self.log_path, self.index_path, self.time_index_path):
+        for p in (self.index_path, self.time_index_path, self.log_path):
             try:
                 p.unlink()
             except FileNotFoundError:

@@ -35,6 +35,7 @@ from shoal.config import BROKER_KEYS_ALSO_TOPIC, CONFIG_DEFS, BrokerConfig, Conf
 from shoal.errors import ApiError, ErrorCode
 from shoal.log.partition_log import PartitionLog, atomic_write
 from shoal.log.policy import LogConfig
+from shoal.log.segment import OpenSegments
 
 __all__ = ["LogStore", "TopicInfo", "validate_topic_name", "validate_topic_configs", "MAX_TOPIC_NAME_LENGTH"]
 
@@ -102,9 +103,12 @@ class TopicInfo:
 class LogStore:
     """Topics and their partition logs under one data directory."""
 
-    def __init__(self, data_dir: Path, config: BrokerConfig, *, now_ms: int = 0) -> None:
+    def __init__(self, data_dir: Path, config: BrokerConfig, *, now_ms: int = 0,
+                 files: OpenSegments | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.config = config
+        self.files = files if files is not None else OpenSegments()
+        """Every partition's segments share this LRU of open descriptors (sized from RLIMIT_NOFILE)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
@@ -134,7 +138,7 @@ class LogStore:
                     _log.warning("partition %s-%d has no directory %s (a topic creation or a partition "
                                  "increase that did not finish); creating it empty", t.name, i, d)
                 try:
-                    self._logs[(t.name, i)] = PartitionLog.open(d, cfg, now_ms=now_ms)
+                    self._logs[(t.name, i)] = PartitionLog.open(d, cfg, now_ms=now_ms, files=self.files)
                 except OSError as e:
                     self.close()
                     raise OSError(e.errno, f"cannot open partition {t.name}-{i} in {d}: {e.strerror or e}") from e
@@ -233,7 +237,7 @@ class LogStore:
                 d = self._partition_dir(name, i)
                 if d.exists():  # a stale directory not in the metadata: start afresh
                     shutil.rmtree(d)
-                logs[(name, i)] = PartitionLog.open(d, cfg, now_ms=now_ms)
+                logs[(name, i)] = PartitionLog.open(d, cfg, now_ms=now_ms, files=self.files)
         except OSError as e:
             self._discard(logs)
             for i in indexes:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import time
 import uuid
 from collections.abc import Iterable
@@ -43,6 +44,22 @@ HALT_EXIT_CODE = 70
 
 DATA_DIR_CHECK_S = 1.0
 """How often the broker checks that its data directory is still there."""
+
+
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE to the hard limit; returns the (soft, hard) now in force.
+
+    Kafka brokers are run with a large descriptor limit; doing it here means a default
+    soft limit (often 1024) does not cap the broker when the hard limit allows more.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:  # e.g. an unlimited hard limit above fs.nr_open
+            log.warning("could not raise the open file limit from %d to %d: %s", soft, hard, exc)
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft, hard
 
 
 class Clock:
@@ -238,7 +255,10 @@ class Broker:
         self.dynamic_configs = DynamicConfigs(self.data_dir / "dynamic-configs.json", self.config)
         self.producer_ids = ProducerIdAllocator(self.data_dir / "producer-ids.json")
         self.fetch_sessions = FetchSessionCache(self.config["max.incremental.fetch.session.cache.slots"])
+        soft, hard = raise_open_files_limit()
         self.store = LogStore(self.data_dir, self.config, now_ms=self.clock.now_ms())
+        log.info("open file limit %d (hard %d): at most %d segment descriptors stay open",
+                 soft, hard, self.store.files.capacity)
         for hook in _START_HOOKS:
             await hook(self)
         loop = asyncio.get_running_loop()

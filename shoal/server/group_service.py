@@ -228,7 +228,9 @@ class GroupCoordinatorService:
         self.broker = broker
         self.config = broker.config
         self.runtime: CoordinatorRuntime[GroupCoordinatorShard] = CoordinatorRuntime(
-            broker, OFFSETS_TOPIC, "offsets.topic.num.partitions", self._new_shard)
+            broker, OFFSETS_TOPIC, "offsets.topic.num.partitions", self._new_shard,
+            topic_configs={"cleanup.policy": "compact",
+                           "segment.bytes": str(broker.config["offsets.topic.segment.bytes"])})
         self._parts: dict[int, _Partition] = {}
         self._tokens = itertools.count(1)
         self._parked: dict[Hashable, asyncio.Future[Any]] = {}

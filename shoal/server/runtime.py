@@ -99,6 +99,11 @@ class CoordinatorRuntime(Generic[S]):
         if meta is None:
             n = self.broker.config[self._num_partitions_key]
             meta = store.create_topic(self.topic, n, self.topic_configs, now_ms=self.broker.clock.now_ms())
+        want = self.topic_configs.get("segment.bytes")
+        if want is not None and meta.configs.get("segment.bytes") != want:
+            # the broker key decides, also for a topic created before it was set or changed
+            store.alter_topic_configs(self.topic, set={"segment.bytes": want})
+            log.info("%s: segment.bytes set to %s", self.topic, want)
         self.shards = [self._new_shard(i) for i in range(meta.num_partitions)]
         total = 0
         for i, shard in enumerate(self.shards):

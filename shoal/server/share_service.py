@@ -169,7 +169,9 @@ class ShareService:
         self.runtime: CoordinatorRuntime[ShareCoordinatorShard] = CoordinatorRuntime(
             broker, SHARE_STATE_TOPIC, "share.coordinator.state.topic.num.partitions",
             lambda _i: ShareCoordinatorShard(snapshot_update_records_per_snapshot=per_snapshot),
-            topic_configs={"cleanup.policy": "delete", "retention.ms": "-1"}, replay_offsets=True,
+            topic_configs={"cleanup.policy": "delete", "retention.ms": "-1",
+                           "segment.bytes": str(cfg["share.coordinator.state.topic.segment.bytes"])},
+            replay_offsets=True,
         )
         self.persister = Persister(self.runtime)
         self.sessions = ShareSessionCache(int(cfg["max.share.session.cache.slots"]))

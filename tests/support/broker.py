@@ -9,6 +9,9 @@ Usage::
     b.kill()             # SIGKILL (a crash); b.start() brings it back
     b.stop()             # SIGTERM and wait; raises if the exit was not clean
 
+``nofile_limit`` starts the process with that RLIMIT_NOFILE (soft and hard), as
+``ulimit -n`` would.
+
 The broker's stderr goes to ``<data dir>/../broker-<port>.stderr`` (one file per start,
 appended); :meth:`BrokerProcess.stderr_tail` returns its last lines, and every failure
 raised here includes them.
@@ -17,6 +20,7 @@ raised here includes them.
 from __future__ import annotations
 
 import os
+import resource
 import selectors
 import signal
 import subprocess
@@ -37,8 +41,9 @@ class BrokerError(RuntimeError):
 
 class BrokerProcess:
     def __init__(self, data_dir: Path, overrides: Mapping[str, str] | None = None,
-                 log_level: str = "INFO") -> None:
+                 log_level: str = "INFO", *, nofile_limit: int | None = None) -> None:
         self.data_dir = Path(data_dir)
+        self.nofile_limit = nofile_limit
         self.overrides = dict(overrides or {})
         self.log_level = log_level
         self.port: int | None = None
@@ -57,6 +62,10 @@ class BrokerProcess:
     def pid(self) -> int:
         assert self.proc is not None
         return self.proc.pid
+
+    def open_descriptors(self) -> int:
+        """How many descriptors the running broker has open (from /proc/PID/fd)."""
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
 
     def is_alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -83,8 +92,14 @@ class BrokerProcess:
         self._stderr_file = open(self.stderr_path, "ab")
         self._stderr_file.write(f"==== {' '.join(cmd)}\n".encode())
         self._stderr_file.flush()
+        limit = self.nofile_limit
+
+        def lower_nofile() -> None:
+            if limit is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._stderr_file,
-                                     stdin=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL, preexec_fn=lower_nofile if limit else None)
         line = self._read_ready_line()
         if line is None:
             try:  # a broker that refused to start may still be exiting: let it report its status

@@ -212,3 +212,21 @@ def test_partitions_added_to_a_subscribed_topic_start_at_the_earliest_offset(tmp
         svc.close()
 
     asyncio.run(scenario())
+
+
+def test_offsets_topic_segment_bytes_comes_from_the_broker_key_also_for_an_existing_topic(tmp_path: Path) -> None:
+    async def main() -> None:
+        broker, svc = start(tmp_path)
+        meta = broker.store.get_topic("__consumer_offsets")
+        assert meta.configs["segment.bytes"] == str(100 * 1024 * 1024)
+        assert broker.store.partition("__consumer_offsets", 0).config.segment_bytes == 100 * 1024 * 1024
+        broker.store.alter_topic_configs("__consumer_offsets", delete=["segment.bytes"])  # as created before the key
+        svc.close()
+        broker.store.close()
+        broker, svc = start(tmp_path, **{"offsets.topic.segment.bytes": 1 << 20})
+        assert broker.store.get_topic("__consumer_offsets").configs["segment.bytes"] == str(1 << 20)
+        assert broker.store.partition("__consumer_offsets", 1).config.segment_bytes == 1 << 20
+        svc.close()
+        broker.store.close()
+
+    asyncio.run(main())

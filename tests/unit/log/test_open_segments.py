@@ -1,0 +1,213 @@
+"""Segment descriptors: the LRU of open segments, EMFILE, rolls that fail, merging compaction."""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+from contextlib import contextmanager
+
+import pytest
+
+from shoal.errors import ApiError, ErrorCode
+from shoal.log.compaction import compact, plan_groups
+from shoal.log.partition_log import PartitionLog
+from shoal.log.policy import LogConfig
+from shoal.log.segment import MIN_OPEN_SEGMENTS, OpenSegments
+from shoal.protocol.batch import build_batch, decode_records, validate_batches
+
+from .helpers import batch
+
+
+def open_fds() -> set[int]:
+    return {int(n) for n in os.listdir("/proc/self/fd")}
+
+
+def values(log: PartitionLog, offset: int = 0) -> list[tuple[int, bytes | None, bytes | None]]:
+    out = []
+    while offset < log.log_end_offset:
+        data = log.read(offset, 1 << 20)
+        for h in validate_batches(data):
+            out += [(r.offset, r.key, r.value) for r in decode_records(data, h)]
+            offset = h.next_offset
+    return out
+
+
+@contextmanager
+def no_free_descriptors(spare: int = 0):
+    """Lower the soft RLIMIT_NOFILE so that only ``spare`` more descriptors can be opened."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    probe = os.open(os.devnull, os.O_RDONLY)  # the lowest free descriptor number
+    os.close(probe)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (probe + spare, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_lru_keeps_at_most_capacity_descriptors_and_reopens_on_demand(tmp_path):
+    files = OpenSegments(capacity=MIN_OPEN_SEGMENTS)
+    before = open_fds()
+    cfg = LogConfig(segment_bytes=1024, index_interval_bytes=256)
+    logs = [PartitionLog.open(tmp_path / f"t-{i}", cfg, files=files) for i in range(12)]
+    for round_ in range(6):
+        for i, log in enumerate(logs):
+            log.append(batch(2, key=b"%d" % i, value_size=300, ts=round_), round_)
+    assert sum(len(log.segments) for log in logs) > 3 * MIN_OPEN_SEGMENTS
+    assert len(files) == MIN_OPEN_SEGMENTS and files.evictions > 0
+    assert len(open_fds() - before) <= MIN_OPEN_SEGMENTS  # index files hold no descriptor
+    # every segment is readable after its descriptor was closed, and reading reopens it
+    for i, log in enumerate(logs):
+        got = values(log)
+        assert [o for o, _, _ in got] == list(range(12))
+        assert {k for _, k, _ in got} == {b"%d" % i}
+    assert len(files) == MIN_OPEN_SEGMENTS
+    # the most recently used segment stays open; the least recently used was closed
+    first = logs[0].segments[0]
+    assert logs[-1].segments[-1].is_open and not first.is_open
+    logs[0].read(0, 1)
+    assert first.is_open
+    for log in logs:
+        log.close()
+    assert len(files) == 0 and open_fds() - before == set()
+    # a restart reads the index files that sealing wrote, and serves everything
+    again = [PartitionLog.open(tmp_path / f"t-{i}", cfg, files=files) for i in range(12)]
+    assert all(len(values(log)) == 12 for log in again)
+    assert len(files) <= MIN_OPEN_SEGMENTS
+    for log in again:
+        log.close()
+
+
+def test_open_failing_with_emfile_closes_descriptors_and_goes_on(tmp_path):
+    files = OpenSegments(capacity=1000)
+    cfg = LogConfig(segment_bytes=1024)
+    log = PartitionLog.open(tmp_path / "t-0", cfg, files=files)
+    for i in range(40):
+        log.append(batch(1, value_size=700, ts=i), i)
+    for seg in log.segments:
+        seg.close()
+    for seg in log.segments[:30]:  # 30 descriptors open
+        assert seg.fd >= 0
+    assert len(files) == 30
+    with no_free_descriptors(spare=0):
+        assert [o for o, _, _ in values(log)] == list(range(40))  # reopens segments past EMFILE
+    assert files.capacity < 30 and len(files) <= files.capacity
+    log.close()
+
+
+def test_a_roll_that_fails_fails_the_append_and_the_next_append_rolls(tmp_path):
+    files = OpenSegments(capacity=64)
+    cfg = LogConfig(segment_bytes=1024)
+    log = PartitionLog.open(tmp_path / "t-0", cfg, files=files)
+    log.append(batch(1, value_size=700), 0)
+    for seg in log.segments:
+        seg.close()
+    assert log.segments[-1].fd >= 0  # only the active segment is open: nothing to evict
+    with no_free_descriptors(spare=0):
+        with pytest.raises(ApiError) as ei:
+            log.append(batch(1, value_size=700), 1)
+    assert ei.value.error_code == ErrorCode.kafka_storage_error
+    assert log.log_end_offset == 1 and len(log.segments) == 1
+    r = log.append(batch(1, value_size=700), 2)
+    assert r.base_offset == 1 and len(log.segments) == 2
+    log.close()
+    again = PartitionLog.open(tmp_path / "t-0", cfg, files=files)
+    assert [o for o, _, _ in values(again)] == [0, 1] and not again.recovered_truncation
+    again.close()
+
+
+def test_plan_groups_respects_segment_bytes_and_offset_span():
+    segs = [(0, 10, 400), (10, 20, 400), (20, 30, 400), (30, 40, 2000), (40, 50, 10)]
+    assert plan_groups(segs, max_bytes=1000) == [2, 1, 1, 1]
+    assert plan_groups(segs, max_bytes=1200) == [3, 1, 1]
+    assert plan_groups(segs, max_bytes=5000) == [5]
+    assert plan_groups([(0, 2**31, 1), (2**31, 2**31 + 5, 1)], max_bytes=100) == [1, 1]
+    assert plan_groups([], max_bytes=100) == []
+
+
+def _compacted_log(tmp_path, files=None):
+    cfg = LogConfig(segment_bytes=2048, cleanup_policy=("compact",), delete_retention_ms=0)
+    log = PartitionLog.open(tmp_path / "c-0", cfg, files=files)
+    latest = {}
+    for i in range(400):
+        key = b"k%d" % (i % 7)
+        log.append(build_batch([(key, b"v%d" % i, [], 1000 + i)]), 0)
+        latest[key] = (i, b"v%d" % i)
+    return log, latest
+
+
+def test_compaction_merges_small_segments_until_stable(tmp_path):
+    log, latest = _compacted_log(tmp_path)
+    many = len(log.segments)
+    assert many > 10
+    merged = 0
+    for _ in range(10):
+        stats = compact(log, now_ms=5000)
+        merged += stats.segments_merged
+        if stats.segments_rewritten == 0:
+            break
+    assert stats.segments_rewritten == 0  # stable
+    assert merged > 0 and len(log.segments) <= 3
+    assert all(s.size <= 2048 for s in log.segments)
+    got = {k: (o, v) for o, k, v in values(log)}
+    assert got == latest
+    # segments stay contiguous and the directory holds exactly the listed segments
+    assert all(a.next_offset == b.base_offset for a, b in zip(log.segments, log.segments[1:]))
+    names = sorted(p.name for p in (tmp_path / "c-0").iterdir() if p.suffix == ".log")
+    assert names == [f"{s.base_offset:020d}.log" for s in log.segments]
+    # a pass with nothing new does nothing
+    assert compact(log, now_ms=6000).segments_rewritten == 0
+    leo = log.log_end_offset
+    log.close()
+    again = PartitionLog.open(tmp_path / "c-0", log.config)
+    assert again.log_end_offset == leo and {k: (o, v) for o, k, v in values(again)} == latest
+    again.close()
+
+
+def test_a_crash_after_merging_before_deleting_the_merged_segments_loses_nothing(tmp_path):
+    log, latest = _compacted_log(tmp_path)
+    d = tmp_path / "c-0"
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    for p in d.iterdir():
+        if p.suffix == ".log":
+            shutil.copy(p, saved / p.name)
+    bases = [s.base_offset for s in log.segments]
+    compact(log, now_ms=5000)
+    assert len(log.segments) < len(bases)
+    log.close()
+    # put back the segments the merge deleted, as if the process died before deleting them
+    for p in saved.iterdir():
+        if not (d / p.name).exists():
+            shutil.copy(p, d / p.name)
+    again = PartitionLog.open(d, log.config)
+    assert not again.recovered_truncation
+    assert {k: (o, v) for o, k, v in values(again)} == latest
+    assert len(sorted(d.glob("*.log"))) == len(again.segments) < len(bases)
+    again.close()
+
+
+def test_a_pass_runs_only_once_the_dirty_part_reaches_min_cleanable_dirty_ratio(tmp_path):
+    cfg = LogConfig(segment_bytes=2048, cleanup_policy=("compact",), min_cleanable_dirty_ratio=0.5)
+    log = PartitionLog.open(tmp_path / "c-0", cfg)
+    n = 0
+
+    def write_until_closed(nbytes: int) -> None:
+        nonlocal n
+        start = sum(s.size for s in log.segments[:-1])
+        while sum(s.size for s in log.segments[:-1]) - start < nbytes:
+            log.append(build_batch([(b"key-%03d" % (n % 300), b"value-%d" % n, [], 1000 + n)]), 0)
+            n += 1
+
+    write_until_closed(40_000)
+    first = compact(log, now_ms=5000)
+    assert first.segments_rewritten > 0 and first.segments_merged > 0  # one pass cleans and merges
+    assert compact(log, now_ms=5000).records_removed == 0  # nothing new: not due
+    clean = sum(s.size for s in log.segments[:-1])
+    assert clean > 4 * 2048
+    write_until_closed(clean // 3)  # the dirty part stays below half of the closed bytes
+    assert compact(log, now_ms=5000).segments_rewritten == 0
+    write_until_closed(clean)
+    assert compact(log, now_ms=5000).records_removed > 0
+    log.close()
