@@ -167,7 +167,7 @@ def test_share_consume_accept_release_reject(shared_broker: BrokerProcess, topic
     # Reject one, accept the others: nothing is left.
     out = ok(bs, "share-consume", "--topic", topic_name, "--group", group, "--reject", "--max-messages", "1", *props)
     assert out == "Offset:0\tDelivery:2\tr0\n"
-    r = tool(bs, "share-consume", "--topic", topic_name, "--group", group, "--timeout-ms", "1500", *props)
+    r = tool(bs, "share-consume", "--topic", topic_name, "--group", group, "--timeout-ms", "5000", *props)
     assert r.returncode == 0
     # r1 and r2 again (released once more if the --reject run acquired them beyond --max-messages).
     got = sorted(r.stdout.splitlines())
