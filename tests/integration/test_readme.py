@@ -2,7 +2,8 @@
 cannot drift from the product).
 
 Every ```python block runs with this interpreter, in order, against one fresh broker, with
-``127.0.0.1:9092`` replaced by its address; every ``.venv/bin/shoal`` command of the ```sh
+``127.0.0.1:9092`` replaced by its address, fed line by line to an interactive console as a
+paste into ``python`` is; every ``.venv/bin/shoal`` command of the ```sh
 blocks runs too (as ``python -m shoal``). Left out: the Spark block (it needs Java and runs
 a stream for a minute or more; tests/spark covers the data source), and set-up commands (``bash
 scripts/...``, ``pip install``, ``examples/pipeline.py``, which tests/spark runs).
@@ -24,6 +25,29 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
+
+
+# Feeds a snippet line by line to an interactive console, as pasting into the REPL does (a
+# compound statement must end with a blank line there); any error is exit code 1.
+PASTE = """
+import code, sys, traceback
+
+class Console(code.InteractiveConsole):
+    def showsyntaxerror(self, filename=None, **kw):
+        traceback.print_exc()
+        sys.exit(1)
+
+    def showtraceback(self):
+        traceback.print_exc()
+        sys.exit(1)
+
+console = Console()
+more = False
+for line in sys.argv[1].splitlines():
+    more = console.push(line)
+if more:
+    console.push("")
+"""
 
 
 def snippets() -> list[tuple[str, str]]:
@@ -50,7 +74,7 @@ def test_readme_snippets_run_as_pasted(broker: BrokerProcess, tmp_path: Path) ->
     for kind, text in snippets():
         text = text.replace("127.0.0.1:9092", broker.bootstrap)
         if kind == "python":
-            cmd = [sys.executable, "-c", text]
+            cmd = [sys.executable, "-c", PASTE, text]
         else:
             cmd = ["bash", "-c", "set -o pipefail; " + text.replace(".venv/bin/shoal", shoal)]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
@@ -58,7 +82,7 @@ def test_readme_snippets_run_as_pasted(broker: BrokerProcess, tmp_path: Path) ->
                                   f"--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}"
         if "ShareConsumer(" in text:
             # "prints jobs 0, 1, 2, 4 and 5 with delivery count 1, then job 3 with delivery count 2"
-            lines = r.stdout.splitlines()
+            lines = [ln for ln in r.stdout.splitlines() if " b'job " in ln]  # a REPL also echoes values
             assert [ln.split(" ", 1)[1] for ln in lines] == [
                 "b'job 0' delivery 1", "b'job 1' delivery 1", "b'job 2' delivery 1", "b'job 4' delivery 1",
                 "b'job 5' delivery 1", "b'job 3' delivery 2"], lines
