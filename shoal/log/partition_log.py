@@ -559,8 +559,11 @@ class PartitionLog:
         if before_offset < 0 or before_offset > hw:
             raise ApiError(ErrorCode.offset_out_of_range, f"offset {before_offset} above high watermark {hw}")
         if before_offset > self.log_start_offset:
+            try:
+                atomic_write(self.dir / LOG_START_FILE, str(before_offset).encode())
+            except OSError as exc:
+                raise ApiError(ErrorCode.kafka_storage_error, f"cannot write {LOG_START_FILE}: {exc}") from exc
             self.log_start_offset = before_offset
-            atomic_write(self.dir / LOG_START_FILE, str(before_offset).encode())
             self._delete_oldest(self._count_below_start())
         return self.log_start_offset
 
@@ -576,12 +579,15 @@ class PartitionLog:
         n = min(n, len(self.segments) - 1)
         gone, self.segments = self.segments[:n], self.segments[n:]
         self._bases = self._bases[n:]
+        for seg in gone:  # oldest first: what is left stays contiguous
+            seg.delete()
         new_start = self.segments[0].base_offset
         if new_start > self.log_start_offset:
             self.log_start_offset = new_start
-            atomic_write(self.dir / LOG_START_FILE, str(new_start).encode())
-        for seg in gone:
-            seg.delete()
+            try:
+                atomic_write(self.dir / LOG_START_FILE, str(new_start).encode())
+            except OSError:
+                pass  # opening takes the first segment's base offset anyway; a full disk still frees space
 
     def apply_retention(self, now_ms: int) -> int:
         """Delete old segments per retention.ms / retention.bytes (cleanup.policy delete).

@@ -332,10 +332,20 @@ class LogStore:
         """Yield ((topic, index), PartitionLog) for every partition."""
         return iter(list(self._logs.items()))
 
-    def run_maintenance(self, now_ms: int) -> None:
-        """Retention, compaction and time-based flushes of every partition (call periodically)."""
-        for log in list(self._logs.values()):
-            log.run_maintenance(now_ms)
+    def run_maintenance(self, now_ms: int) -> dict[tuple[str, int], OSError | None]:
+        """Retention, compaction and time-based flushes of every partition (call periodically).
+
+        Returns each partition's outcome: None, or the OSError that stopped its maintenance
+        (a full disk); the other partitions' maintenance runs regardless.
+        """
+        outcomes: dict[tuple[str, int], OSError | None] = {}
+        for key, log in list(self._logs.items()):
+            try:
+                log.run_maintenance(now_ms)
+                outcomes[key] = None
+            except OSError as e:
+                outcomes[key] = e
+        return outcomes
 
     def flush_all(self, now_ms: int | None = None) -> None:
         for log in self._logs.values():

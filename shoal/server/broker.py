@@ -453,7 +453,12 @@ class Broker:
                 return
             try:
                 assert self.store is not None
-                self.store.run_maintenance(self.clock.now_ms())
+                for key, error in self.store.run_maintenance(self.clock.now_ms()).items():
+                    what = ("maintenance",) + key
+                    if error is None:
+                        self.storage_errors.ok(what)
+                    else:
+                        self.storage_errors.failed(what, error, label=f"log maintenance of {key[0]}-{key[1]}")
             except Exception:
                 log.exception("log housekeeping failed")
             self._timers.append(loop.call_later(interval_s, run))

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import BrokerConfig
+from ..errors import ApiError, ErrorCode
 from ..log.partition_log import atomic_write
 
 __all__ = ["DynamicConfigs", "ProducerIdAllocator"]
@@ -35,24 +36,35 @@ class DynamicConfigs:
         """The broker configuration as started (file and overrides), without dynamic changes."""
         return dict(self._static)
 
-    def _save(self) -> None:
-        atomic_write(self.path, json.dumps({"broker": self.broker, "groups": self.groups}, indent=1).encode())
+    def _save(self, broker: dict[str, str], groups: dict[str, dict[str, str]]) -> None:
+        """Write ``broker`` and ``groups`` to the file; raises ApiError(kafka_storage_error) if it cannot.
+
+        Callers change memory only after this returned, so a refused write changes nothing.
+        """
+        try:
+            atomic_write(self.path, json.dumps({"broker": broker, "groups": groups}, indent=1).encode())
+        except OSError as e:
+            raise ApiError(ErrorCode.kafka_storage_error, f"cannot write {self.path.name}: {e}") from e
 
     def set_broker(self, values: dict[str, str], config: BrokerConfig) -> None:
+        """Replace the dynamic broker configs. Raises ApiError(kafka_storage_error) (nothing changed)."""
+        self._save(dict(values), self.groups)
         for k in self.broker:
             if k not in values:
                 config.set(k, self._static[k])
         for k, v in values.items():
             config.set(k, v)
         self.broker = dict(values)
-        self._save()
 
     def set_group(self, group_id: str, values: dict[str, str]) -> None:
+        """Replace a group's config overrides. Raises ApiError(kafka_storage_error) (nothing changed)."""
+        groups = dict(self.groups)
         if values:
-            self.groups[group_id] = dict(values)
+            groups[group_id] = dict(values)
         else:
-            self.groups.pop(group_id, None)
-        self._save()
+            groups.pop(group_id, None)
+        self._save(self.broker, groups)
+        self.groups = groups
 
     def group_value(self, group_id: str, name: str, config: BrokerConfig) -> Any:
         """The effective value of group config ``name`` (override, else broker default)."""
@@ -64,8 +76,9 @@ class DynamicConfigs:
         return config.resolve(name)
 
     def delete_group(self, group_id: str) -> None:
-        if self.groups.pop(group_id, None) is not None:
-            self._save()
+        """Drop a deleted group's overrides. Raises ApiError(kafka_storage_error) (nothing changed)."""
+        if group_id in self.groups:
+            self.set_group(group_id, {})
 
 
 class ProducerIdAllocator:
@@ -82,9 +95,15 @@ class ProducerIdAllocator:
         self._limit = start
 
     def allocate(self) -> int:
+        """The next producer id. Raises ApiError(coordinator_not_available) if no block can be reserved."""
         if self._next >= self._limit:
-            self._limit = self._next + self.BLOCK
-            atomic_write(self.path, json.dumps({"next_block": self._limit}).encode())
+            limit = self._next + self.BLOCK
+            try:
+                atomic_write(self.path, json.dumps({"next_block": limit}).encode())
+            except OSError as e:
+                raise ApiError(ErrorCode.coordinator_not_available,
+                               f"cannot reserve producer ids in {self.path.name}: {e}") from e
+            self._limit = limit
         pid = self._next
         self._next += 1
         return pid

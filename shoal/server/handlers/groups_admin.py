@@ -67,6 +67,9 @@ async def handle_delete_groups(ctx: Any, request: Any) -> Any:
             except ApiError as e:  # the deletion could not be written: this group's result says so
                 code = e.error_code
         if code is ErrorCode.none:
-            ctx.broker.dynamic_configs.delete_group(group_id)
+            try:
+                ctx.broker.dynamic_configs.delete_group(group_id)
+            except ApiError as e:
+                code = e.error_code
         results.append(make(rcls, group_id=group_id, error_code=code))
     return make(cls, throttle_time=0, results=tuple(results))

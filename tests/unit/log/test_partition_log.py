@@ -279,3 +279,40 @@ def test_close_on_a_full_disk_still_closes_and_the_log_reopens(tmp_path, monkeyp
     log = open_log(tmp_path)
     assert offsets_of(log.read(0, 1 << 20)) == [0, 1]
     log.close()
+
+
+def _no_space(path, data):
+    raise OSError(28, "No space left on device")
+
+
+def test_delete_records_on_a_full_disk_changes_nothing(tmp_path, monkeypatch):
+    from shoal.log import partition_log
+
+    log = open_log(tmp_path)
+    log.append(batch(5), 0)
+    monkeypatch.setattr(partition_log, "atomic_write", _no_space)
+    with pytest.raises(ApiError) as ei:
+        log.delete_records(3)
+    assert ei.value.error_code == ErrorCode.kafka_storage_error
+    assert log.log_start_offset == 0
+    monkeypatch.undo()
+    assert log.delete_records(3) == 3
+    log.close()
+
+
+def test_retention_frees_space_even_when_its_checkpoint_cannot_be_written(tmp_path, monkeypatch):
+    from shoal.log import partition_log
+
+    log = open_log(tmp_path, segment_bytes=200, retention_bytes=1)
+    for _ in range(4):
+        log.append(batch(1), 0)
+    assert len(log.segments) == 4
+    monkeypatch.setattr(partition_log, "atomic_write", _no_space)
+    assert log.apply_retention(0) > 0
+    start = log.log_start_offset
+    assert start == log.segments[0].base_offset > 0
+    monkeypatch.undo()
+    log.close()
+    log = open_log(tmp_path)
+    assert log.log_start_offset == start
+    log.close()
