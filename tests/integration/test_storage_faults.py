@@ -242,6 +242,14 @@ def test_full_disk_fails_writes_with_errors_and_keeps_every_acknowledged_record(
     for size in (200, 20, 1):  # use up what is left of that page, so group joins fail too
         while offset_commit(b.bootstrap, "g", "t", {0: 7}, metadata="m" * size)[0] is ErrorCode.none:
             pass
+    # The same through a real client: commit() raises the error at once.
+    c = consumer(b.bootstrap, **{"group.id": "g2"})
+    started = time.monotonic()
+    with pytest.raises(KafkaException) as info:
+        c.commit(offsets=[TopicPartition("t", 0, 5)], asynchronous=False)
+    assert info.value.args[0].code() == KafkaError.COORDINATOR_NOT_AVAILABLE
+    assert time.monotonic() - started < 10
+    c.close()
     share_consumer_on_full_disk(b, "sg2")
     stderr = b.stderr_tail(2000)
     assert len(stderr.splitlines()) < 100, stderr
