@@ -334,14 +334,14 @@ def _vec_varint(arr, p, limit: int):  # type: ignore[no-untyped-def]
     Returns (values, positions after them), or None if any is longer.
     """
     np = _np
-    b = arr[np.minimum(p, limit)].astype(np.int64)
+    b = arr[p].astype(np.int64)  # past the end: IndexError, which _walk_fast turns into "not proven"
     cont = b >= 0x80
     if not cont.any():
         return (b >> 1) ^ -(b & 1), p + 1
     raw = b & 0x7F
     width = np.ones_like(p)
     for k in (1, 2, 3):
-        b = arr[np.minimum(p + k, limit)].astype(np.int64)
+        b = arr[p + k].astype(np.int64)
         raw |= np.where(cont, (b & 0x7F) << (7 * k), 0)
         width += cont
         cont &= b >= 0x80
@@ -354,9 +354,16 @@ def _walk_fast(data: bytes, pos: int, end: int, count: int, require_keys: bool) 
     """The same checks as :func:`walk_records`, vectorized; the largest timestamp delta if valid.
 
     Returns None when the batch is not proven valid (any fault, or a varint longer than
-    two bytes, or many headers): the caller then runs the exact walk, which raises with
+    four bytes, or many headers): the caller then runs the exact walk, which raises with
     the record's index or returns.  Never raises for bad data.
     """
+    try:
+        return _walk_vectorized(data, pos, end, count, require_keys)
+    except IndexError:  # a position past the data: not a valid batch
+        return None
+
+
+def _walk_vectorized(data: bytes, pos: int, end: int, count: int, require_keys: bool) -> int | None:
     np = _np
     arr = np.frombuffer(data, dtype=np.uint8)
     limit = len(data) - 1
