@@ -309,12 +309,11 @@ def _chain_strided(data: bytes, arr, pos: int, end: int, count: int, limit: int)
         if size <= 0:
             return None
         starts = p + size * np.arange(count - i, dtype=np.int64)
-        inside = starts <= limit
-        starts = starts[inside]
-        r = _vec_varint(arr, starts, limit)
-        if r is None:
-            return None
-        sizes = r[1] - starts + r[0]
+        # a record takes 7 bytes at least, so a real one starts 6 bytes before the end or
+        # earlier; guesses past the first differing record may land anywhere
+        starts = starts[starts <= limit - 6]
+        lengths, after = _vec_varint(arr, starts, limit, lenient=True)
+        sizes = after - starts + lengths
         bad = np.flatnonzero(sizes != size)
         run = int(bad[0]) if len(bad) else len(starts)
         out[i : i + run] = starts[:run] + size
@@ -328,10 +327,11 @@ def _chain_strided(data: bytes, arr, pos: int, end: int, count: int, limit: int)
     return out
 
 
-def _vec_varint(arr, p, limit: int):  # type: ignore[no-untyped-def]
+def _vec_varint(arr, p, limit: int, *, lenient: bool = False):  # type: ignore[no-untyped-def]
     """Decode the zigzag varints (up to four bytes) at positions ``p`` (numpy).
 
-    Returns (values, positions after them), or None if any is longer.
+    Returns (values, positions after them), or None if any is longer; with ``lenient``
+    a longer one gets a value below any real one (-2**40) instead.
     """
     np = _np
     b = arr[p].astype(np.int64)  # past the end: IndexError, which _walk_fast turns into "not proven"
@@ -347,7 +347,11 @@ def _vec_varint(arr, p, limit: int):  # type: ignore[no-untyped-def]
         cont &= b >= 0x80
         if not cont.any():
             return (raw >> 1) ^ -(raw & 1), p + width
-    return None
+    if not lenient:
+        return None
+    values = (raw >> 1) ^ -(raw & 1)
+    values[cont] = -(1 << 40)
+    return values, p + width
 
 
 def _walk_fast(data: bytes, pos: int, end: int, count: int, require_keys: bool) -> int | None:
