@@ -15,7 +15,10 @@ finish. A peer that stops sending inside a frame keeps its share until the conne
 is closed, which ``connections.max.idle.ms`` does (a muted connection is idle too).
 
 The grant is strict: memory is granted only while the pool has that much left, so the
-pool's bytes bound what request bodies occupy. A frame larger than the whole pool (a
+pool's bytes bound what request bodies occupy. Outside the pool, a muted connection
+keeps what its last read brought beyond the size prefix (at most one read, 256 KiB
+with asyncio's transports), so memory stays bounded by the pool plus one read per
+connection. A frame larger than the whole pool (a
 pool smaller than ``socket.request.max.bytes``) is granted only when the pool is
 entirely free. ``capacity`` -1 means unbounded (Kafka's default): every grant succeeds.
 

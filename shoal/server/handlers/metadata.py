@@ -6,9 +6,9 @@ from the cluster metadata (LEADER_NOT_AVAILABLE for a partition without a leader
 
 Theory of operation
 -------------------
-Clients refresh metadata often, and kio needs about 14 ms to encode 1,000 partitions:
-a request for every topic of a large cluster (2,000 topics, 10,000 partitions) would
-hold the event loop for a seventh of a second, serving no other connection. So
+Clients refresh metadata often, and building and encoding a response with kio for
+every topic of a large cluster (2,000 topics, 10,000 partitions) holds the event loop
+for 140-250 ms (benchmarks/metadata_scale.py), serving no other connection. So
 responses are spliced from cached bytes, kept per API version:
 
 * each topic's encoded entry, valid while the store's ``topic_metadata_version`` of that
@@ -97,8 +97,8 @@ def _not_created_reason(broker: Any, request: Any, name: str) -> str:
 
 
 _CHUNK_TOPICS = 50
-"""Topic entries encoded between two yields to the event loop (about 3-4 ms of kio
-encoding at 5 partitions a topic)."""
+"""Topic entries encoded between two yields to the event loop (at 5 partitions a topic,
+steps of at most 10-16 ms on the development machine: benchmarks/metadata_scale.py)."""
 
 
 class _Frame(NamedTuple):
