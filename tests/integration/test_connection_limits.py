@@ -238,3 +238,18 @@ def test_out_of_descriptors_on_accept_is_logged_and_the_broker_keeps_serving(sta
         resource.prlimit(b.pid, resource.RLIMIT_NOFILE, original)
     # descriptors are free again: accepting resumes after its pause
     wait_until("a new connection is served", lambda: answers(raw(b), timeout_s=1.0), 15)
+
+
+def test_request_memory_comes_back_after_every_request(start_broker, topic_name) -> None:
+    # 300 separate 1 kB produce requests each way through a 64 KiB pool: a leak of any of
+    # them (async acks=all, acks=0) would exhaust it and the last produce would hang.
+    b = start_broker({"queued.max.request.bytes": str(64 * 1024)})
+    create_topic(b.bootstrap, topic_name)
+    for acks in ("all", "0"):
+        p = producer(b.bootstrap, **{"acks": acks, "linger.ms": 0, "message.timeout.ms": 10000})
+        for i in range(300):
+            p.produce(topic_name, b"x" * 1000)
+            assert p.flush(10) == 0, f"acks={acks}: produce {i} not sent"
+    produce_some(b.bootstrap, topic_name)
+    with RawConnection(b.bootstrap) as c:
+        assert answers(c)
