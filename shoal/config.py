@@ -190,6 +190,15 @@ _DEFS: list[Definition] = [
                "Largest record batch accepted (topic key: max.message.bytes).", check=_ge(0)),
     Definition("shutdown.timeout.ms", int, 10_000, Scope.BROKER,
                "How long a clean shutdown waits for in-flight requests.", check=_ge(0)),
+    # --- observing (shoal/observe; docs/OPERATIONS.md) ----------------------------------
+    Definition("metrics.port", int, -1, Scope.BROKER,
+               "Port of the HTTP endpoint serving Prometheus metrics (`/metrics`), `/healthz`, `/readyz` and the "
+               "queue view (`/`); -1 turns it off, 0 picks a free port.", check=Range(-1, 65535), dynamic=False),
+    Definition("metrics.host", str, "", Scope.BROKER,
+               "Address the metrics endpoint listens on; empty means the listener's address.", dynamic=False),
+    Definition("log.format", str, "text", Scope.BROKER,
+               "Broker log lines: `text` (timestamp, level, logger, message) or `json` (one JSON object per line).",
+               choices=("text", "json"), dynamic=False),
     # --- cluster (shoal/cluster; docs/CLUSTER.md) ----------------------------------
     Definition("metadata.store", str, "local", Scope.BROKER,
                "Where cluster metadata lives: `local` (this broker alone, files in the data directory) or "

@@ -146,6 +146,10 @@ class Flusher:
     def forget(self, plog: Any) -> None:
         self._durable.pop(id(plog), None)
 
+    def waiting(self) -> int:
+        """Callers waiting for an fsync now (the Produce purgatory's size, for the metrics)."""
+        return sum(len(w) for w in self._waiters.values())
+
     def close(self) -> None:
         self._executor.shutdown(wait=True)
 
@@ -170,6 +174,10 @@ class AppendWaiters:
             for fut in futs:
                 if not fut.done():
                     fut.set_result(None)
+
+    def parked(self) -> int:
+        """Long polls parked now (the Fetch purgatory's size, for the metrics)."""
+        return len({id(f) for futs in self._waiters.values() for f in futs})
 
     async def wait(self, keys: Iterable[tuple[str, int]], timeout_s: float) -> None:
         """Return when any of ``keys`` is notified or after ``timeout_s``."""
@@ -227,6 +235,11 @@ class Broker:
         self.exit_code = 0
         """0, or 1 once something could not be written at shutdown or the data directory was lost."""
         self._lock = DataDirLock(self.data_dir)
+        self.metrics: Any = None
+        """The counters of shoal/observe/metrics.py when ``metrics.port`` is set, else None."""
+        self.observe: Any = None
+        """The metrics endpoint (shoal/observe/http.py) when ``metrics.port`` is set."""
+        self._ready = False
 
     # -- start / stop -----------------------------------------------------------------
     async def start(self) -> None:
@@ -259,6 +272,10 @@ class Broker:
         self.store = LogStore(self.data_dir, self.config, now_ms=self.clock.now_ms())
         log.info("open file limit %d (hard %d): at most %d segment descriptors stay open",
                  soft, hard, self.store.files.capacity)
+        if self.config["metrics.port"] >= 0:
+            from ..observe.metrics import Metrics
+
+            self.metrics = Metrics()
         for hook in _START_HOOKS:
             await hook(self)
         loop = asyncio.get_running_loop()
@@ -279,10 +296,23 @@ class Broker:
             self.cluster = node
             self.replicas = node.replicas
             await node.start()
+        if self.metrics is not None:
+            from ..observe.http import ObserveServer
+
+            self.observe = ObserveServer(self, self.metrics, self.config["metrics.host"] or self.host,
+                                         self.config["metrics.port"])
+            await self.observe.start()
+            log.info("metrics, health checks and the queue view on http://%s:%d/", self.observe.host,
+                     self.observe.port)
+        self._ready = True
         log.info(
             "shoal broker ready on %s:%d (node %d, cluster %s, data %s)",
             self.host, self.port, self.node_id, self.cluster_id, self.data_dir,
         )
+
+    def is_ready(self) -> bool:
+        """True once the broker listens with its coordinators loaded, until it starts shutting down."""
+        return self._ready and not self.shutting_down
 
     def _stored_cluster_id(self) -> str | None:
         path = self.data_dir / "meta.properties"
@@ -310,9 +340,15 @@ class Broker:
 
     def connection_opened(self, conn: Any) -> None:
         self.connections.add(conn)
+        if self.metrics is not None:
+            self.metrics.connections_opened += 1
+        log.debug("connection %s from %s opened", conn.connection_id, conn.peer)
 
     def connection_closed(self, conn: Any) -> None:
         self.connections.discard(conn)
+        if self.metrics is not None:
+            self.metrics.connections_closed += 1
+        log.debug("connection %s from %s closed", conn.connection_id, conn.peer)
         for hook in _DISCONNECT_HOOKS:
             try:
                 hook(self, conn)
@@ -390,6 +426,8 @@ class Broker:
                     conn.transport.abort()
         for t in self._timers:
             t.cancel()
+        if self.observe is not None:
+            await self.observe.stop()
 
     def halt_on_storage_error(self, reason: str) -> None:
         """Stop the process at once, without a clean shutdown (Kafka halts when a log flush fails).

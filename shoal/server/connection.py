@@ -40,6 +40,7 @@ import logging
 import socket
 import struct
 from collections import deque
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ApiError, ProtocolViolation
@@ -216,6 +217,8 @@ class Connection(asyncio.Protocol):
         assert codec is not None
         header, request = decode_request(body, codec)
         ctx = RequestContext(self.broker, self, header, codec)
+        metrics = self.broker.metrics
+        started = perf_counter() if metrics is not None else 0.0
         if api_key == _PRODUCE and request.acks == 0:
             self._run_no_response(ctx, route, request, reserved)
             return None
@@ -230,9 +233,11 @@ class Connection(asyncio.Protocol):
             # its fsync): the slot is filled when the task ends.
             task = asyncio.ensure_future(response)
             slot.task = task
-            task.add_done_callback(lambda t, s=slot, c=ctx: self._async_done(s, c, t))
+            task.add_done_callback(lambda t, s=slot, c=ctx, t0=started: self._async_done(s, c, t, t0))
             return slot
         slot.pieces = encode_response(codec, api_key, header.correlation_id, response)
+        if metrics is not None:
+            metrics.request_done(api_key, perf_counter() - started)
         self._flush()
         return slot
 
@@ -262,7 +267,7 @@ class Connection(asyncio.Protocol):
             if result is not None:
                 check(result)
 
-    def _async_done(self, slot: _Slot, ctx: RequestContext, task: asyncio.Task[Any]) -> None:
+    def _async_done(self, slot: _Slot, ctx: RequestContext, task: asyncio.Task[Any], started: float = 0.0) -> None:
         self._pool.release(slot.reserved)
         slot.reserved = 0
         if task.cancelled() or self._closing:
@@ -281,11 +286,15 @@ class Connection(asyncio.Protocol):
                     self.connection_id, self.peer, ctx.codec.request_type.__name__, ctx.api_version,
                     exc_info=exc,
                 )
+                if self.broker.metrics is not None:
+                    self.broker.metrics.request_failed(ctx.api_key)
                 self._abort(None)
                 return
         else:
             response = task.result()
         slot.pieces = encode_response(ctx.codec, ctx.api_key, ctx.header.correlation_id, response)
+        if self.broker.metrics is not None:
+            self.broker.metrics.request_done(ctx.api_key, perf_counter() - started)
         self._flush()
 
     def _error_response(self, ctx: RequestContext, e: ApiError) -> Any:

@@ -253,6 +253,10 @@ class GroupCoordinatorService:
         self._parts[index] = _Partition(consumer, share)
         return shard
 
+    def group_kinds(self) -> list[tuple[ConsumerGroups, ShareGroups]]:
+        """(consumer groups, share groups) of every loaded ``__consumer_offsets`` partition (read-only use)."""
+        return [(part.consumer, part.share) for _i, part in sorted(self._parts.items())]
+
     def load(self) -> None:
         """Replay ``__consumer_offsets``, start every loaded member's session, arm timers."""
         self.runtime.load()

@@ -48,6 +48,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Iterable, Mapping
+from time import perf_counter
 from typing import Any
 
 from ..errors import ApiError, ErrorCode
@@ -435,6 +436,7 @@ class ShareService:
 
     def _commit_round(self, partition: int) -> None:
         """Append the queued share-partitions' writes, fsync once, commit or roll back each."""
+        round_started = perf_counter()
         queued = self._queued.pop(partition, {})
         appended: list[tuple[SharePartition, StateWrite]] = []
         for sp in queued:
@@ -453,6 +455,8 @@ class ShareService:
         if not appended:
             return
         failure = self.persister.flush(partition)
+        if self.broker.metrics is not None:
+            self.broker.metrics.persister_write(perf_counter() - round_started, failure is None)
         for sp, w in appended:
             self._settle(sp, w, failure)
 
@@ -520,10 +524,17 @@ class ShareService:
             released = sp.expire(self.broker.clock.now_ms())
             if released:
                 self.wake(sp)
+                self._count_lock_timeouts(sp, released)
             self.schedule_persist(sp)
             self.reschedule(sp)
 
         self._timers[pid] = (deadline, loop.call_at(loop.time() + delay_s, fire))
+
+    def _count_lock_timeouts(self, sp: SharePartition, released: list[tuple[int, int]]) -> None:
+        metrics = self.broker.metrics
+        meta = self.broker.store.topic_by_id(sp.topic_id)
+        if metrics is not None and meta is not None:
+            metrics.lock_timed_out(sp.group_id, meta.name, sp.partition, sum(hi - lo + 1 for lo, hi in released))
 
     # -- releases ---------------------------------------------------------------------------
     def release_member(self, group_id: str, member_id: str,

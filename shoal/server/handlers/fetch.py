@@ -182,6 +182,10 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
         if total >= min_bytes or any_error or remaining <= 0 or broker.shutting_down:
             break
         await broker.append_waiters.wait(list(partitions), remaining / 1000)
+    if broker.metrics is not None:
+        for key, r in results.items():
+            if r["records"]:
+                broker.metrics.fetched(key[0], len(r["records"]))
 
     tcls = sub(cls, "FetchableTopicResponse")
     pcls = sub(cls, "PartitionData")

@@ -199,6 +199,8 @@ def _append(broker: Any, plog: Any, key: tuple[str, int], batch: Any, now_ms: in
     r["log_start_offset"] = plog.log_start_offset
     if result.record_count:
         broker.append_waiters.notify(*key)
+    if broker.metrics is not None:
+        broker.metrics.produced(key[0], result.record_count, len(batch))
 
 
 async def _durable(broker: Any, key: tuple[str, int], plog: Any, end_offset: int) -> None:

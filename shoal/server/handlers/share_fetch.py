@@ -84,9 +84,25 @@ def apply_acknowledgements(ctx: Any, svc: ShareService, group_id: str, member_id
                 pending.append((key, None, ErrorCode(e.error_code)))
                 continue
             pending.append((key, sp, update))
+            if ctx.broker.metrics is not None:
+                count_acknowledgements(ctx.broker.metrics, group_id, p.acknowledgement_batches)
             svc.schedule_persist(sp)
             svc.reschedule(sp)  # renewals move deadlines
     return pending
+
+
+def count_acknowledgements(metrics: Any, group_id: str, batches: Any) -> None:
+    """Add one partition's applied acknowledgements to the metrics, by type (gaps are not records)."""
+    metrics.acknowledgement_request(group_id)
+    for b in batches:
+        types = b.acknowledge_types
+        if len(types) == 1:
+            if int(types[0]) != AcknowledgeType.GAP:
+                metrics.acknowledged(group_id, AcknowledgeType(int(types[0])).name, b.last_offset - b.first_offset + 1)
+        else:
+            for t in types:
+                if int(t) != AcknowledgeType.GAP:
+                    metrics.acknowledged(group_id, AcknowledgeType(int(t)).name, 1)
 
 
 async def acknowledgement_codes(svc: ShareService, pending: list[tuple[tuple[uuid.UUID, int],
@@ -205,6 +221,10 @@ def _acquire_one(ctx: Any, svc: ShareService, group_id: str, member_id: str, top
         svc.schedule_persist(sp)
     if acquired:
         svc.reschedule(sp)
+        metrics = ctx.broker.metrics
+        if metrics is not None:
+            metrics.acquired(group_id, meta.name, sum(a.last_offset - a.first_offset + 1 for a in acquired))
+            metrics.fetched(meta.name, sum(len(b) for b in parts.values()))
     return parts, acquired
 
 
