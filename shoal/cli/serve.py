@@ -82,7 +82,6 @@ async def _serve(config: BrokerConfig, data_dir: Path, host: str, port: int) -> 
     except OSError as e:
         logging.getLogger("shoal").error("cannot start: %s", e)
         return 1
-    print(f"listening on {broker.host}:{broker.port}", flush=True)
     loop = asyncio.get_running_loop()
     limit_s = config["shutdown.timeout.ms"] / 1000 + SHUTDOWN_GRACE_S
 
@@ -102,6 +101,8 @@ async def _serve(config: BrokerConfig, data_dir: Path, host: str, port: int) -> 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
     watcher = asyncio.ensure_future(watch_shutdown())
+    # Only now say so: a SIGTERM right after this line must reach the handler above.
+    print(f"listening on {broker.host}:{broker.port}", flush=True)
     await broker.serve_forever()
     watcher.cancel()
     return broker.exit_code
