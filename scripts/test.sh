@@ -17,6 +17,15 @@ if ! command -v kcat >/dev/null 2>&1; then
     echo "warning: kcat could not be installed; its tests are skipped (SHOAL_SKIP_KCAT=1)" >&2
     export SHOAL_SKIP_KCAT=1
 fi
+if ! command -v chromium >/dev/null 2>&1; then
+    if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 || true
+    fi
+fi
+if ! command -v chromium >/dev/null 2>&1; then
+    echo "warning: chromium could not be installed; the queue view's browser test is skipped (SHOAL_SKIP_BROWSER=1)" >&2
+    export SHOAL_SKIP_BROWSER=1
+fi
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
 exec .venv/bin/python -m pytest -q "$@"

@@ -190,7 +190,7 @@ _DEFS: list[Definition] = [
                "Largest record batch accepted (topic key: max.message.bytes).", check=_ge(0)),
     Definition("shutdown.timeout.ms", int, 10_000, Scope.BROKER,
                "How long a clean shutdown waits for in-flight requests.", check=_ge(0)),
-    # --- observing (shoal/observe; docs/OPERATIONS.md) ----------------------------------
+    # --- observing (shoal/observe; docs/OBSERVING.md) -----------------------------------
     Definition("metrics.port", int, -1, Scope.BROKER,
                "Port of the HTTP endpoint serving Prometheus metrics (`/metrics`), `/healthz`, `/readyz` and the "
                "queue view (`/`); -1 turns it off, 0 picks a free port.", check=Range(-1, 65535), dynamic=False),

@@ -18,7 +18,7 @@ handlers change, never concurrently with them.
 Names follow Kafka's JMX names as the Prometheus JMX exporter renders them
 (``kafka.server:type=BrokerTopicMetrics,name=MessagesInPerSec,topic=t`` becomes
 ``kafka_server_brokertopicmetrics_messagesin_total{topic="t"}``); metrics Kafka has no
-name for are prefixed ``shoal_``. docs/OPERATIONS.md lists them all.
+name for are prefixed ``shoal_``. docs/OBSERVING.md lists them all.
 
 Event loop only, never awaits.
 """

@@ -1,0 +1,196 @@
+"""The queue view (``/`` on metrics.port) in a real headless browser (Debian's chromium).
+
+Eight explicit-acknowledgement ShareConsumers take records and settle some of them
+(accept, reject) while holding the rest under their acquisition locks; the page, loaded
+by chromium with its JavaScript run, must show the same numbers as the JSON API and the
+Prometheus gauges. chromium is required: without it these tests fail, unless
+SHOAL_SKIP_BROWSER=1 is set (scripts/test.sh installs it when it can).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import AcknowledgeType, ShareConsumer
+
+from tests.integration.test_observe import get, metrics_url, produce_n, scrape, value
+from tests.integration.test_share_consumer import set_group_configs
+from tests.support.broker import BrokerProcess
+from tests.support.clients import create_topic, rdkafka_conf
+
+pytestmark = pytest.mark.integration
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+STATES = ("available", "acquired", "acknowledged", "archived")
+SCREENSHOT = os.environ.get("SHOAL_QUEUE_VIEW_SCREENSHOT")
+"""If set, the test also saves a screenshot of the page to this path."""
+
+
+@pytest.fixture
+def chromium() -> str:
+    if CHROMIUM is None:
+        if os.environ.get("SHOAL_SKIP_BROWSER") == "1":
+            pytest.skip("chromium not installed and SHOAL_SKIP_BROWSER=1")
+        pytest.fail("chromium is not on PATH: install it (apt-get install chromium) or set SHOAL_SKIP_BROWSER=1")
+    return CHROMIUM
+
+
+def browse(chromium: str, url: str, profile: Path, *extra: str) -> str:
+    """Load ``url`` headless, let its scripts run for 3 s of virtual time; return what chromium
+    printed (the DOM, with ``--dump-dom`` in ``extra``)."""
+    cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
+           "--mute-audio", f"--user-data-dir={profile}", "--virtual-time-budget=3000", *extra, url]
+    done = subprocess.run(cmd, capture_output=True, timeout=90, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+class _Rows(HTMLParser):
+    """Collects the share-partition and member rows of the page: their data-* attributes
+    and the text of each cell by class."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.partitions: list[dict[str, Any]] = []
+        self.members: list[dict[str, Any]] = []
+        self.group_lags: dict[str, str] = {}
+        self.bars: list[dict[str, str]] = []
+        self._row: dict[str, Any] | None = None
+        self._cell: str | None = None
+        self._group: str | None = None
+        self._in_lag = False
+        self._bar: dict[str, str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        classes = a.get("class", "").split()
+        if tag == "section" and "share-group" in classes:
+            self._group = a["data-group"]
+        elif tag == "span" and "group-lag" in classes and self._group is not None:
+            self._in_lag = True
+        elif tag == "tr" and "share-partition" in classes:
+            self._row = {"group": self._group, "topic": a["data-topic"], "partition": int(a["data-partition"]),
+                         "cells": {}, "histogram": []}
+            self.partitions.append(self._row)
+        elif tag == "tr" and "member" in classes:
+            self._row = {"group": self._group, "member_id": a["data-member"], "cells": {}}
+            self.members.append(self._row)
+        elif tag == "td" and self._row is not None:
+            self._cell = next((c for c in classes if c != "num"), None)
+        elif tag == "div" and "bar" in classes and self._row is not None:
+            self._bar = {}
+            self._row["bar"] = self._bar
+        elif tag == "span" and self._bar is not None and "data-state" in a:
+            self._bar[a["data-state"]] = a.get("style", "")
+        elif tag == "span" and "data-deliveries" in a and self._row is not None:
+            self._row["histogram"].append(int(a["data-count"]))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "tr":
+            self._row = None
+        elif tag == "td":
+            self._cell = None
+        elif tag == "div":
+            self._bar = None
+        elif tag == "span":
+            self._in_lag = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_lag and self._group is not None:
+            self.group_lags[self._group] = self.group_lags.get(self._group, "") + data
+        if self._row is not None and self._cell:
+            self._row["cells"][self._cell] = self._row["cells"].get(self._cell, "") + data
+
+
+def _hold_some(bootstrap: str, group: str, topic: str, n_consumers: int) -> tuple[list[ShareConsumer], int]:
+    """Start ``n_consumers`` ShareConsumers; each accepts or rejects some of what it gets
+    and keeps holding the rest. Returns the consumers and how many records they got."""
+    consumers = []
+    total = 0
+    for _ in range(n_consumers):
+        c = ShareConsumer(rdkafka_conf(bootstrap, **{"group.id": group, "share.acknowledgement.mode": "explicit"}))
+        c.subscribe([topic])
+        consumers.append(c)
+    deadline = time.monotonic() + 30
+    pending = list(consumers)
+    while pending and time.monotonic() < deadline and total < 200:
+        for c in list(pending):
+            msgs = [m for m in c.poll(0.2) if m.error() is None]
+            if not msgs:
+                continue
+            pending.remove(c)
+            total += len(msgs)
+            for m in msgs:
+                if m.offset() % 3 == 0:
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+                elif m.offset() % 3 == 1:
+                    c.acknowledge(m, AcknowledgeType.REJECT)
+                # the rest stay acquired by this consumer
+            c.commit_sync()
+    return consumers, total
+
+
+def test_page_shows_what_the_api_and_metrics_say(start_broker: Callable[..., BrokerProcess], topic_name: str,
+                                                 chromium: str, tmp_path: Path) -> None:
+    b = start_broker(metrics_port="0")
+    base = metrics_url(b)
+    create_topic(b.bootstrap, topic_name, 2)
+    set_group_configs(b.bootstrap, "view", share_auto_offset_reset="earliest",
+                      share_record_lock_duration_ms="60000")
+    produce_n(b.bootstrap, topic_name, 200, partitions=2)
+    consumers, got = _hold_some(b.bootstrap, "view", topic_name, 8)
+    try:
+        assert got > 0
+        # The state is now still: records are held for 60 s, nobody polls again.
+        status, body = get(base + "/api/share-groups")
+        assert status == 200
+        api = json.loads(body)["share_groups"]
+        (group,) = api
+        held = sum(p["states"]["acquired"] for p in group["partitions"])
+        settled = sum(p["states"]["acknowledged"] + p["states"]["archived"] for p in group["partitions"])
+        assert held > 0 and settled + sum(p["start_offset"] for p in group["partitions"]) > 0
+
+        dom = browse(chromium, base + "/", tmp_path / "profile", "--dump-dom")
+        if SCREENSHOT:
+            browse(chromium, base + "/", tmp_path / "profile2", f"--screenshot={SCREENSHOT}",
+                   "--window-size=1600,900", "--hide-scrollbars")
+        assert "<body" in dom
+        page = _Rows()
+        page.feed(dom)
+        s = scrape(base)
+
+        assert len(page.partitions) == 2
+        for row, p in zip(page.partitions, group["partitions"]):
+            assert (row["group"], row["topic"], row["partition"]) == ("view", topic_name, p["partition"])
+            cells = {k: int(v) for k, v in row["cells"].items() if v.strip().lstrip("-").isdigit()}
+            assert cells["start_offset"] == p["start_offset"]
+            assert cells["end_offset"] == p["end_offset"]
+            assert cells["lag"] == p["lag"]
+            assert {st: cells[st] for st in STATES} == p["states"]
+            assert row["histogram"] == p["delivery_counts"]
+            # the bar has a segment for each state with records, and only those
+            assert set(row["bar"]) == {st for st in STATES if p["states"][st]} | (
+                {"not_fetched"} if p["not_fetched"] else set())
+            labels = {"group": "view", "topic": topic_name, "partition": p["partition"]}
+            for st in STATES:
+                assert value(s, "shoal_sharepartition_records", state=st, **labels) == cells[st]
+            assert value(s, "shoal_sharepartition_start_offset", **labels) == cells["start_offset"]
+            assert value(s, "shoal_sharepartition_lag", **labels) == cells["lag"]
+        assert int(page.group_lags["view"]) == group["lag"]
+        assert sorted(m["member_id"] for m in page.members) == sorted(m["member_id"] for m in group["members"])
+        assert len(page.members) == 8
+        for m in page.members:
+            assert topic_name in m["cells"]["assigned"]
+    finally:
+        for c in consumers:
+            c.close()
