@@ -42,6 +42,7 @@ class FakeBroker:
         self.dynamic_configs = DynamicConfigs(data_dir / "dynamic-configs.json", self.config)
         self.storage_errors = StorageErrors()
         self.extensions: dict[str, Any] = {}
+        self.metrics: Any = None
 
 
 class FakeShare:

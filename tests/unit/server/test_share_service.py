@@ -42,6 +42,8 @@ class FakeBroker:
         self.extensions: dict[str, Any] = {}
         self.shutting_down = False
         self.halted: list[str] = []
+        self.metrics: Any = None
+        """Metrics() to have the service count (shoal/observe/metrics.py); None as with metrics.port=-1."""
 
     def halt_on_storage_error(self, reason: str) -> None:
         self.halted.append(reason)
