@@ -22,16 +22,12 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="a Kafka-style properties file")
     p.add_argument("-o", "--override", metavar="KEY=VALUE", action="append", default=[],
                    help="set a broker configuration by its Kafka name; repeatable")
-    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    p.add_argument("--log-level", default="INFO", type=str.upper, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="DEBUG (adds connections), INFO (default), WARNING or ERROR; the format is log.format")
 
 
 @command("serve", "run the broker in the foreground")(_configure)
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     try:
         settings: dict[str, str] = {}
         if args.config:
@@ -45,6 +41,9 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ConfigError) as e:
         print(f"shoal serve: {e}", file=sys.stderr)
         return 2
+    from ..observe.logs import configure
+
+    configure(args.log_level, config["log.format"])
 
     host, port = "127.0.0.1", 9092
     listener = config["listeners"].split(",")[0].split("://")[-1]
@@ -56,6 +55,13 @@ def run(args: argparse.Namespace) -> int:
     if args.port is not None:
         port = args.port
     data_dir = Path(args.data_dir or config["log.dirs"].split(",")[0])
+    logging.getLogger("shoal").info(
+        "starting: listener %s:%d, data dir %s, config file %s%s; limits: socket.request.max.bytes=%d, "
+        "queued.max.requests=%d, message.max.bytes=%d, group.share.partition.max.record.locks=%d, "
+        "metrics.port=%d", host, port, data_dir.resolve(), args.config or "(none)",
+        "".join(f", -o {item}" for item in args.override), config["socket.request.max.bytes"],
+        config["queued.max.requests"], config["message.max.bytes"], config["group.share.partition.max.record.locks"],
+        config["metrics.port"])
 
     try:
         import uvloop  # type: ignore[import-not-found]

@@ -445,8 +445,13 @@ class Broker:
                      validate_only: bool = False, topic_id: uuid.UUID | None = None) -> Any:
         """Create a topic; raises ApiError (TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, INVALID_CONFIG...)."""
         assert self.store is not None
-        return self.store.create_topic(name, num_partitions, configs, topic_id=topic_id, validate_only=validate_only,
+        meta = self.store.create_topic(name, num_partitions, configs, topic_id=topic_id, validate_only=validate_only,
                                        now_ms=self.clock.now_ms())
+        if not validate_only:
+            log.info("created topic %s (%d partition(s), id %s%s)", name, num_partitions,
+                     getattr(meta, "topic_id", topic_id),
+                     "".join(f", {k}={v}" for k, v in sorted(configs.items())))
+        return meta
 
     def note_unknown_topic(self, client_id: str | None, name: str, why: str) -> None:
         """Log at INFO, once per (client, topic), that a request named a topic that does not exist.
@@ -474,10 +479,12 @@ class Broker:
             self.flusher.forget(self.store.partition(name, i))
         self.store.delete_topic(name)
         self.fetch_sessions.remove_topic(name)
+        log.info("deleted topic %s", name)
 
     def create_partitions(self, name: str, total: int) -> None:
         assert self.store is not None
         self.store.create_partitions(name, total, now_ms=self.clock.now_ms())
+        log.info("topic %s now has %d partitions", name, total)
         for hook in _PARTITIONS_ADDED_HOOKS:
             hook(self, name, total)
 

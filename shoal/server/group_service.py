@@ -208,6 +208,32 @@ class _Partition:
         self.timer_at: int | None = None
 
 
+def _epoch(inner: Any) -> int:
+    """A group's generation (classic) or group epoch (consumer, share); -1 for a vanished group."""
+    if inner is None:
+        return -1
+    epoch = getattr(inner, "generation_id", None)
+    return int(epoch if epoch is not None else getattr(inner, "group_epoch", 0))
+
+
+def _members(inner: Any) -> dict[str, tuple[str, str]]:
+    """{member id: (client id, client host)} of any group kind."""
+    if inner is None:
+        return {}
+    return {mid: (getattr(m, "client_id", ""), getattr(m, "client_host", "")) for mid, m in inner.members.items()}
+
+
+_REBALANCING = {"PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"}
+
+
+def _rebalance_note(old: str | None, new: str) -> str:
+    if new in _REBALANCING and old not in _REBALANCING:
+        return " (rebalance started)"
+    if old in _REBALANCING and new not in _REBALANCING:
+        return " (rebalance completed)"
+    return ""
+
+
 def client_host(ctx: Any) -> str:
     """Kafka's form of a client address: ``/IP``."""
     peer = getattr(ctx.connection, "peer", "") or ""
@@ -236,6 +262,8 @@ class GroupCoordinatorService:
         self._parked: dict[Hashable, asyncio.Future[Any]] = {}
         self._initializing: dict[str, dict[tuple[uuid.UUID, int], asyncio.Future[None]]] = {}
         self._closed = False
+        self._seen: dict[int, dict[str, tuple[str, int, dict[str, tuple[str, str]]]]] = {}
+        """Per partition: group id -> (state, generation or epoch, {member id: (client id, host)}) last logged."""
 
     # ------------------------------------------------------------ set-up
     def _new_shard(self, index: int) -> GroupCoordinatorShard:
@@ -268,6 +296,16 @@ class GroupCoordinatorService:
             if nd is not None:
                 deadlines.append(nd)
             self._track(p, deadlines)
+            self._seen[p] = {gid: (g.state_name, _epoch(inner), _members(inner))
+                             for gid, g in shard.groups.items()
+                             for inner in [g.kind.group(g.group_id) if isinstance(g, _KindView) else g]}
+        counts: dict[str, int] = {}
+        for shard in self.runtime.shards:
+            for g in shard.groups.values():
+                kind = getattr(g, "group_type", "classic")
+                counts[kind] = counts.get(kind, 0) + 1
+        log.info("group coordinator loaded %s", ", ".join(f"{n} {k} group(s)" for k, n in sorted(counts.items()))
+                 or "no groups")
 
     def close(self) -> None:
         self._closed = True
@@ -355,12 +393,45 @@ class GroupCoordinatorService:
                         fut.set_result(c.response)
         elif isinstance(after, ShareEffects) and after.removed_members:
             self._share_members_removed(after.removed_members)
+        self._log_group_changes(partition)
         deadlines = list(result.deadlines or ())
         nd = self.shard(partition).next_deadline_ms()
         if nd is not None:
             deadlines.append(nd)
         self._track(partition, deadlines)
         return result
+
+    def _log_group_changes(self, partition: int) -> None:
+        """Log, one line each, the group state changes and members joining or leaving since last time.
+
+        Compares every group of the shard with what was last seen of it: O(groups) per
+        call, O(members) only for a group whose state, generation or member count moved.
+        """
+        seen = self._seen.setdefault(partition, {})
+        groups = self.shard(partition).groups
+        for group_id, g in groups.items():
+            inner = g.kind.group(g.group_id) if isinstance(g, _KindView) else g
+            state = g.state_name
+            epoch = _epoch(inner)
+            count = len(inner.members) if inner is not None else 0
+            before = seen.get(group_id)
+            if before is not None and before[0] == state and before[1] == epoch and len(before[2]) == count:
+                continue  # a membership change moves the generation (classic) or the group epoch
+            members = _members(inner)
+            kind = getattr(g, "group_type", "classic")
+            old_state, old_members = (before[0], before[2]) if before is not None else (None, {})
+            for member_id in members.keys() - old_members.keys():
+                log.info("group %s (%s): member %s joined (client %s %s)", group_id, kind, member_id,
+                         *members[member_id])
+            for member_id in old_members.keys() - members.keys():
+                log.info("group %s (%s): member %s left", group_id, kind, member_id)
+            if state != old_state:
+                log.info("group %s (%s): %s -> %s%s, generation %d, %d member(s)", group_id, kind,
+                         old_state or "new", state, _rebalance_note(old_state, state), epoch, len(members))
+            seen[group_id] = (state, epoch, members)
+        for group_id in [k for k in seen if k not in groups]:
+            log.info("group %s: removed (Dead)", group_id)
+            del seen[group_id]
 
     def new_token(self) -> Hashable:
         return next(self._tokens)

@@ -9,6 +9,7 @@ none.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,8 @@ from ...config import CONFIG_DEFS, ConfigError, Scope, parse_value, share_config
 from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make, sub
 from ..dispatch import api
+
+log = logging.getLogger("shoal.configs")
 
 TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -240,6 +243,14 @@ def _refresh_log_configs(broker: Any) -> None:
             store.partition(meta.name, i).update_config(cfg)
 
 
+def _log_change(kind: str, name: str, old: dict[str, str], new: dict[str, str]) -> None:
+    """One INFO line naming what an alteration changed (nothing when it changed nothing)."""
+    changes = [f"{k}={new[k]}" for k in sorted(new) if old.get(k) != new[k]]
+    changes += [f"{k} deleted" for k in sorted(old) if k not in new]
+    if changes:
+        log.info("%s %s configs changed: %s", kind, name, ", ".join(changes))
+
+
 def alter_resource(broker: Any, resource_type: int, name: str, ops: list[tuple[str, int, str | None]],
                    validate_only: bool, replace: bool = False) -> None:
     """Apply config operations to one resource, all or nothing. Raises ApiError."""
@@ -251,7 +262,9 @@ def alter_resource(broker: Any, resource_type: int, name: str, ops: list[tuple[s
         for k, v in new.items():
             _check_topic_config(k, v)
         if not validate_only:
+            old = dict(meta.configs)
             broker.store.alter_topic_configs(name, new, [k for k in meta.configs if k not in new])
+            _log_change("topic", name, old, new)
     elif resource_type == BROKER:
         if name not in ("", str(broker.node_id)):
             raise ApiError(ErrorCode.invalid_request, f"unknown broker {name}")
@@ -260,8 +273,10 @@ def alter_resource(broker: Any, resource_type: int, name: str, ops: list[tuple[s
             _check_broker_config(k, v)
         _check_broker_configs_together(broker, new)
         if not validate_only:
+            old = dict(broker.dynamic_configs.broker)
             broker.dynamic_configs.set_broker(new, broker.config)
             _refresh_log_configs(broker)
+            _log_change("broker", str(broker.node_id), old, new)
     elif resource_type == GROUP:
         if not name:
             raise ApiError(ErrorCode.invalid_group_id)
@@ -270,7 +285,9 @@ def alter_resource(broker: Any, resource_type: int, name: str, ops: list[tuple[s
             check_group_config(broker, k, v)
         _check_group_configs_together(broker, new)
         if not validate_only:
+            old = dict(broker.dynamic_configs.groups.get(name, {}))
             broker.dynamic_configs.set_group(name, new)
+            _log_change("group", name, old, new)
     else:
         raise ApiError(ErrorCode.invalid_request, f"resource type {resource_type} cannot be altered")
 

@@ -1,0 +1,51 @@
+"""The broker's log lines: ``log.format=text`` (the default) or ``json``.
+
+One line per event, each with a UTC timestamp to the millisecond. ``text``:
+``2026-01-02T03:04:05.678Z INFO shoal.broker: created topic t (...)``. ``json``: one
+object per line with ``ts``, ``level``, ``logger`` and ``message`` (and ``exception``
+with the traceback, when there is one), for log collectors. A traceback in ``text`` mode
+follows its line, as Python's logging prints it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import datetime, timezone
+from typing import TextIO
+
+__all__ = ["configure", "JsonFormatter", "TextFormatter"]
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    t = datetime.fromtimestamp(record.created, tz=timezone.utc)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(record.msecs):03d}Z"
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line = f"{_timestamp(record)} {record.levelname} {record.name}: {record.getMessage()}"
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {"ts": _timestamp(record), "level": record.levelname, "logger": record.name,
+               "message": record.getMessage()}
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
+        return json.dumps(doc, ensure_ascii=False)
+
+
+def configure(level: str, fmt: str = "text", stream: TextIO | None = None) -> None:
+    """Send every log line at ``level`` or above to ``stream`` (stderr) in format ``fmt``."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(getattr(logging, level.upper(), logging.INFO))
