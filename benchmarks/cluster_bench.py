@@ -213,12 +213,15 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--quick", action="store_true", help="20,000 records per case")
     ap.add_argument("--no-failover", action="store_true")
+    ap.add_argument("--cases", default="1,3,2", help="which cases, by broker count: 1, 3 and/or 2 (default all)")
     ap.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker configuration for every broker of every case")
     args = ap.parse_args()
     count = 20_000 if args.quick else args.records
     cases = [("RF=1, 1 broker", 1, 1, {}), ("RF=3, 3 brokers", 3, 3, {"min.insync.replicas": "2"}),
              ("RF=1, 2 brokers", 2, 1, {})]
+    wanted = {int(x) for x in args.cases.split(",")}
+    cases = [c for c in cases if c[1] in wanted]
     rows = []
     fail_s = None
     for name, brokers, rf, configs in cases:

@@ -233,6 +233,7 @@ class ClusterNode:
         validate_topic_name(name)
         configs = {k: str(v) for k, v in configs.items()}
         validate_topic_configs(configs)
+        await self.store.reload()  # place over the brokers registered now, not at the last watch event
         snap = self.store.snapshot
         if name in snap.topics:
             raise ApiError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
@@ -261,6 +262,7 @@ class ClusterNode:
         return topic_id, rf
 
     async def create_partitions(self, name: str, total: int, *, validate_only: bool) -> None:
+        await self.store.reload()
         snap = self.store.snapshot
         rec = snap.topics.get(name)
         if rec is None:
@@ -278,6 +280,26 @@ class ClusterNode:
             raise ApiError(ErrorCode.reassignment_in_progress, "the topic changed meanwhile; retry")
         await self.store.wait_for(lambda s: s.topics.get(name) is not None
                                   and s.topics[name].num_partitions == total, ADMIN_TIMEOUT_S)
+
+    async def elect_preferred(self, topic: str, index: int) -> None:
+        """Make the preferred replica lead (ElectLeaders). Raises ApiError when it cannot or need not."""
+        snap = self.store.snapshot
+        got = snap.partitions.get((topic, index))
+        if got is None:
+            raise ApiError(ErrorCode.unknown_topic_or_partition)
+        state, rev = got
+        preferred = state.replicas[0]
+        if state.leader == preferred:
+            raise ApiError(ErrorCode.election_not_needed)
+        stopping = {b.node_id for b in snap.brokers.values() if b.shutting_down}
+        new = reconcile(state, snap.live(), shutting_down=stopping, prefer=True)
+        if new is None or new.leader != preferred:
+            raise ApiError(ErrorCode.preferred_leader_not_available,
+                           f"broker {preferred} is not live and in the ISR of {topic}-{index}")
+        if not await self.store.compare_and_set([(topic, index, rev, new)]):
+            raise ApiError(ErrorCode.preferred_leader_not_available, "the partition changed meanwhile; retry")
+        await self.store.wait_for(lambda s: (st := s.state(topic, index)) is not None and st.leader == preferred,
+                                  ADMIN_TIMEOUT_S)
 
     async def delete_topic(self, name: str) -> None:
         if name not in self.store.snapshot.topics:

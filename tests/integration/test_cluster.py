@@ -379,6 +379,7 @@ def test_sigterm_moves_leadership_before_the_broker_exits(tmp_path: Path, reques
             # moved while the old leader was still registered: the controlled shutdown did it,
             # not the end of its session
             assert leader in brokers and leader not in isr
+            c.broker_for(leader).proc.wait(20)  # a second SIGTERM would mean "exit at once"
             assert c.broker_for(leader).stop() == 0
             before = sender.acked_count()
             wait_until("produce continuing", lambda: sender.acked_count() > before + 100, timeout_s=15)
@@ -406,6 +407,37 @@ def test_leadership_returns_to_the_preferred_replica(tmp_path: Path, request: py
         c.broker_for(preferred).start()
         wait_until("the preferred replica leading again",
                    lambda: (lambda ps: ps and ps[0][0] == preferred)(_partitions(c.bootstrap, topic)), timeout_s=30)
+    finally:
+        c.stop()
+        _started.pop(request.node.nodeid, None)
+
+
+def test_elect_leaders_moves_leadership_to_the_preferred_replica(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    from confluent_kafka import ElectionType
+
+    # no automatic rebalance: only ElectLeaders brings the preferred replica back
+    c = LocalCluster(tmp_path, 3, {"auto.leader.rebalance.enable": "false"})
+    _started[request.node.nodeid] = c.brokers
+    c.start()
+    try:
+        topic = "elect"
+        _create(c.bootstrap, topic, 1, 3)
+        preferred = wait_until("leaders", _full_isr(c.bootstrap, topic, 3))[0][0]
+        admin = admin_client(c.bootstrap)
+        tp = TopicPartition(topic, 0)
+        already = admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(15)  # already the leader
+        assert already[tp].code() == KafkaError.ELECTION_NOT_NEEDED
+        c.broker_for(preferred).kill()
+        others = ",".join(b.bootstrap for i, b in enumerate(c.brokers, 1) if i != preferred)
+        wait_until("another leader", lambda: (lambda ps: ps and ps[0][0] not in (-1, preferred))(
+            _partitions(others, topic)), timeout_s=20)
+        c.broker_for(preferred).start()
+        wait_until("the preferred replica in sync", _full_isr(c.bootstrap, topic, 3), timeout_s=30)
+        assert _partitions(c.bootstrap, topic)[0][0] != preferred
+        admin = admin_client(c.bootstrap)
+        result = admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(15)
+        assert result[tp] is None
+        assert _partitions(c.bootstrap, topic)[0][0] == preferred
     finally:
         c.stop()
         _started.pop(request.node.nodeid, None)
