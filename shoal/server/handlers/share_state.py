@@ -19,12 +19,14 @@ acquired are available again after the reload, as after a restart.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import uuid
 
-from ...errors import ErrorCode
+from ...errors import ApiError, ErrorCode
+from ...protocol.entities import make, sub
 from ...share.coordinator import SharePartitionKey, partition_for
 from ..dispatch import api
 from ..share_service import share_service
@@ -49,7 +51,12 @@ def _route(ctx: Any, request: Any, method: str, changes_state: Callable[[Any], b
             one = dataclasses.replace(request, topics=(dataclasses.replace(topic, partitions=(p,)),))
             shard_index = partition_for(SharePartitionKey.of(request.group_id, topic.topic_id, p.partition),
                                         runtime.num_partitions)
-            result = runtime.run(shard_index, lambda shard, one=one: getattr(shard, method)(one))
+            try:
+                result = runtime.run(shard_index, lambda shard, one=one: getattr(shard, method)(one))
+            except ApiError as e:  # the state could not be written (a full disk): this partition says so
+                parts.append(make(sub(ctx.response_type, "PartitionResult"), partition=p.partition,
+                                  error_code=e.error_code, error_message=e.message))
+                continue
             response = result.response
             answer = response.results[0].partitions[0]
             if answer.error_code == ErrorCode.none and changes_state is not None and changes_state(p):
@@ -59,10 +66,21 @@ def _route(ctx: Any, request: Any, method: str, changes_state: Callable[[Any], b
         answers.append((topic.topic_id, parts))
     if response is None:
         response = getattr(runtime.shards[0], method)(dataclasses.replace(request, topics=())).response
-        return response
-    result_cls = type(response.results[0])
+        if not answers:
+            return response
+    result_cls = type(response.results[0]) if response.results else _result_class(ctx.response_type)
     return dataclasses.replace(response, results=tuple(
         result_cls(topic_id=tid, partitions=tuple(parts)) for tid, parts in answers))
+
+
+def _result_class(cls: type) -> type:
+    """The per-topic result entity of a share-state response (InitializeStateResult, ...)."""
+    module = sys.modules[cls.__module__]
+    for name in dir(module):
+        c = getattr(module, name)
+        if dataclasses.is_dataclass(c) and [f.name for f in dataclasses.fields(c)] == ["topic_id", "partitions"]:
+            return c
+    raise LookupError(f"no per-topic result entity next to {cls.__name__}")
 
 
 @api(83, 0, 0)

@@ -11,6 +11,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from shoal.config import BrokerConfig
+from shoal.errors import ApiError
 from shoal.log.store import LogStore
 from shoal.protocol.batch import build_batch
 from shoal.server.broker import AppendWaiters, Flusher
@@ -345,6 +346,39 @@ def test_member_leaving_with_an_open_session_keeps_its_records_until_the_session
         assert svc.sessions.share_acknowledge("g", "m", -1, connection_id="c1").closed
         svc.release_member("g", "m")
         assert sp.start_offset == 1 and sp.record(1)[:3] == (RecordState.AVAILABLE, 1, None)
+        svc.stop()
+        b.close()
+
+    run(body)
+
+
+def test_wire_write_refused_by_the_disk_answers_the_partition_with_an_error(tmp_path: Path) -> None:
+    from kio.schema.write_share_group_state.v1.response import WriteShareGroupStateResponse
+
+    from shoal.server.handlers.share_state import handle_write_share_group_state
+
+    class Ctx(_Ctx):
+        response_type = WriteShareGroupStateResponse
+
+    async def body() -> None:
+        b, svc = started(tmp_path, {"share.auto.offset.reset": "earliest"})
+        b.extensions["share"] = svc
+        tid = _topic_with_records(b, "t", 2)
+        plog = b.store.partition(SHARE_STATE_TOPIC, 0)
+        real = plog.append
+
+        def full(*a: Any, **kw: Any) -> Any:
+            raise ApiError(ErrorCode.kafka_storage_error, "append failed: [Errno 28] No space left on device")
+
+        plog.append = full  # type: ignore[method-assign]
+        resp = handle_write_share_group_state(Ctx(b), _wire_write(tid, 5, 1, []))
+        (result,) = resp.results
+        assert result.topic_id == tid
+        assert [(p.partition, p.error_code) for p in result.partitions] == [(0, ErrorCode.coordinator_not_available)]
+        assert not b.halted  # a refused write is not fatal
+        plog.append = real  # type: ignore[method-assign]
+        resp = handle_write_share_group_state(Ctx(b), _wire_write(tid, 5, 1, []))
+        assert [p.error_code for p in resp.results[0].partitions] == [ErrorCode.none]
         svc.stop()
         b.close()
 
