@@ -13,11 +13,17 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-__all__ = ["ProtocolViolation", "ApiError", "ErrorCode"]
+__all__ = ["ProtocolViolation", "ApiError", "ErrorCode", "FsyncError"]
 
 
 class ProtocolViolation(Exception):
     """The peer broke the wire protocol; close the connection."""
+
+
+class FsyncError(OSError):
+    """An fsync (fdatasync) itself failed: bytes written before it may never reach the disk
+    although reads still show them, and a later fsync may report success regardless. Other
+    OSErrors around a sync (opening the file, no descriptors) lose nothing."""
 
 
 class ApiError(Exception):

@@ -46,7 +46,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 
-from shoal.errors import ApiError, ErrorCode
+from shoal.errors import ApiError, ErrorCode, FsyncError
 from shoal.log.policy import LogConfig, SegmentSummary, plan_retention, should_roll
 from shoal.log.producer_state import ProducerStateTable
 from shoal.log.segment import OpenSegments, Segment, default_open_segments
@@ -129,6 +129,8 @@ class FlushTicket:
         fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             os.fdatasync(fd)
+        except OSError as exc:
+            raise FsyncError(exc.errno, f"fdatasync of {self.path.name} failed: {exc.strerror}") from exc
         finally:
             os.close(fd)
 
@@ -155,6 +157,8 @@ class PartitionLog:
         """The recovery point last read or written (None: no checkpoint file)."""
         self.compaction_state: tuple | None = None
         """What the last compaction pass saw and when a kept tombstone expires (compaction.py)."""
+        self.offline: str | None = None
+        """Why appends are refused until a restart (:meth:`fsync_failed`), or None."""
 
     # --- opening -----------------------------------------------------------------------
     @classmethod
@@ -265,8 +269,11 @@ class PartitionLog:
         (offset delta inconsistent with the record count), message_too_large (a batch above
         max.message.bytes), record_list_too_large (the request above segment.bytes),
         invalid_producer_epoch / out_of_order_sequence_number (idempotence),
-        kafka_storage_error (the write failed; nothing is left in the log).
+        kafka_storage_error (the write failed; nothing is left in the log; or the log is
+        offline after a failed fsync).
         """
+        if self.offline is not None:
+            raise ApiError(ErrorCode.kafka_storage_error, self.offline)
         headers = validate_batches(batches)
         cfg = self.config
         total = len(batches)
@@ -409,7 +416,11 @@ class PartitionLog:
         """
         old = self.segments[-1]
         old.index_max_timestamp()
-        old.flush()
+        try:
+            old.flush()
+        except FsyncError as exc:
+            self.fsync_failed(exc)
+            raise
         seg = None
         try:
             old.write_indexes(fsync=True)
@@ -455,14 +466,33 @@ class PartitionLog:
         if active is not None and ticket.end_offset == active.next_offset and ticket.path == active.log_path:
             active.mark_flushed()  # nothing was appended since: the next flush or close need not sync
 
+    def fsync_failed(self, error: OSError) -> None:
+        """An fsync of this log failed: refuse every later append until a restart.
+
+        Bytes appended before the failure may be missing from the disk while reads still
+        show them, and a later fsync may report success regardless; acknowledging appends
+        after them could lose those too when the next start cuts the log at the hole. So,
+        as Kafka takes a failed log directory offline, the log takes no more appends; a
+        restart recovers what the disk holds.
+        """
+        if self.offline is None:
+            self.offline = f"{self.dir.name} is offline until a restart: {error}"
+
     def needs_flush(self, now_ms: int) -> bool:
         """Whether flush.ms has passed with unflushed records."""
         return (self._unflushed_messages > 0 and self.config.flush_ms >= 0
                 and now_ms - self._last_flush_ms >= self.config.flush_ms)
 
     def flush(self, now_ms: int | None = None) -> None:
-        """fsync the active segment (older ones were fsynced when rolled)."""
-        self.segments[-1].flush()
+        """fsync the active segment (older ones were fsynced when rolled).
+
+        Raises OSError; FsyncError also takes the log offline (:meth:`fsync_failed`).
+        """
+        try:
+            self.segments[-1].flush()
+        except FsyncError as exc:
+            self.fsync_failed(exc)
+            raise
         self._unflushed_messages = 0
         if now_ms is not None:
             self._last_flush_ms = now_ms

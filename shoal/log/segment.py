@@ -49,6 +49,7 @@ from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
 
+from shoal.errors import FsyncError
 from shoal.log.index import OFFSET_ENTRY, TIME_ENTRY, SparseIndex, decode_offset_index, decode_time_index
 from shoal.protocol.batch import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, scan_valid_prefix, read_header
 
@@ -405,7 +406,11 @@ class Segment:
     def flush(self) -> None:
         """fdatasync the log file if it was written since the last flush.  Raises OSError."""
         if self._dirty:
-            os.fdatasync(self.fd)
+            fd = self.fd
+            try:
+                os.fdatasync(fd)
+            except OSError as exc:
+                raise FsyncError(exc.errno, f"fdatasync of {self.log_path.name} failed: {exc.strerror}") from exc
             self._dirty = False
 
     def mark_flushed(self) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import BrokerConfig
+from ..errors import FsyncError
 from ..log.partition_log import atomic_write
 from ..log.store import LogStore
 from ..cluster.metadata import LocalMetadata
@@ -120,6 +121,8 @@ class Flusher:
             self._durable[key] = max(self._durable.get(key, -1), ticket.end_offset)
         except BaseException as e:  # OSError from the sync; CancelledError at shutdown
             error = e
+            if isinstance(e, FsyncError):
+                plog.fsync_failed(e)  # no more appends: see PartitionLog.fsync_failed
         finally:
             self._running.pop(key, None)
         durable = self._durable.get(key, -1)

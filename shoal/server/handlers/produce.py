@@ -208,7 +208,7 @@ async def _durable(broker: Any, key: tuple[str, int], plog: Any, end_offset: int
     try:
         await broker.flusher.durable(plog, end_offset)
     except OSError as e:
-        broker.storage_errors.failed(key, f"fsync failed: {e}")
+        broker.storage_errors.failed(key, plog.offline or f"fsync failed: {e}")
         raise
     broker.storage_errors.ok(key)
 

@@ -316,3 +316,23 @@ def test_retention_frees_space_even_when_its_checkpoint_cannot_be_written(tmp_pa
     log = open_log(tmp_path)
     assert log.log_start_offset == start
     log.close()
+
+
+def test_a_failed_fsync_on_flush_takes_the_log_offline(tmp_path, monkeypatch):
+    from shoal.errors import FsyncError
+
+    log = open_log(tmp_path)
+    log.append(batch(2), 0, defer_flush=True)
+
+    def eio(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", eio)
+    with pytest.raises(FsyncError):
+        log.flush(0)
+    monkeypatch.undo()
+    with pytest.raises(ApiError) as ei:
+        log.append(batch(1), 0)
+    assert ei.value.error_code == ErrorCode.kafka_storage_error
+    assert log.log_end_offset == 2
+    log.close()

@@ -47,3 +47,68 @@ def test_appends_of_one_iteration_share_one_sync(tmp_path: Path, inline: bool) -
         plog.close()
 
     asyncio.run(body())
+
+
+def _failing_fdatasync(monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+    import os
+
+    def eio(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", eio)
+
+
+@pytest.mark.parametrize("inline", [True, False])
+def test_a_failed_fsync_takes_the_log_offline_until_a_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               inline: bool) -> None:
+    from shoal.errors import ApiError, ErrorCode, FsyncError
+
+    async def body() -> None:
+        plog = PartitionLog.open(tmp_path / "t-0", LogConfig())
+        flusher = Flusher(Clock())
+        plog.append(_batch(2), 0, defer_flush=True)
+        _failing_fdatasync(monkeypatch)
+        with pytest.raises(FsyncError):
+            await flusher.durable(plog, plog.log_end_offset, inline=inline)
+        monkeypatch.undo()
+        # The bytes may be missing from the disk: nothing more is appended after them.
+        with pytest.raises(ApiError) as ei:
+            plog.append(_batch(1), 0, defer_flush=True)
+        assert ei.value.error_code == ErrorCode.kafka_storage_error
+        assert "offline until a restart" in ei.value.message
+        assert plog.read(0, 1 << 20)  # reads go on
+        flusher.close()
+        plog.close()
+        plog = PartitionLog.open(tmp_path / "t-0", LogConfig())  # a restart recovers what the disk holds
+        assert plog.offline is None
+        plog.append(_batch(1), 0)
+        plog.close()
+
+    asyncio.run(body())
+
+
+def test_an_fsync_that_cannot_open_the_file_loses_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+    import os
+
+    async def body() -> None:
+        plog = PartitionLog.open(tmp_path / "t-0", LogConfig())
+        flusher = Flusher(Clock())
+        plog.append(_batch(2), 0, defer_flush=True)
+        real = os.open
+
+        def no_descriptors(path, *a, **kw):  # type: ignore[no-untyped-def]
+            raise OSError(errno.EMFILE, "Too many open files")
+
+        monkeypatch.setattr(os, "open", no_descriptors)
+        with pytest.raises(OSError):
+            await flusher.durable(plog, plog.log_end_offset, inline=True)
+        monkeypatch.setattr(os, "open", real)
+        assert plog.offline is None  # no fsync ran, so none failed: a later one covers the bytes
+        await flusher.durable(plog, plog.log_end_offset, inline=True)
+        plog.append(_batch(1), 0)
+        flusher.close()
+        plog.close()
+
+    asyncio.run(body())
