@@ -253,3 +253,54 @@ def test_request_memory_comes_back_after_every_request(start_broker, topic_name)
     produce_some(b.bootstrap, topic_name)
     with RawConnection(b.bootstrap) as c:
         assert answers(c)
+
+
+def rss_bytes(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_idle_and_slow_loris_connections_beside_a_producer(start_broker, raw, topic_name) -> None:
+    """The benchmark's scenario, small: 50 idle connections, 20 peers each sending 95% of a
+    4 MiB frame through an 8 MiB pool, and a producer. Without the pool the broker would
+    hold 20 x 3.8 MiB; with it, two frames' worth plus one read per muted connection."""
+    frame_bytes = 4 << 20
+    b = start_broker({"queued.max.request.bytes": str(8 << 20), "socket.request.max.bytes": str(frame_bytes),
+                      "connections.max.idle.ms": "3000"})
+    create_topic(b.bootstrap, topic_name)
+    produce_some(b.bootstrap, topic_name)
+    before = rss_bytes(b.pid)
+    idle = [raw(b) for _ in range(50)]
+    loris = [raw(b) for _ in range(20)]
+    target = frame_bytes * 95 // 100
+    sent = {id(c): 0 for c in loris}
+    chunk = bytes(64 * 1024)
+    for c in loris:
+        c.sock.sendall(struct.pack(">i", frame_bytes))
+        c.sock.setblocking(False)
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        progress = False
+        for c in loris:
+            if sent[id(c)] >= target:
+                continue
+            try:
+                n = c.sock.send(chunk[: target - sent[id(c)]])
+            except BlockingIOError:
+                continue
+            sent[id(c)] += n
+            progress = progress or n > 0
+        if not progress:
+            time.sleep(0.05)
+    assert sum(1 for c in loris if sent[id(c)] >= target) >= 2  # the granted ones got their bytes in
+    produce_some(b.bootstrap, topic_name)  # the producer still works
+    grown = rss_bytes(b.pid) - before
+    assert grown < (8 << 20) + 20 * (256 << 10) + (24 << 20), f"RSS grew by {grown / 2**20:.1f} MiB"
+    # everyone who stopped sending is closed after connections.max.idle.ms
+    for c in idle:
+        assert c.is_closed_by_peer(timeout_s=8.0)
+    for c in loris:
+        c.sock.setblocking(True)
+        assert c.is_closed_by_peer(timeout_s=8.0)
