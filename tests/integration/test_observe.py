@@ -259,3 +259,29 @@ def test_acquired_records_show_until_acknowledged(start_broker: Callable[..., Br
         assert t["rejected"] == min(5, len(got))
     finally:
         c.close()
+
+
+def test_endpoint_refuses_what_it_does_not_serve(start_broker: Callable[..., BrokerProcess]) -> None:
+    import socket
+    from urllib.parse import urlsplit
+
+    b = start_broker(metrics_port="0")
+    u = urlsplit(metrics_url(b))
+
+    def raw(data: bytes) -> bytes:
+        with socket.create_connection((u.hostname, u.port), timeout=5) as s:
+            s.sendall(data)
+            out = b""
+            while chunk := s.recv(65536):
+                out += chunk
+            return out
+
+    assert raw(b"POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 405 ")
+    assert raw(b"not http at all\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    assert raw(b"GET / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello").startswith(b"HTTP/1.1 400 ")
+    head = raw(b"HEAD /healthz HTTP/1.1\r\nConnection: close\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ") and head.endswith(b"\r\n\r\n")  # no body
+    page = raw(b"GET /queues HTTP/1.0\r\n\r\n")
+    assert page.startswith(b"HTTP/1.1 200 ") and b"<title>shoal: queues</title>" in page
+    # the broker still serves Kafka clients
+    create_topic(b.bootstrap, "still-serving", 1)
