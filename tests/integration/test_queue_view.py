@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import AcknowledgeType, ShareConsumer
+from confluent_kafka import AcknowledgeType, Consumer, ShareConsumer
 
 from tests.integration.test_observe import get, metrics_url, produce_n, scrape, value
 from tests.integration.test_share_consumer import set_group_configs
@@ -64,7 +64,7 @@ class _Rows(HTMLParser):
         self.partitions: list[dict[str, Any]] = []
         self.members: list[dict[str, Any]] = []
         self.group_lags: dict[str, str] = {}
-        self.bars: list[dict[str, str]] = []
+        self.offsets: list[dict[str, Any]] = []
         self._row: dict[str, Any] | None = None
         self._cell: str | None = None
         self._group: str | None = None
@@ -82,6 +82,12 @@ class _Rows(HTMLParser):
             self._row = {"group": self._group, "topic": a["data-topic"], "partition": int(a["data-partition"]),
                          "cells": {}, "histogram": []}
             self.partitions.append(self._row)
+        elif tag == "section" and "consumer-group" in classes:
+            self._group = a["data-group"]
+        elif tag == "tr" and "consumer-partition" in classes:
+            self._row = {"group": self._group, "topic": a["data-topic"], "partition": int(a["data-partition"]),
+                         "cells": {}}
+            self.offsets.append(self._row)
         elif tag == "tr" and "member" in classes:
             self._row = {"group": self._group, "member_id": a["data-member"], "cells": {}}
             self.members.append(self._row)
@@ -110,6 +116,24 @@ class _Rows(HTMLParser):
             self.group_lags[self._group] = self.group_lags.get(self._group, "") + data
         if self._row is not None and self._cell:
             self._row["cells"][self._cell] = self._row["cells"].get(self._cell, "") + data
+
+
+def _commit_some(bootstrap: str, group: str, topic: str, n: int) -> None:
+    """A consumer group that reads ``n`` records, commits and leaves: it keeps a lag."""
+    c = Consumer(rdkafka_conf(bootstrap, **{"group.id": group, "auto.offset.reset": "earliest",
+                                           "enable.auto.commit": False}))
+    try:
+        c.subscribe([topic])
+        got = 0
+        deadline = time.monotonic() + 30
+        while got < n and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got += 1
+        assert got == n
+        c.commit(asynchronous=False)
+    finally:
+        c.close()
 
 
 def _hold_some(bootstrap: str, group: str, topic: str, n_consumers: int) -> tuple[list[ShareConsumer], int]:
@@ -148,6 +172,7 @@ def test_page_shows_what_the_api_and_metrics_say(start_broker: Callable[..., Bro
     set_group_configs(b.bootstrap, "view", share_auto_offset_reset="earliest",
                       share_record_lock_duration_ms="60000")
     produce_n(b.bootstrap, topic_name, 200, partitions=2)
+    _commit_some(b.bootstrap, "lagging", topic_name, 30)
     consumers, got = _hold_some(b.bootstrap, "view", topic_name, 8)
     try:
         assert got > 0
@@ -191,6 +216,17 @@ def test_page_shows_what_the_api_and_metrics_say(start_broker: Callable[..., Bro
         assert len(page.members) == 8
         for m in page.members:
             assert topic_name in m["cells"]["assigned"]
+
+        status, body = get(base + "/api/consumer-groups")
+        (cg,) = json.loads(body)["consumer_groups"]
+        # partitions without a committed offset have no lag to show, as in kafka-consumer-groups
+        assert cg["group"] == "lagging" and cg["lag"] == sum(p["high_watermark"] - p["committed"] for p in cg["partitions"]) > 0
+        shown = [(r["group"], r["topic"], r["partition"], int(r["cells"]["committed"]), int(r["cells"]["lag"]))
+                 for r in page.offsets]
+        assert shown == [("lagging", p["topic"], p["partition"], p["committed"], p["lag"]) for p in cg["partitions"]]
+        for r in page.offsets:
+            assert value(s, "kafka_consumergroup_lag", consumergroup="lagging", topic=topic_name,
+                         partition=r["partition"]) == int(r["cells"]["lag"])
     finally:
         for c in consumers:
             c.close()
