@@ -119,6 +119,9 @@ def test_health_metrics_and_consumer_lag(start_broker: Callable[..., BrokerProce
         assert value(s, "kafka_server_brokertopicmetrics_bytesout_total", topic=topic_name) > 0
         assert value(s, "kafka_server_group_coordinator_metrics_group_count", protocol="classic",
                      state="Stable") == 1
+        # The consumer has fetched everything: its next Fetch waits at the broker (a long poll).
+        wait_for(lambda: value(scrape(base), "kafka_server_delayedoperationpurgatory_purgatorysize",
+                               delayedOperation="Fetch") >= 1, 10, "a parked Fetch")
         status, body = get(base + "/api/consumer-groups")
         assert status == 200
         (g,) = json.loads(body)["consumer_groups"]

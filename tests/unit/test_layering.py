@@ -81,6 +81,15 @@ def test_client_side_does_not_import_broker_internals() -> None:
     assert _violations(_files(CLIENT_SIDE), FORBIDDEN_IN_CLIENT) == []
 
 
+def test_observe_reads_the_broker_without_importing_its_internals() -> None:
+    """shoal/observe works on the objects the server hands it; the server imports it, not
+    the other way round, and it never reaches into the pure cores' internals."""
+    forbidden = {"shoal.server", "shoal.cli", "shoal.log", "shoal.groups", "shoal.share", "shoal.cluster"}
+    files = _files(["observe"])
+    assert files
+    assert _violations(files, forbidden) == []
+
+
 def test_the_checker_sees_forbidden_imports(tmp_path: Path) -> None:
     fake = ROOT / "protocol" / "framing.py"
     names = _imports(fake)
