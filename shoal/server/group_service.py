@@ -223,6 +223,9 @@ def _members(inner: Any) -> dict[str, tuple[str, str]]:
     return {mid: (getattr(m, "client_id", ""), getattr(m, "client_host", "")) for mid, m in inner.members.items()}
 
 
+GROUP_SCAN_INTERVAL_S = 0.1
+"""Longest delay before a group change that wrote no record is logged."""
+
 _REBALANCING = {"PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"}
 
 
@@ -262,6 +265,8 @@ class GroupCoordinatorService:
         self._parked: dict[Hashable, asyncio.Future[Any]] = {}
         self._initializing: dict[str, dict[tuple[uuid.UUID, int], asyncio.Future[None]]] = {}
         self._closed = False
+        self._scans: dict[int, asyncio.TimerHandle] = {}
+        """Per partition: the pending scan of its groups for changes to log."""
         self._seen: dict[int, dict[str, tuple[str, int, dict[str, tuple[str, str]]]]] = {}
         """Per partition: group id -> (state, generation or epoch, {member id: (client id, host)}) last logged."""
 
@@ -309,6 +314,9 @@ class GroupCoordinatorService:
 
     def close(self) -> None:
         self._closed = True
+        for handle in self._scans.values():
+            handle.cancel()
+        self._scans.clear()
         for part in self._parts.values():
             if part.timer is not None:
                 part.timer.cancel()
@@ -393,7 +401,9 @@ class GroupCoordinatorService:
                         fut.set_result(c.response)
         elif isinstance(after, ShareEffects) and after.removed_members:
             self._share_members_removed(after.removed_members)
-        self._log_group_changes(partition)
+        if result.records:  # a change written to the log: its groups are logged at once
+            self._log_group_changes(partition, {r.key.get("group_id", r.key.get("group")) for r in result.records})
+        self._schedule_group_scan(partition)
         deadlines = list(result.deadlines or ())
         nd = self.shard(partition).next_deadline_ms()
         if nd is not None:
@@ -401,15 +411,45 @@ class GroupCoordinatorService:
         self._track(partition, deadlines)
         return result
 
-    def _log_group_changes(self, partition: int) -> None:
+    def _schedule_group_scan(self, partition: int) -> None:
+        """Compare every group of the shard with what was logged, at most every GROUP_SCAN_INTERVAL_S.
+
+        Changes that write no record (a classic group entering PreparingRebalance, a member
+        joining it) are found by this scan; bounded so that a shard with many groups does
+        not pay O(groups) per request.
+        """
+        if partition in self._scans or self._closed:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # called outside the event loop (tests of the service): scan now
+            self._log_group_changes(partition)
+            return
+
+        def run() -> None:
+            self._scans.pop(partition, None)
+            if not self._closed:
+                self._log_group_changes(partition)
+
+        self._scans[partition] = loop.call_later(GROUP_SCAN_INTERVAL_S, run)
+
+    def _log_group_changes(self, partition: int, group_ids: Iterable[str | None] | None = None) -> None:
         """Log, one line each, the group state changes and members joining or leaving since last time.
 
-        Compares every group of the shard with what was last seen of it: O(groups) per
-        call, O(members) only for a group whose state, generation or member count moved.
+        Compares the groups named (every group of the shard if None) with what was last
+        logged of them: O(1) per unchanged group, O(members) for a group whose state,
+        generation or member count moved.
         """
         seen = self._seen.setdefault(partition, {})
         groups = self.shard(partition).groups
-        for group_id, g in groups.items():
+        for group_id in (list(groups) if group_ids is None else group_ids):
+            if group_id is None:
+                continue
+            g = groups.get(group_id)
+            if g is None:
+                if seen.pop(group_id, None) is not None:
+                    log.info("group %s: removed (Dead)", group_id)
+                continue
             inner = g.kind.group(g.group_id) if isinstance(g, _KindView) else g
             state = g.state_name
             epoch = _epoch(inner)
@@ -429,9 +469,10 @@ class GroupCoordinatorService:
                 log.info("group %s (%s): %s -> %s%s, generation %d, %d member(s)", group_id, kind,
                          old_state or "new", state, _rebalance_note(old_state, state), epoch, len(members))
             seen[group_id] = (state, epoch, members)
-        for group_id in [k for k in seen if k not in groups]:
-            log.info("group %s: removed (Dead)", group_id)
-            del seen[group_id]
+        if group_ids is None:
+            for group_id in [k for k in seen if k not in groups]:
+                log.info("group %s: removed (Dead)", group_id)
+                del seen[group_id]
 
     def new_token(self) -> Hashable:
         return next(self._tokens)
