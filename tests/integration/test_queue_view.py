@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -190,6 +191,9 @@ def test_page_shows_what_the_api_and_metrics_say(start_broker: Callable[..., Bro
             browse(chromium, base + "/", tmp_path / "profile2", f"--screenshot={SCREENSHOT}",
                    "--window-size=1600,900", "--hide-scrollbars")
         assert "<body" in dom
+        # the page refreshed itself every second of the 3 s it ran
+        refreshes = re.search(r'id="status"[^>]*data-refreshes="(\d+)"', dom)
+        assert refreshes is not None and int(refreshes.group(1)) >= 3, dom[:500]
         page = _Rows()
         page.feed(dom)
         s = scrape(base)
