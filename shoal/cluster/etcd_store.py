@@ -387,6 +387,26 @@ class EtcdStore:
             self._stale.set()
         return bool(ok)
 
+    async def reserve_producer_ids(self, block: int) -> int:
+        """Reserve ``block`` producer ids for this broker; returns the first (Kafka's AllocateProducerIds).
+
+        A compare-and-swap on ``producer_ids`` (the next free id), so no two brokers ever
+        hand out the same id. Raises RuntimeError if it keeps losing the race.
+        """
+        c = self.client
+        key = _key("producer_ids")
+        for _ in range(50):
+            got = await c.get(key)
+            if got is None:
+                start, compare = 0, [c.transactions.create(key) == 0]
+            else:
+                start, compare = int(got.value), [c.transactions.mod(key) == got.mod_revision]
+            ok, _ = await c.transaction(compare=compare, success=[c.transactions.put(key, str(start + block).encode())],
+                                        failure=[])
+            if ok:
+                return start
+        raise RuntimeError("could not reserve producer ids")
+
     async def delete_topic(self, name: str) -> None:
         c = self.client
         await c.transaction(compare=[], success=[c.transactions.delete(_key("topics", name)),

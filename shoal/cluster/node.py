@@ -59,6 +59,8 @@ class ClusterNode:
         self._control_again = False
         self._rebalance_due = False
         self._leaving = False
+        self._pid_next = self._pid_limit = 0
+        self._pid_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[Any]] = []
         self._metadata_revision = -1
 
@@ -218,6 +220,25 @@ class ClusterNode:
         snap = self.store.snapshot
         b = snap.brokers.get(snap.controller)
         return BrokerEndpoint(b.node_id, b.host, b.port, b.rack) if b is not None else None
+
+    # -- producer ids -------------------------------------------------------------------------
+    PRODUCER_ID_BLOCK = 1000
+
+    async def allocate_producer_id(self) -> int:
+        """A producer id unique in the cluster, from a block reserved in etcd.
+
+        Raises ApiError(coordinator_not_available) when etcd cannot be reached.
+        """
+        async with self._pid_lock:
+            if self._pid_next >= self._pid_limit:
+                try:
+                    start = await self.store.reserve_producer_ids(self.PRODUCER_ID_BLOCK)
+                except Exception as e:
+                    raise ApiError(ErrorCode.coordinator_not_available, f"cannot reserve producer ids: {e}") from e
+                self._pid_next, self._pid_limit = start, start + self.PRODUCER_ID_BLOCK
+            pid = self._pid_next
+            self._pid_next += 1
+            return pid
 
     # -- topic administration ---------------------------------------------------------------------
     def _placement(self, num_partitions: int, rf: int, first: int = 0, start: int | None = None) -> list[list[int]]:

@@ -8,6 +8,7 @@ and compares the replicas' log files byte for byte up to the high watermark.
 
 from __future__ import annotations
 
+import datetime
 import signal
 import struct
 import threading
@@ -441,3 +442,21 @@ def test_elect_leaders_moves_leadership_to_the_preferred_replica(tmp_path: Path,
     finally:
         c.stop()
         _started.pop(request.node.nodeid, None)
+
+
+def test_producer_ids_are_unique_across_brokers(cluster: LocalCluster) -> None:
+    from kio.schema.errors import ErrorCode
+    from kio.schema.init_producer_id.v4 import request as init4
+
+    from tests.support.wire import RawConnection
+
+    ids = []
+    for b in cluster.brokers:
+        for _ in range(2):
+            with RawConnection(b.bootstrap) as conn:
+                resp = conn.request(init4.InitProducerIdRequest(
+                    transactional_id=None, transaction_timeout=datetime.timedelta(milliseconds=60000),
+                    producer_id=-1, producer_epoch=-1))
+            assert resp.error_code == ErrorCode.none
+            ids.append(resp.producer_id)
+    assert len(set(ids)) == len(ids), ids

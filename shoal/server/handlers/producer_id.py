@@ -1,10 +1,14 @@
-"""InitProducerId (22), v0-v5: producer ids for idempotent producers (no transactions yet)."""
+"""InitProducerId (22), v0-v5: producer ids for idempotent producers (no transactions yet).
+
+One broker reserves ids in blocks in its data directory; in cluster mode the blocks come
+from etcd, so no two brokers hand out the same id.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...errors import ErrorCode
+from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make
 from ..dispatch import api
 
@@ -20,5 +24,15 @@ def handle_init_producer_id(ctx: Any, request: Any) -> Any:
     if pid >= 0 and 0 <= epoch < 32766:
         # KIP-360: an idempotent producer may bump its own epoch after an error.
         return make(cls, throttle_time=0, error_code=ErrorCode.none, producer_id=pid, producer_epoch=epoch + 1)
+    if ctx.broker.replicas is not None:
+        return _allocate_in_cluster(ctx, cls)
     new_id = ctx.broker.producer_ids.allocate()
+    return make(cls, throttle_time=0, error_code=ErrorCode.none, producer_id=new_id, producer_epoch=0)
+
+
+async def _allocate_in_cluster(ctx: Any, cls: type) -> Any:
+    try:
+        new_id = await ctx.broker.cluster.allocate_producer_id()
+    except ApiError as e:
+        return make(cls, throttle_time=0, error_code=e.error_code, producer_id=-1, producer_epoch=-1)
     return make(cls, throttle_time=0, error_code=ErrorCode.none, producer_id=new_id, producer_epoch=0)
