@@ -9,6 +9,7 @@ and compares the replicas' log files byte for byte up to the high watermark.
 from __future__ import annotations
 
 import datetime
+import os
 import signal
 import struct
 import threading
@@ -460,3 +461,40 @@ def test_producer_ids_are_unique_across_brokers(cluster: LocalCluster) -> None:
             assert resp.error_code == ErrorCode.none
             ids.append(resp.producer_id)
     assert len(set(ids)) == len(ids), ids
+
+
+def test_a_lagging_follower_leaves_the_isr_and_rejoins_when_caught_up(tmp_path: Path,
+                                                                     request: pytest.FixtureRequest) -> None:
+    # the session outlives the pause: only the leader's lag check can take the follower out
+    c = LocalCluster(tmp_path, 3, {"min.insync.replicas": "2", "broker.session.timeout.ms": "30000",
+                                   "replica.lag.time.max.ms": "2000"})
+    _started[request.node.nodeid] = c.brokers
+    c.start()
+    try:
+        topic = "lagging"
+        _create(c.bootstrap, topic, 1, 3)
+        leader, replicas, _ = wait_until("leaders", _full_isr(c.bootstrap, topic, 3))[0]
+        follower = next(r for r in replicas if r != leader)
+        others = ",".join(b.bootstrap for i, b in enumerate(c.brokers, 1) if i != follower)
+        sender = Sender(others, topic, 1).start()
+        try:
+            wait_until("records acknowledged", lambda: sender.acked_count() > 100, timeout_s=30)
+            os.kill(c.broker_for(follower).pid, signal.SIGSTOP)
+            try:
+                isr = wait_until("the ISR without the paused follower", lambda: (lambda ps: ps and follower not in ps[0][2]
+                                                                                 and ps[0][2])(_partitions(others, topic)),
+                                 timeout_s=15)
+                assert leader in isr and len(isr) == 2
+                assert _partitions(others, topic)[0][0] == leader  # still led by the same broker
+                before = sender.acked_count()
+                wait_until("acks=all continuing with two in sync", lambda: sender.acked_count() > before + 100,
+                           timeout_s=15)
+            finally:
+                os.kill(c.broker_for(follower).pid, signal.SIGCONT)
+            wait_until("the follower back in the ISR", _full_isr(c.bootstrap, topic, 3), timeout_s=20)
+        finally:
+            sender.stop()
+        assert not sender.failed, sender.failed[:3]
+    finally:
+        c.stop()
+        _started.pop(request.node.nodeid, None)
