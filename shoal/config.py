@@ -283,6 +283,8 @@ _DEFS: list[Definition] = [
                broker_synonym="log.cleaner.min.cleanable.ratio", check=_between(0, 1)),
     Definition("message.timestamp.type", str, None, Scope.TOPIC, "See log.message.timestamp.type.",
                broker_synonym="log.message.timestamp.type", choices=("CreateTime", "LogAppendTime")),
+    Definition("errors.deadletterqueue.group.enable", bool, False, Scope.TOPIC,
+               "Whether share groups may write their dead-letter records onto this topic (KIP-1191)."),
     Definition("compression.type", str, "producer", Scope.TOPIC,
                "Codec of the stored batches: producer (keep the producer's), uncompressed, gzip, snappy, lz4 "
                "or zstd; a batch in another codec is recompressed at produce time.",
@@ -370,6 +372,12 @@ _DEFS: list[Definition] = [
                check=_ge(0)),
     Definition("share.fetch.purgatory.purge.interval.requests", int, 1000, Scope.BROKER,
                "Accepted for compatibility; shoal wakes parked ShareFetch requests directly."),
+    Definition("errors.deadletterqueue.topic.name.prefix", str, "dlq.", Scope.BROKER,
+               "Prefix every share group's dead-letter topic name must start with (KIP-1191); empty allows "
+               "any name not starting with __."),
+    Definition("errors.deadletterqueue.auto.create.topics.enable", bool, False, Scope.BROKER,
+               "Create a share group's dead-letter topic (num.partitions partitions, "
+               "errors.deadletterqueue.group.enable=true) when it does not exist (KIP-1191)."),
     # --- group keys (KIP-932 group configs; defaults from broker synonyms) --------
     Definition("share.auto.offset.reset", str, "latest", Scope.GROUP,
                "Where a share group starts on a partition it has no state for: latest, earliest, "
@@ -385,6 +393,12 @@ _DEFS: list[Definition] = [
                broker_synonym="group.share.session.timeout.ms"),
     Definition("share.heartbeat.interval.ms", int, None, Scope.GROUP, "Member heartbeat interval of this group.",
                broker_synonym="group.share.heartbeat.interval.ms"),
+    Definition("errors.deadletterqueue.topic.name", str, "", Scope.GROUP,
+               "Dead-letter topic of this share group (KIP-1191): rejected records and records that reached "
+               "the delivery count limit are written there before they are archived. Empty: none."),
+    Definition("errors.deadletterqueue.copy.record.enable", bool, False, Scope.GROUP,
+               "Whether a dead-letter record carries the key and value of the source record, or only the "
+               "__dlq.errors.* headers."),
     Definition("consumer.session.timeout.ms", int, None, Scope.GROUP, "Consumer-protocol session timeout.",
                broker_synonym="group.consumer.session.timeout.ms"),
     Definition("consumer.heartbeat.interval.ms", int, None, Scope.GROUP, "Consumer-protocol heartbeat interval.",

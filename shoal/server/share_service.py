@@ -64,6 +64,7 @@ from ..share.coordinator import (
 from ..share.partition import PendingUpdate, SharePartition, StateWrite
 from ..share.session import ShareSessionCache
 from .broker import on_disconnect, on_start, on_stop, on_topic_deleted
+from .dlq import DeadLetterWriter
 from .runtime import CoordinatorRuntime
 
 log = logging.getLogger("shoal.share")
@@ -175,6 +176,7 @@ class ShareService:
             replay_offsets=True,
         )
         self.persister = Persister(self.runtime)
+        self.dead_letters = DeadLetterWriter(broker)
         self.sessions = ShareSessionCache(int(cfg["max.share.session.cache.slots"]))
         self.partitions: dict[PartitionId, SharePartition] = {}
         self._timers: dict[PartitionId, tuple[int, asyncio.TimerHandle]] = {}
@@ -421,6 +423,13 @@ class ShareService:
             return None
         if self.partitions.get((sp.group_id, sp.topic_id, sp.partition)) is not sp:  # type: ignore[arg-type]
             return w, None, None  # dropped: its persisted state was replaced; write nothing more of it
+        if w.dead_letters:
+            try:
+                self._write_dead_letters(w)
+            except ApiError as e:
+                log.warning("share-partition %s-%s-%d: dead-letter write failed (%s); state write retried",
+                            w.group_id, w.topic_id, w.partition, e)
+                return w, -1, PartitionOutcome(e.error_code, str(e), None)
         key = SharePartitionKey.of(w.group_id, w.topic_id, w.partition)
         try:
             partition, outcome = self.persister.append_write(
@@ -433,6 +442,16 @@ class ShareService:
             log.exception("share-partition %s-%s-%d: state write raised", w.group_id, w.topic_id, w.partition)
             return w, -1, PartitionOutcome(ErrorCode.unknown_server_error, str(e), None)
         return w, partition, outcome
+
+    def _write_dead_letters(self, w: StateWrite) -> None:
+        """Write ``w``'s dead-letter records, durably, before ``w`` is appended (see shoal/server/dlq.py)."""
+        meta = self.broker.store.topic_by_id(w.topic_id)
+        if meta is None:
+            return
+        written = self.dead_letters.write(w.group_id, meta.name, w.partition, w.spso, w.dead_letters)
+        if written:
+            log.debug("share-partition %s-%s-%d: %d dead-letter record(s) written", w.group_id, meta.name,
+                      w.partition, written)
 
     def _commit_round(self, partition: int) -> None:
         """Append the queued share-partitions' writes, fsync once, commit or roll back each."""

@@ -59,6 +59,7 @@ partition from several threads.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import enum
 import heapq
 from collections.abc import Iterable, Iterator, Sequence
@@ -68,6 +69,7 @@ from typing import NamedTuple
 from kio.schema.errors import ErrorCode
 
 from shoal.errors import ApiError
+from shoal.share.dlq import ArchiveCause, DeadLetter
 from shoal.share.inflight import InFlightBatch, InFlightState
 from shoal.share.state import TERMINAL_STATES, AcknowledgeType, AcquireMode, RecordState
 
@@ -134,6 +136,8 @@ class PendingUpdate:
     """Lowest offset the acknowledgement names."""
     _last_offset: int = field(default=-1, repr=False)
     """Highest offset the acknowledgement names."""
+    _dead_letters: list[DeadLetter] = field(default_factory=list, repr=False)
+    """The records this acknowledgement archives (reject, release at the limit)."""
 
     @property
     def done(self) -> bool:
@@ -170,6 +174,12 @@ class StateWrite:
     """Offset ranges this write carries the state of (sent again if it fails)."""
     previous_spso: int = field(default=-1, repr=False)
     """The SPSO the persister held before this write."""
+    dead_letters: tuple[DeadLetter, ...] = ()
+    """Records this write archives because a consumer rejected them or their delivery
+    count reached the limit (KIP-1191): the shell writes them to the group's dead-letter
+    topic before it persists the write. Gaps are not among them."""
+    _released_dead: tuple[DeadLetter, ...] = field(default=(), repr=False)
+    """The part of ``dead_letters`` not owed to ``updates`` (offered again on rollback)."""
 
 
 class _Fetched:
@@ -245,6 +255,9 @@ class SharePartition:
         self._changed: list[tuple[int, int]] = []
         """Offset ranges whose durable state changed outside acknowledgements (lock expiry,
         release, archiving) that no taken write carries yet."""
+        self._dead: list[DeadLetter] = []
+        """Records archived outside acknowledgements at the delivery count limit (acquire,
+        lock expiry, release) that no taken write carries yet."""
         self._written_start = start_offset
         """The SPSO the persister holds once every taken write succeeded."""
         self._available_from = start_offset
@@ -422,6 +435,7 @@ class SharePartition:
                         if bs.delivery_count >= limit:
                             bs.state = RecordState.ARCHIVED
                             self._changed.append((batch.first_offset, batch.last_offset))
+                            self._dead_letter(batch.first_offset, batch.last_offset, bs.delivery_count)
                             archived = True
                             continue
                         self._take(bs, member_id, deadline)
@@ -438,6 +452,8 @@ class SharePartition:
                     if not fetched.covers(offset, offset) or st.delivery_count >= limit:
                         st.state = RecordState.ARCHIVED  # no record here, or delivered enough
                         self._changed.append((offset, offset))
+                        if fetched.covers(offset, offset):
+                            self._dead_letter(offset, offset, st.delivery_count)
                         archived = True
                         continue
                     self._take(st, member_id, deadline)
@@ -544,6 +560,14 @@ class SharePartition:
 
         update = PendingUpdate(member_id, _first_offset=runs[0][0], _last_offset=runs[-1][1])
         for lo, hi, kind in runs:
+            if kind is AcknowledgeType.REJECT or kind is AcknowledgeType.RELEASE:
+                for first, last, st in self._states(lo, hi):
+                    if kind is AcknowledgeType.REJECT:
+                        update._dead_letters.append(
+                            DeadLetter(first, last, st.delivery_count, ArchiveCause.CLIENT_REJECT))
+                    elif st.delivery_count >= self.delivery_count_limit:
+                        update._dead_letters.append(
+                            DeadLetter(first, last, st.delivery_count, ArchiveCause.DELIVERY_COUNT_EXCEEDED))
             for st in self._isolate(lo, hi):
                 if kind is AcknowledgeType.RENEW:
                     st.deadline_ms = now_ms + self.record_lock_duration_ms
@@ -625,10 +649,14 @@ class SharePartition:
         updates = tuple(self._untaken)
         changed = self._changed
         changed.extend((u._first_offset, u._last_offset) for u in updates)
+        released_dead = tuple(self._dead)
         self._untaken = []
         self._changed = []
+        self._dead = []
         self._dirty = False
         write = self._build_change(updates, changed)
+        dead = sorted(released_dead + tuple(d for u in updates for d in u._dead_letters))
+        write = dataclasses.replace(write, dead_letters=tuple(dead), _released_dead=released_dead)
         self._written_start = write.spso
         for u in updates:
             for st in u._states:
@@ -670,17 +698,25 @@ class SharePartition:
         self._check_outstanding(write)
         self._write = None
         self._changed.extend(write.changed)  # the persister did not take them: send them again
+        self._dead[:0] = write._released_dead
         self._written_start = write.previous_spso
         for update in write.updates:
             held: set[int] = set()
+            archived: set[int] = set()
             for st in update._states:
                 st.pending_state = None
                 st.pending_write = None
                 if st.deadline_ms is not None and st.deadline_ms <= now_ms:
                     self._release(st)
                     self._available_from = min(self._available_from, update._first_offset)
+                    if st.state is RecordState.ARCHIVED:
+                        archived.add(id(st))
                 elif st.deadline_ms is not None:
                     held.add(st.deadline_ms)
+            if archived:
+                for first, last, st in self._states(update._first_offset, update._last_offset):
+                    if id(st) in archived:
+                        self._dead_letter(first, last, st.delivery_count)
             for deadline in held:  # locked again: their entries may have been dropped while pending
                 self._push_lock(deadline, update._first_offset, update._last_offset)
             update.status = UpdateStatus.ROLLED_BACK
@@ -699,6 +735,10 @@ class SharePartition:
         st.member_id = member_id
         st.deadline_ms = deadline_ms
 
+    def _dead_letter(self, first: int, last: int, delivery_count: int) -> None:
+        """Note records archived at the delivery count limit for the next write."""
+        self._dead.append(DeadLetter(first, last, delivery_count, ArchiveCause.DELIVERY_COUNT_EXCEEDED))
+
     def _release(self, st: InFlightState) -> None:
         st.state = (RecordState.ARCHIVED if st.delivery_count >= self.delivery_count_limit
                     else RecordState.AVAILABLE)
@@ -711,6 +751,8 @@ class SharePartition:
             for first, last, st in batch.states(batch.first_offset, batch.last_offset):
                 if st.state is RecordState.ACQUIRED and not st.is_pending and predicate(st):
                     self._release(st)
+                    if st.state is RecordState.ARCHIVED:
+                        self._dead_letter(first, last, st.delivery_count)
                     self._available_from = min(self._available_from, first)
                     if released and released[-1][1] + 1 == first:
                         released[-1] = (released[-1][0], last)
