@@ -143,25 +143,27 @@ class DeadLetterWriter:
                 if not copy:
                     key_bytes = value = None
                 records.append((offset, (key_bytes, value, headers, now_ms)))
-        if not records:
-            return 0
         max_bytes = plog.config.max_message_bytes
         for chunk in _chunks(records, max_bytes):
             batch = build_batch([r for _o, r in chunk], compression=Compression.NONE,
                                 timestamp_type=TimestampType.CREATE_TIME)
             if len(batch) > max_bytes and len(chunk) == 1:  # one copy too big: its headers alone
-                k, v, h, ts = chunk[0][1]
+                _k, _v, h, ts = chunk[0][1]
                 batch = build_batch([(None, None, h, ts)])
             self._append(plog, key, replica, bytearray(batch), now_ms)
-        try:
-            plog.flush(now_ms)
-        except OSError as e:
-            self.broker.storage_errors.failed(key, f"fsync failed: {e}")
-            raise ApiError(ErrorCode.kafka_storage_error, f"fsync of {meta.name}-{dlq_index} failed: {e}") from e
-        for offset, _r in records:
-            self.index.add(group_id, source_topic, source_partition, offset)
-        self.records_written += len(records)
-        self.broker.append_waiters.notify(*key)
+            # In the log (readable) now: a retry after a later failure must not append them again.
+            for offset, _r in chunk:
+                self.index.add(group_id, source_topic, source_partition, offset)
+        if records:
+            self.records_written += len(records)
+            self.broker.append_waiters.notify(*key)
+        if plog.unflushed_messages() > 0:  # also what an earlier, failed attempt appended
+            try:
+                plog.flush(now_ms)
+            except OSError as e:
+                self.broker.storage_errors.failed(key, f"fsync failed: {e}")
+                raise ApiError(ErrorCode.kafka_storage_error,
+                               f"fsync of {meta.name}-{dlq_index} failed: {e}") from e
         return len(records)
 
     def _append(self, plog: Any, key: tuple[str, int], replica: Any, batch: bytearray, now_ms: int) -> None:
