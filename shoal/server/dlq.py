@@ -157,7 +157,7 @@ class DeadLetterWriter:
         if records:
             self.records_written += len(records)
             self.broker.append_waiters.notify(*key)
-        if plog.unflushed_messages() > 0:  # also what an earlier, failed attempt appended
+        if plog.unflushed_messages > 0:  # also what an earlier, failed attempt appended
             try:
                 plog.flush(now_ms)
             except OSError as e:

@@ -430,6 +430,10 @@ class ShareService:
                 log.warning("share-partition %s-%s-%d: dead-letter write failed (%s); state write retried",
                             w.group_id, w.topic_id, w.partition, e)
                 return w, -1, PartitionOutcome(e.error_code, str(e), None)
+            except Exception as e:
+                log.exception("share-partition %s-%s-%d: dead-letter write raised", w.group_id, w.topic_id,
+                              w.partition)
+                return w, -1, PartitionOutcome(ErrorCode.unknown_server_error, str(e), None)
         key = SharePartitionKey.of(w.group_id, w.topic_id, w.partition)
         try:
             partition, outcome = self.persister.append_write(
