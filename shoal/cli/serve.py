@@ -80,12 +80,13 @@ async def _serve(config: BrokerConfig, data_dir: Path, host: str, port: int) -> 
     :data:`SHUTDOWN_GRACE_S` later (a disk that blocks the event loop). A second signal
     exits at once, with status 128 + the signal number.
     """
+    from ..errors import ApiError
     from ..server.broker import Broker
 
     broker = Broker(config, data_dir, host, port)
     try:
         await broker.start()
-    except OSError as e:
+    except (OSError, ApiError) as e:  # ApiError: an internal topic could not be created (a full disk)
         logging.getLogger("shoal").error("cannot start: %s", e)
         return 1
     loop = asyncio.get_running_loop()

@@ -68,15 +68,30 @@ RECOVERY_POINT_FILE = "recovery-point"
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves the old or the new content."""
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new content.
+
+    Raises OSError naming ``path``; then ``path`` is as it was and the temporary file is
+    gone (a full disk gets its space back). A short write (a nearly full disk) is
+    continued until it fails, never renamed into place.
+    """
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            written = 0
+            while written < len(view):
+                written += os.write(fd, view[written:])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror}") from exc
     fsync_dir(path.parent)
 
 

@@ -336,3 +336,34 @@ def test_a_failed_fsync_on_flush_takes_the_log_offline(tmp_path, monkeypatch):
     assert ei.value.error_code == ErrorCode.kafka_storage_error
     assert log.log_end_offset == 2
     log.close()
+
+
+def test_atomic_write_continues_a_short_write_and_never_renames_a_partial_file(tmp_path, monkeypatch):
+    from shoal.log.partition_log import atomic_write
+
+    target = tmp_path / "topics.json"
+    atomic_write(target, b"old")
+    real = os.write
+    room = {"left": 5}
+
+    def nearly_full(fd, data):  # as a file system with 5 bytes left answers
+        if room["left"] <= 0:
+            raise OSError(28, "No space left on device")
+        n = min(len(data), room["left"])
+        room["left"] -= n
+        return real(fd, bytes(data[:n]))
+
+    monkeypatch.setattr(os, "write", nearly_full)
+    with pytest.raises(OSError, match="cannot write .*topics.json"):
+        atomic_write(target, b"0123456789")
+    monkeypatch.undo()
+    assert target.read_bytes() == b"old"
+    assert not (tmp_path / "topics.json.tmp").exists()
+
+    def short(fd, data):  # at most 3 bytes a call, as a busy file system may answer
+        return real(fd, bytes(data[:3]))
+
+    monkeypatch.setattr(os, "write", short)
+    atomic_write(target, b"0123456789")  # short writes that go on are fine
+    monkeypatch.undo()
+    assert target.read_bytes() == b"0123456789"
