@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 from confluent_kafka import AcknowledgeType, TopicPartition
+from confluent_kafka.admin import ConfigResource, ResourceType
 
 from tests.integration.test_share_consumer import poll_until, set_group_configs, share_consumer
 from tests.support.broker import BrokerProcess
-from tests.support.clients import consumer, create_topic, producer
+from tests.support.clients import admin_client, consumer, create_topic, producer
 
 pytestmark = pytest.mark.integration
 
@@ -210,7 +211,7 @@ def test_a_record_already_on_the_dlq_is_not_written_again(start_broker: Any, top
     poll_until(c, lambda: len(got) >= 3, 15.0, take)
     c.commit_sync()
     c.close()
-    records = wait_for_dlq(bs, dlq, 3)
+    wait_for_dlq(bs, dlq, 3)
     time.sleep(0.5)
     assert dlq_offsets(read_all(bs, dlq)) == Counter({0: 1, 1: 1, 2: 1})
 
@@ -297,3 +298,29 @@ def test_kill_9_every_rejected_and_over_delivered_record_once(start_broker: Any,
         else:
             assert h["__dlq.errors.message"] == "Offset delivery count exceeded the threshold."
             assert int(h["__dlq.errors.delivery.count"]) >= 3
+
+
+def test_auto_created_dead_letter_topic(start_broker: Any, topic_name: str) -> None:
+    b: BrokerProcess = start_broker({"errors.deadletterqueue.auto.create.topics.enable": "true",
+                                     "num.partitions": "2"})
+    bs = b.bootstrap
+    dlq = f"dlq.{topic_name}"
+    create_topic(bs, topic_name)
+    set_group_configs(bs, "g", share_auto_offset_reset="earliest", errors_deadletterqueue_topic_name=dlq)
+    produce_keyed(bs, topic_name, 2)
+    c = share_consumer(bs, "g", topic_name, **{"share.acknowledgement.mode": "explicit"})
+    got: list[Any] = []
+
+    def take(m: Any) -> None:
+        got.append(m)
+        c.acknowledge(m, AcknowledgeType.REJECT if m.offset() == 1 else AcknowledgeType.ACCEPT)
+
+    poll_until(c, lambda: len(got) >= 2, 15.0, take)
+    c.commit_sync()
+    c.close()
+    admin = admin_client(bs)
+    res = ConfigResource(ResourceType.TOPIC, dlq)
+    configs = admin.describe_configs([res])[res].result(timeout=10)
+    assert configs["errors.deadletterqueue.group.enable"].value == "true"
+    records = read_all(bs, dlq, partitions=2)
+    assert [(m.partition(), headers_of(m)["__dlq.errors.offset"]) for m in records] == [(0, "1")]
