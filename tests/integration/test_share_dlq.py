@@ -324,3 +324,46 @@ def test_auto_created_dead_letter_topic(start_broker: Any, topic_name: str) -> N
     assert configs["errors.deadletterqueue.group.enable"].value == "true"
     records = read_all(bs, dlq, partitions=2)
     assert [(m.partition(), headers_of(m)["__dlq.errors.offset"]) for m in records] == [(0, "1")]
+
+
+def test_kill_9_between_the_dead_letter_write_and_the_state_write(start_broker: Any, topic_name: str) -> None:
+    """Reproduce the crash window exactly: reject records (dead-letter records written, then
+    the ARCHIVED state), kill -9 the broker, and cut ``__share_group_state`` back to before
+    the state write, which is what the disk holds after a crash between the two fsyncs. The
+    records come back and are rejected again; the dead-letter topic still has each once."""
+    b: BrokerProcess = start_broker()
+    bs = b.bootstrap
+    dlq = f"dlq.{topic_name}"
+    create_topic(bs, topic_name)
+    create_topic(bs, dlq, config=DLQ_ENABLED)
+    set_group_configs(bs, "g", share_auto_offset_reset="earliest", errors_deadletterqueue_topic_name=dlq)
+    produce_keyed(bs, topic_name, 3)
+    state_log = b.data_dir / "__share_group_state-0" / "00000000000000000000.log"
+
+    def reject_all() -> tuple[list[Any], int]:
+        """Receive the 3 records and reject them; the state log's size before the reject."""
+        c = share_consumer(bs, "g", topic_name, **{"share.acknowledgement.mode": "explicit"})
+        got: list[Any] = []
+        try:
+            poll_until(c, lambda: len(got) >= 3, 15.0, got.append)
+            time.sleep(0.5)  # the acquisition's own state write, if any, is on disk
+            before = state_log.stat().st_size
+            for m in got:
+                c.acknowledge(m, AcknowledgeType.REJECT)
+            c.commit_sync()
+            assert state_log.stat().st_size > before
+        finally:
+            c.close()
+        return got, before
+
+    first, before = reject_all()
+    assert sorted(m.offset() for m in first) == [0, 1, 2]
+    assert dlq_offsets(wait_for_dlq(bs, dlq, 3)) == Counter({0: 1, 1: 1, 2: 1})
+    b.kill()
+    with open(state_log, "r+b") as f:
+        f.truncate(before)
+    b.start()
+    again, _ = reject_all()
+    assert sorted(m.offset() for m in again) == [0, 1, 2]  # not archived: delivered again
+    time.sleep(0.5)
+    assert dlq_offsets(read_all(bs, dlq)) == Counter({0: 1, 1: 1, 2: 1})
