@@ -101,7 +101,7 @@ def main() -> None:
 
         row("started (empty)", time.perf_counter())
         t0 = time.perf_counter()
-        admin = AdminClient({"bootstrap.servers": bs, **QUIET})
+        admin = AdminClient({"bootstrap.servers": bs, "socket.timeout.ms": 300_000, **QUIET})
         names = [f"fd-{i:05d}" for i in range(args.topics)]
         for start in range(0, len(names), 50):
             futures = admin.create_topics([NewTopic(n, args.partitions, 1) for n in names[start:start + 50]],

@@ -104,17 +104,7 @@ class OpenSegments:
         Raises OSError if the file cannot be opened, even after closing descriptors on
         EMFILE/ENFILE.
         """
-        try:
-            fd = os.open(seg.log_path, flags, 0o644)
-        except OSError as exc:
-            if exc.errno not in (errno.EMFILE, errno.ENFILE) or not self._lru:
-                raise
-            before = len(self._lru)
-            self._close_oldest(max(1, before // 2))
-            self.capacity = max(MIN_OPEN_SEGMENTS, len(self._lru))
-            log.warning("opening %s failed (%s): closed %d segment descriptors, keeping at most %d open",
-                        seg.log_path, exc.strerror, before - len(self._lru), self.capacity)
-            fd = os.open(seg.log_path, flags, 0o644)
+        fd = self.os_open(seg.log_path, flags)
         self.opens += 1
         if self.capacity < self.max_capacity and self.opens % _REGROW_EVERY == 0:
             self.capacity += 1
@@ -123,6 +113,32 @@ class OpenSegments:
         if len(self._lru) > self.capacity:
             self._close_oldest(len(self._lru) - self.capacity)
         return fd
+
+    def os_open(self, path: Path, flags: int) -> int:
+        """``os.open`` that, on EMFILE/ENFILE, closes half of the segment descriptors, lowers
+        the capacity, logs it and tries once more.  Raises OSError."""
+        try:
+            return os.open(path, flags, 0o644)
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE) or len(self._lru) < 2:
+                raise
+            before = len(self._lru)
+            self._close_oldest(max(1, before // 2))
+            self.capacity = max(MIN_OPEN_SEGMENTS, len(self._lru))
+            log.warning("opening %s failed (%s): closed %d segment descriptors, keeping at most %d open",
+                        path, exc.strerror, before - len(self._lru), self.capacity)
+            return os.open(path, flags, 0o644)
+
+    def read_file(self, path: Path) -> bytes:
+        """The whole content of a small file (an index), opened through :meth:`os_open`."""
+        fd = self.os_open(path, os.O_RDONLY)
+        try:
+            chunks = []
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
 
     def touch(self, seg: "Segment") -> None:
         self._lru.move_to_end(seg)
@@ -154,8 +170,8 @@ def segment_name(base_offset: int) -> str:
 
 class Segment:
     __slots__ = ("dir", "base_offset", "_fd", "_files", "size", "next_offset", "max_timestamp",
-                 "offset_of_max_timestamp", "first_timestamp", "offset_index", "time_index", "index_interval",
-                 "_bytes_since_index", "_pos_cache", "_dirty")
+                 "offset_of_max_timestamp", "first_timestamp", "_oidx", "_tidx", "_index_on_disk",
+                 "index_interval", "_bytes_since_index", "_pos_cache", "_dirty")
 
     def __init__(self, directory: Path, base_offset: int, index_interval: int,
                  files: OpenSegments | None = None, *, create: bool = False) -> None:
@@ -172,8 +188,10 @@ class Segment:
         self.max_timestamp = -1
         self.offset_of_max_timestamp = -1
         self.first_timestamp = -1
-        self.offset_index = SparseIndex()
-        self.time_index = SparseIndex()
+        self._oidx: SparseIndex | None = SparseIndex()
+        self._tidx: SparseIndex | None = SparseIndex()
+        self._index_on_disk = False
+        """Whether the index files hold the in-memory indexes (then memory may drop them)."""
         self._bytes_since_index = 0
         self._pos_cache: dict[int, int] = {}
         self._dirty = False
@@ -199,6 +217,38 @@ class Segment:
     def is_open(self) -> bool:
         """Whether the log file's descriptor is open now."""
         return self._fd >= 0
+
+    @property
+    def offset_index(self) -> SparseIndex:
+        """The sparse offset index, read from its file if it is not in memory.  Raises OSError."""
+        if self._oidx is None:
+            self._read_index_files()
+        return self._oidx  # type: ignore[return-value]
+
+    @property
+    def time_index(self) -> SparseIndex:
+        """The sparse time index, read from its file if it is not in memory.  Raises OSError."""
+        if self._tidx is None:
+            self._read_index_files()
+        return self._tidx  # type: ignore[return-value]
+
+    @property
+    def indexes_in_memory(self) -> bool:
+        return self._oidx is not None
+
+    def _read_index_files(self) -> None:
+        """Load both indexes from their files; rebuild them from the log if the files do
+        not decode consistently (a crash tore them)."""
+        try:
+            oidx = decode_offset_index(self._files.read_file(self.index_path), self.size)
+            tidx = decode_time_index(self._files.read_file(self.time_index_path))
+        except FileNotFoundError:
+            oidx = tidx = None
+        if oidx is None or tidx is None or (self.size and (not oidx.keys or oidx.values[0] != 0)):
+            log.warning("rebuilding the indexes of %s", self.log_path)
+            self.recover(check_crc=False)
+            return
+        self._oidx, self._tidx = oidx, tidx
 
     # --- paths ------------------------------------------------------------------------
     @property
@@ -231,46 +281,70 @@ class Segment:
         return seg, seg.recover(check_crc=True)
 
     def _load_indexes(self) -> bool:
+        """Check the index files against the log cheaply and take the segment's offsets and
+        timestamps from them; the entries themselves are read on first use.
+
+        Reads the first and last entries only (the full files are decoded, and rebuilt if
+        inconsistent, when first needed).  Returns False if the files are missing or do
+        not match the log.
+        """
         try:
-            odata = self.index_path.read_bytes()
-            tdata = self.time_index_path.read_bytes()
+            fd = self._files.os_open(self.index_path, os.O_RDONLY)
+            try:
+                osize = os.fstat(fd).st_size
+                if osize % OFFSET_ENTRY.size:
+                    return False
+                first_entry = os.pread(fd, OFFSET_ENTRY.size, 0)
+                last_entry = os.pread(fd, OFFSET_ENTRY.size, osize - OFFSET_ENTRY.size) if osize else b""
+            finally:
+                os.close(fd)
+            fd = self._files.os_open(self.time_index_path, os.O_RDONLY)
+            try:
+                tsize = os.fstat(fd).st_size
+                if tsize % TIME_ENTRY.size:
+                    return False
+                last_time = os.pread(fd, TIME_ENTRY.size, tsize - TIME_ENTRY.size) if tsize else b""
+            finally:
+                os.close(fd)
         except FileNotFoundError:
             return False
-        oidx = decode_offset_index(odata, self.size)
-        tidx = decode_time_index(tdata)
-        if oidx is None or tidx is None:
+        if osize % OFFSET_ENTRY.size or tsize % TIME_ENTRY.size or (self.size and not osize):
             return False
-        if self.size and (not oidx.keys or oidx.values[0] != 0):
-            return False
+        pos = 0
+        if osize:
+            if OFFSET_ENTRY.unpack(first_entry) != (0, 0):
+                return False
+            _rel, pos = OFFSET_ENTRY.unpack(last_entry)
+            if not 0 <= pos < max(self.size, 1):
+                return False
         # the last batch: from the last index entry, walk headers to the end (short)
-        pos = oidx.values[-1] if oidx.keys else 0
         last: BatchHeader | None = None
         while pos < self.size:
             h = self._header_at(pos)
             if h is None:
                 return False
             last, pos = h, h.end
-        if pos != self.size:
+        if pos != self.size or (last is not None and last.base_offset < self.base_offset):
             return False
-        self.offset_index, self.time_index = oidx, tidx
         self.next_offset = last.next_offset if last is not None else self.base_offset
-        if last is not None and last.base_offset < self.base_offset:
-            return False
-        if tidx.keys:
-            self.max_timestamp = tidx.keys[-1]
-            self.offset_of_max_timestamp = self.base_offset + tidx.values[-1]
+        if last_time:
+            ts, rel = TIME_ENTRY.unpack(last_time)
+            self.max_timestamp = ts
+            self.offset_of_max_timestamp = self.base_offset + rel
         if self.size:
             first = self._header_at(0)
             if first is None:
                 return False
             self.first_timestamp = first.max_timestamp if first.max_timestamp >= 0 else first.base_timestamp
-        self._bytes_since_index = self.size - (oidx.values[-1] if oidx.values else 0)
+        self._bytes_since_index = self.size - (OFFSET_ENTRY.unpack(last_entry)[1] if osize else 0)
+        self._oidx = self._tidx = None
+        self._index_on_disk = True
         return True
 
     def recover(self, *, check_crc: bool = True, producer_cb=None) -> bool:
         """Validate every batch, cut a torn/corrupt tail, rebuild indexes. Returns whether it cut."""
-        self.offset_index = SparseIndex()
-        self.time_index = SparseIndex()
+        self._oidx = SparseIndex()
+        self._tidx = SparseIndex()
         self.next_offset = self.base_offset
         self.max_timestamp = self.offset_of_max_timestamp = self.first_timestamp = -1
         self._bytes_since_index = 0
@@ -328,7 +402,7 @@ class Segment:
         odata = b"".join(OFFSET_ENTRY.pack(k, v) for k, v in zip(self.offset_index.keys, self.offset_index.values))
         tdata = b"".join(TIME_ENTRY.pack(k, v) for k, v in zip(self.time_index.keys, self.time_index.values))
         for path, data in ((self.index_path, odata), (self.time_index_path, tdata)):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            fd = self._files.os_open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             try:
                 if data:
                     os.write(fd, data)
@@ -336,6 +410,7 @@ class Segment:
                     os.fsync(fd)
             finally:
                 os.close(fd)
+        self._index_on_disk = True
 
     def _header_at(self, pos: int) -> BatchHeader | None:
         data = os.pread(self.fd, HEADER_SIZE, pos)
@@ -356,6 +431,7 @@ class Segment:
         written.  Raises OSError on a failed write (or open), after cutting back any
         partial bytes.
         """
+        oidx, tidx = self.offset_index, self.time_index  # read before writing: may raise OSError
         start = self.size
         mv = memoryview(data)
         written = 0
@@ -368,14 +444,15 @@ class Segment:
             raise
         self.size = start + len(mv)
         self._dirty = True
+        self._index_on_disk = False
         for h, (base, nxt), ts in zip(headers, offsets, max_ts):
             pos = start + h.position
             rel = base - self.base_offset
             if pos == 0 or self._bytes_since_index >= self.index_interval:
-                if self.offset_index.append(rel, pos):
+                if oidx.append(rel, pos):
                     self._bytes_since_index = 0
                     if ts > self.max_timestamp:
-                        self.time_index.append(ts, rel)
+                        tidx.append(ts, rel)
             self._bytes_since_index += h.size
             if ts > self.max_timestamp:
                 self.max_timestamp = ts
@@ -396,7 +473,8 @@ class Segment:
         last = self.time_index.last()
         if self.max_timestamp >= 0 and (last is None or last[0] < self.max_timestamp):
             rel = self.offset_of_max_timestamp - self.base_offset
-            self.time_index.append(self.max_timestamp, max(rel, last[1] if last else 0))
+            if self.time_index.append(self.max_timestamp, max(rel, last[1] if last else 0)):
+                self._index_on_disk = False
 
     def sync(self) -> None:
         """fdatasync the log, then write and fsync both index files.  Raises OSError."""
@@ -515,7 +593,10 @@ class Segment:
         self.recover(check_crc=False)
 
     def _close_fd(self) -> None:
-        """Close the descriptor (the LRU already dropped this segment)."""
+        """Close the descriptor (the LRU already dropped this segment), and let the indexes
+        go from memory if their files hold them: an unused segment costs neither."""
+        if self._index_on_disk:
+            self._oidx = self._tidx = None
         fd, self._fd = self._fd, -1
         if fd >= 0:
             try:

@@ -211,3 +211,30 @@ def test_a_pass_runs_only_once_the_dirty_part_reaches_min_cleanable_dirty_ratio(
     write_until_closed(clean)
     assert compact(log, now_ms=5000).records_removed > 0
     log.close()
+
+
+def test_indexes_of_unused_segments_leave_memory_and_are_read_back_on_demand(tmp_path):
+    files = OpenSegments(capacity=MIN_OPEN_SEGMENTS)
+    cfg = LogConfig(segment_bytes=2048, index_interval_bytes=200)
+    log = PartitionLog.open(tmp_path / "t-0", cfg, files=files)
+    for i in range(200):
+        log.append(batch(1, value_size=300, ts=i), i)
+    expected = values(log)
+    closed = log.segments[:-1]
+    assert len(closed) > 2 * MIN_OPEN_SEGMENTS
+    # segments whose descriptor the LRU closed hold no index in memory either
+    gone = [s for s in closed if not s.is_open]
+    assert gone and not any(s.indexes_in_memory for s in gone)
+    assert log.segments[-1].indexes_in_memory
+    log.close()
+    # after a restart the closed segments' indexes are read only when a segment is used
+    log = PartitionLog.open(tmp_path / "t-0", cfg, files=files)
+    assert not any(s.indexes_in_memory for s in log.segments[:-1])
+    seg = log.segments[3]
+    mid = bytearray(seg.index_path.read_bytes())
+    mid[8:16] = b"\xff" * 8  # tear an entry between the first and the last
+    seg.index_path.write_bytes(bytes(mid))
+    assert values(log) == expected  # the torn index is rebuilt from the log when needed
+    assert [o for o, _, _ in values(log, 150)] == list(range(150, 200))
+    assert log.offset_for_timestamp(120) == (120, 120)
+    log.close()
