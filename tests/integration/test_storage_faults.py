@@ -304,8 +304,11 @@ def test_deleted_data_dir_is_reported_and_the_broker_stops(tmp_path: Path, broke
     assert "is gone (it was deleted)" in tail
 
 
-def test_create_topics_at_the_descriptor_limit_creates_nothing(tmp_path: Path,
+def test_create_topics_near_the_descriptor_limit_stays_below_it(tmp_path: Path,
                                                                 brokers: list[BrokerProcess]) -> None:
+    # Segments give their descriptors back under pressure (an LRU of open segments that
+    # closes half of them on EMFILE), so 100 partitions fit in room for 40 descriptors.
+    # A creation that fails half-way is covered by tests/unit/log/test_store.py.
     b = BrokerProcess(tmp_path / "data")
     brokers.append(b)
     b.start()
@@ -313,26 +316,20 @@ def test_create_topics_at_the_descriptor_limit_creates_nothing(tmp_path: Path,
     admin = admin_client(b.bootstrap)
     soft, hard = resource.prlimit(b.pid, resource.RLIMIT_NOFILE)
     used = len(os.listdir(f"/proc/{b.pid}/fd"))
-    # Room for the client's connection and a few files, not for 100 partitions of 3 files each.
-    resource.prlimit(b.pid, resource.RLIMIT_NOFILE, (used + 40, hard))
+    limit = used + 40  # the client's connection and a few files, not 100 partitions' segments
+    resource.prlimit(b.pid, resource.RLIMIT_NOFILE, (limit, hard))
     from confluent_kafka.admin import NewTopic
 
-    fut = admin.create_topics([NewTopic("big", 100, 1)], operation_timeout=15, request_timeout=15)["big"]
-    with pytest.raises(Exception) as info:
-        fut.result(timeout=20)
-    assert info.value.args[0].code() == KafkaError.KAFKA_STORAGE_ERROR
+    admin.create_topics([NewTopic("big", 100, 1)], operation_timeout=15, request_timeout=15)["big"].result(timeout=20)
+    assert len(os.listdir(f"/proc/{b.pid}/fd")) <= limit
+    assert produce_acked(b.bootstrap, "big", [b"x"], partition=99) == [None]
+    assert produce_acked(b.bootstrap, "big", [b"y"], partition=0) == [None]
+    assert len(os.listdir(f"/proc/{b.pid}/fd")) <= limit
     resource.prlimit(b.pid, resource.RLIMIT_NOFILE, (soft, hard))
-    md = admin.list_topics(timeout=10)
-    assert "big" not in md.topics
-    assert not list(b.data_dir.glob("big-*"))
-
-    # Nothing half-made: the same topic can be created once descriptors are back, and it
-    # survives a restart whole.
-    create_topic(b.bootstrap, "big", 100)
     b.restart()
     md = admin_client(b.bootstrap).list_topics(timeout=10)
     assert len(md.topics["big"].partitions) == 100
-    assert produce_acked(b.bootstrap, "big", [b"x"], partition=99) == [None]
+    assert produce_acked(b.bootstrap, "big", [b"z"], partition=99) == [None]
     b.stop()
 
 
