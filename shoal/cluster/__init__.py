@@ -5,6 +5,7 @@ Pure modules (no I/O, no clocks; time comes in as ``now_ms``):
 * ``partition_state.py``: a partition's leader, leader epoch, partition epoch, replicas and
   ISR, and every transition the controller or a leader may make (each bumps the
   partition epoch; a leader change also bumps the leader epoch);
+* ``replication.py``: the leader's rules: high watermark, caught-up and lagging followers;
 * ``placement.py``: replica assignment for new topics and partitions (rack-aware);
 * ``leader_epochs.py``: a log's leader-epoch cache (the ``leader-epoch-checkpoint`` file's
   content) and the end-offset rule of OffsetsForLeaderEpoch;

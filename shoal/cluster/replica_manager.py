@@ -42,6 +42,7 @@ from .etcd_store import Snapshot
 from .fetcher import Fetcher
 from .leader_epochs import LeaderEpochCache, divergence_offset
 from .partition_state import PartitionState, expand_isr, shrink_isr
+from .replication import caught_up_at, high_watermark, lagging
 
 if TYPE_CHECKING:
     from .node import ClusterNode
@@ -290,10 +291,9 @@ class ReplicaManager:
     def on_follower_fetch(self, r: Replica, follower: int, fetch_offset: int, now_ms: int) -> None:
         """Record a follower's progress (Kafka's Replica.updateFetchState), then HW and ISR."""
         leo = r.plog.log_end_offset
-        if fetch_offset >= leo:
-            r.caught_up_ms[follower] = now_ms
-        elif fetch_offset >= r.last_fetch_leo.get(follower, leo + 1):
-            r.caught_up_ms[follower] = r.last_fetch_ms.get(follower, now_ms)
+        at = caught_up_at(fetch_offset, leo, r.last_fetch_leo.get(follower), r.last_fetch_ms.get(follower), now_ms)
+        if at is not None:
+            r.caught_up_ms[follower] = at
         r.last_fetch_leo[follower] = leo
         r.last_fetch_ms[follower] = now_ms
         r.follower_leo[follower] = fetch_offset
@@ -312,10 +312,7 @@ class ReplicaManager:
             return
         plog = r.plog
         old = plog.replicated_high_watermark or 0
-        hw = plog.log_end_offset
-        for b in state.isr:
-            if b != self.node_id:
-                hw = min(hw, r.follower_leo.get(b, old))
+        hw = high_watermark(old, plog.log_end_offset, self.node_id, state.isr, r.follower_leo)
         if hw > old:
             plog.replicated_high_watermark = hw
             if r.waiters:
@@ -380,8 +377,7 @@ class ReplicaManager:
             for r in list(self.replicas.values()):
                 if r.role != LEADER or r.state is None:
                     continue
-                out = [b for b in r.state.isr
-                       if b != self.node_id and now - r.caught_up_ms.get(b, now) > lag]
+                out = lagging(r.state.isr, self.node_id, r.caught_up_ms, now, lag)
                 if out:
                     log.info("followers %s of %s-%d lag more than %d ms", out, r.topic, r.index, lag)
                     self._write_isr(r, shrink_isr(r.state, self.node_id, r.leader_epoch, out))

@@ -26,6 +26,7 @@ PURE = [
     "cluster/partition_state.py",
     "cluster/placement.py",
     "cluster/leader_epochs.py",
+    "cluster/replication.py",
     "cluster/metadata.py",
 ]
 FORBIDDEN_IN_PURE = {"asyncio", "socket", "threading", "selectors", "time", "shoal.server", "uvloop"}
