@@ -26,7 +26,8 @@ When the write is impossible (the group's topic name starts with ``__`` or lacks
 ``errors.deadletterqueue.topic.name.prefix``; the topic does not exist and
 ``errors.deadletterqueue.auto.create.topics.enable`` is false; the topic does not set
 ``errors.deadletterqueue.group.enable=true``; in cluster mode, this broker does not lead
-the dead-letter partition) the records are archived without dead-letter records, as
+the dead-letter partition; the topic refuses the records, e.g. ``max.message.bytes``
+below a record's headers) the records are archived without dead-letter records, as
 Kafka does, and the broker logs a WARNING once per group and reason. A failing append or
 fsync raises :class:`~shoal.errors.ApiError`: the share service then fails the state
 write (the acknowledgements are rolled back and retried), so nothing is archived that
@@ -150,7 +151,16 @@ class DeadLetterWriter:
             if len(batch) > max_bytes and len(chunk) == 1:  # one copy too big: its headers alone
                 _k, _v, h, ts = chunk[0][1]
                 batch = build_batch([(None, None, h, ts)])
-            self._append(plog, key, replica, bytearray(batch), now_ms)
+            try:
+                self._append(plog, key, replica, bytearray(batch), now_ms)
+            except ApiError as e:
+                if e.error_code == ErrorCode.kafka_storage_error:
+                    raise
+                # The topic refuses these records (max.message.bytes below the headers alone, ...):
+                # retrying cannot help, so they are archived without dead-letter records, as in Kafka.
+                self._warn(group_id, f"{meta.name}-{dlq_index} refused dead-letter records: {e}")
+                records = [r for r in records if r not in chunk]
+                continue
             # In the log (readable) now: a retry after a later failure must not append them again.
             for offset, _r in chunk:
                 self.index.add(group_id, source_topic, source_partition, offset)

@@ -367,3 +367,35 @@ def test_kill_9_between_the_dead_letter_write_and_the_state_write(start_broker: 
     assert sorted(m.offset() for m in again) == [0, 1, 2]  # not archived: delivered again
     time.sleep(0.5)
     assert dlq_offsets(read_all(bs, dlq)) == Counter({0: 1, 1: 1, 2: 1})
+
+
+def test_a_dead_letter_topic_that_refuses_the_records_does_not_block_the_group(
+        start_broker: Any, topic_name: str) -> None:
+    b: BrokerProcess = start_broker()
+    bs = b.bootstrap
+    dlq = f"dlq.{topic_name}"
+    create_topic(bs, topic_name)
+    create_topic(bs, dlq, config={**DLQ_ENABLED, "max.message.bytes": "100"})  # below the headers alone
+    set_group_configs(bs, "g", share_auto_offset_reset="earliest", errors_deadletterqueue_topic_name=dlq)
+    produce_keyed(bs, topic_name, 3)
+    c = share_consumer(bs, "g", topic_name, **{"share.acknowledgement.mode": "explicit"})
+    got: list[Any] = []
+
+    def take(m: Any) -> None:
+        got.append(m)
+        c.acknowledge(m, AcknowledgeType.REJECT)
+
+    poll_until(c, lambda: len(got) >= 3, 15.0, take)
+    result = c.commit_sync(10)
+    c.close()
+    assert result and all(err is None and tp.error is None for tp, err in result.items())
+    assert read_all(bs, dlq) == []
+    assert "refused dead-letter records" in b.stderr_tail(200)
+    # Archived all the same: a new consumer gets nothing.
+    c2 = share_consumer(bs, "g", topic_name)
+    try:
+        later: list[Any] = []
+        poll_until(c2, lambda: False, 3.0, later.append)
+        assert later == []
+    finally:
+        c2.close()
