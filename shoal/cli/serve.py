@@ -76,7 +76,8 @@ async def _serve(config: BrokerConfig, data_dir: Path, host: str, port: int) -> 
     """Run the broker until a signal or a lost data directory stops it; returns the exit status.
 
     The first SIGTERM or SIGINT starts a clean shutdown, and a watchdog thread ends the
-    process if the shutdown has not finished ``shutdown.timeout.ms`` plus
+    process if the shutdown has not finished twice ``shutdown.timeout.ms`` (cluster
+    mode's controlled shutdown and the connection drain may each take that long) plus
     :data:`SHUTDOWN_GRACE_S` later (a disk that blocks the event loop). A second signal
     exits at once, with status 128 + the signal number.
     """
@@ -90,7 +91,7 @@ async def _serve(config: BrokerConfig, data_dir: Path, host: str, port: int) -> 
         logging.getLogger("shoal").error("cannot start: %s", e)
         return 1
     loop = asyncio.get_running_loop()
-    limit_s = config["shutdown.timeout.ms"] / 1000 + SHUTDOWN_GRACE_S
+    limit_s = 2 * config["shutdown.timeout.ms"] / 1000 + SHUTDOWN_GRACE_S
 
     signals: list[int] = []
 
@@ -116,7 +117,7 @@ async def _serve(config: BrokerConfig, data_dir: Path, host: str, port: int) -> 
 
 
 SHUTDOWN_GRACE_S = 5.0
-"""How long past ``shutdown.timeout.ms`` a shutdown may take before the process ends anyway."""
+"""How long past twice ``shutdown.timeout.ms`` a shutdown may take before the process ends anyway."""
 
 
 def _exit_now(reason: str, status: int) -> None:
