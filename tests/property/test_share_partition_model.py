@@ -18,7 +18,8 @@ delivery count", "Acquisition lock", and the share-state writes of its later rev
   is in flight for the first time only below SPSO + MAX_IN_FLIGHT.
 * In the record-limit mode at most max_records are acquired. In the batch-optimized
   mode (what clients use) max_records is soft: whole log batches are taken (a batch is
-  cut only by the in-flight limit), so the overshoot is under one batch. With BatchSize,
+  cut only by the in-flight limit), so the overshoot is under one batch (for records
+  delivered again, under one in-flight batch). With BatchSize,
   the acquired ranges of new records are each at most BatchSize records unless a single
   log batch is larger, and they start and end on log-batch boundaries.
 * Only the member holding a record's lock may acknowledge it, before the lock ends.
@@ -212,7 +213,10 @@ class SharePartitionModel(RuleBasedStateMachine):
         if mode is AcquireMode.RECORD_LIMIT:
             assert len(offsets) <= max_records
         else:
-            biggest = max([b - a + 1 for a, b in fetched] + [batch_size or 0])
+            # The unit taken whole is a log batch, a BatchSize group, or an in-flight batch
+            # of records being delivered again (after a restart, a persisted state batch).
+            again = sum(1 for o in candidates if o < old_end)
+            biggest = max([b - a + 1 for a, b in fetched] + [batch_size or 0, again])
             assert len(offsets) < max_records + biggest, "batch-optimized overshoot is over one batch"
         new = [o for o in offsets if o >= old_end]
         if new:
@@ -250,8 +254,10 @@ class SharePartitionModel(RuleBasedStateMachine):
         # a record at the delivery limit.
         for o in range(self.start, old_end):
             r = self.recs[o]
-            state = self.sp.record(o)[0]
-            if r.state == AVAILABLE and r.pending is None and int(state) == PERSISTED_ID[ARCHIVED]:
+            if r.state != AVAILABLE or r.pending is not None:
+                continue
+            # Below the partition's new SPSO it is final; above, the partition says.
+            if o < self.sp.start_offset or int(self.sp.record(o)[0]) == PERSISTED_ID[ARCHIVED]:
                 assert not self._is_record(o) or r.count >= LIMIT, f"record {o} archived without reason"
                 r.state = ARCHIVED
                 self.changed.add(o)
