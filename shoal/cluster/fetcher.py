@@ -224,7 +224,7 @@ class Fetcher:
                 if p.error_code != ErrorCode.none:
                     self._on_error(key, st, p.error_code)
                     continue
-                new_leo = self.manager.append_follower(key, p.records or b"", p.high_watermark)
+                new_leo = self.manager.append_follower(key, p.records or b"", p.high_watermark, p.log_start_offset)
                 if new_leo is None:
                     st.needs_truncation = True
                     continue

@@ -250,8 +250,13 @@ class ReplicaManager:
             r.save_epochs()
         return r.plog.log_end_offset
 
-    def append_follower(self, key: tuple[str, int], records: bytes, leader_hw: int) -> int | None:
-        """Append fetched batches; returns the new LEO, or None when the log must be truncated again."""
+    def append_follower(self, key: tuple[str, int], records: bytes, leader_hw: int,
+                        leader_log_start: int = -1) -> int | None:
+        """Append fetched batches; returns the new LEO, or None when the log must be truncated again.
+
+        The follower's log start offset follows the leader's (DeleteRecords, retention) as
+        far as its own high watermark.
+        """
         r = self.replicas.get(key)
         if r is None or r.role != FOLLOWER:
             return None
@@ -271,6 +276,11 @@ class ReplicaManager:
         hw = min(leader_hw, plog.log_end_offset)
         if plog.replicated_high_watermark is None or hw > plog.replicated_high_watermark:
             plog.replicated_high_watermark = hw
+        if leader_log_start > plog.log_start_offset:
+            try:
+                plog.delete_records(min(leader_log_start, plog.high_watermark))
+            except (ApiError, OSError) as e:
+                log.warning("cannot follow the log start of %s-%d: %s", key[0], key[1], e)
         return plog.log_end_offset
 
     async def flush_followers(self, keys: list[tuple[str, int]]) -> None:

@@ -498,3 +498,43 @@ def test_a_lagging_follower_leaves_the_isr_and_rejoins_when_caught_up(tmp_path: 
     finally:
         c.stop()
         _started.pop(request.node.nodeid, None)
+
+
+def test_delete_records_goes_to_the_leader_and_followers_follow(cluster: LocalCluster) -> None:
+    topic = "trimmed"
+    _create(cluster.bootstrap, topic, 1, 3)
+    leader = wait_until("leaders", _full_isr(cluster.bootstrap, topic, 3))[0][0]
+    p = producer(cluster.bootstrap)
+    for i in range(10):
+        p.produce(topic, f"{i}".encode(), partition=0)
+    assert p.flush(20) == 0
+    follower = next(i for i in (1, 2, 3) if i != leader)
+    tp = TopicPartition(topic, 0, 4)
+    # a follower refuses: only the leader moves the log start
+    from kio.schema.delete_records.v2 import request as dr2
+    from kio.schema.errors import ErrorCode
+
+    from tests.support.wire import RawConnection
+
+    with RawConnection(cluster.broker_for(follower).bootstrap) as conn:
+        resp = conn.request(dr2.DeleteRecordsRequest(
+            topics=(dr2.DeleteRecordsTopic(name=topic, partitions=(
+                dr2.DeleteRecordsPartition(partition_index=0, offset=4),)),),
+            timeout=datetime.timedelta(seconds=5)))
+    assert resp.topics[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
+    admin = admin_client(cluster.bootstrap)
+    assert admin.delete_records([tp])[tp].result(10).low_watermark == 4
+    # the followers move their log start too (seen after a failover to one of them)
+    p.produce(topic, b"10", partition=0)
+    assert p.flush(20) == 0
+    cluster.broker_for(leader).kill()
+    others = ",".join(b.bootstrap for i, b in enumerate(cluster.brokers, 1) if i != leader)
+    wait_until("a new leader", lambda: (lambda ps: ps and ps[0][0] not in (-1, leader))(_partitions(others, topic)),
+               timeout_s=20)
+    c = consumer(others)
+    try:
+        low, high = wait_until("watermarks", lambda: (lambda w: w if w[1] == 11 else None)(
+            c.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)), timeout_s=20)
+        assert low == 4
+    finally:
+        c.close()

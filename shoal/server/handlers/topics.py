@@ -219,6 +219,8 @@ def handle_delete_records(ctx: Any, request: Any) -> Any:
             try:
                 if meta is None or not 0 <= p.partition_index < meta.num_partitions:
                     raise ApiError(ErrorCode.unknown_topic_or_partition)
+                if ctx.broker.replicas is not None:  # cluster mode: the leader moves the log start;
+                    ctx.broker.replicas.leader_replica(t.name, p.partition_index)  # followers follow it
                 plog = store.partition(t.name, p.partition_index)
                 offset = plog.high_watermark if p.offset == -1 else p.offset
                 if not plog.log_start_offset <= offset <= plog.high_watermark:
