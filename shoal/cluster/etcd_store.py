@@ -112,7 +112,10 @@ class EtcdStore:
 
     # -- connection ---------------------------------------------------------------------
     async def connect(self) -> None:
-        import aetcd
+        try:
+            import aetcd
+        except ImportError:
+            raise OSError("metadata.store=etcd:// needs the aetcd package (pip install 'shoal[cluster]')") from None
 
         last: Exception | None = None
         for host, port in self.endpoints:
