@@ -305,16 +305,16 @@ def _chain_strided(data: bytes, arr, pos: int, end: int, count: int, limit: int)
             length, after = _varint(data, p, end, 4, 0)
         except RecordsError:
             return None
-        size = after - p + length
-        if size <= 0:
+        if length < 6:  # a record's six one-byte fields at least, as the exact walk requires
             return None
+        size = after - p + length
         starts = p + size * np.arange(count - i, dtype=np.int64)
         # a record takes 7 bytes at least, so a real one starts 6 bytes before the end or
         # earlier; guesses past the first differing record may land anywhere
         starts = starts[starts <= limit - 6]
         lengths, after = _vec_varint(arr, starts, limit, lenient=True)
         sizes = after - starts + lengths
-        bad = np.flatnonzero(sizes != size)
+        bad = np.flatnonzero((sizes != size) | (lengths < 6))
         run = int(bad[0]) if len(bad) else len(starts)
         out[i : i + run] = starts[:run] + size
         i += run

@@ -229,3 +229,21 @@ def test_strided_chain_is_the_record_by_record_chain(runs, data):
         sizes = [b - a for a, b in zip([0] + plain[:-1], plain)]
         runs_seen = 1 + sum(1 for a, b in zip(sizes, sizes[1:]) if a != b)
         assert runs_seen > R._MAX_STRIDES
+
+
+def test_strided_chain_refuses_lengths_the_exact_walk_refuses():
+    """Every one-byte change to four small records: the stride guess never keeps a record
+    shorter than six bytes (a length varint of 0x00, or 0x8a 0x00 that still adds up to the
+    run's size), so it agrees with the record-by-record chain."""
+    import numpy as np
+
+    recs = [(None, b"", (), TS) for _ in range(4)]
+    orig = build_batch(recs)[61:]
+    for i in range(len(orig)):
+        for v in range(256):
+            body = bytearray(orig)
+            body[i] = v
+            body = bytes(body)
+            strided = R._chain_strided(body, np.frombuffer(body, dtype=np.uint8), 0, len(body), 4, len(body) - 1)
+            if strided is not None:
+                assert strided.tolist() == strict_chain(body, 4), (i, v)
