@@ -80,8 +80,9 @@ def test_2000_topics_and_a_compacted_topic_under_ulimit_1024(tmp_path):
         create_topics(bs)
         assert b.open_descriptors() < LIMIT
 
+        # every update is queued at once: give the last ones time on a loaded machine
         p = producer(bs, **{"enable.idempotence": True, "linger.ms": 20, "batch.size": SEGMENT_BYTES // 2,
-                            "queue.buffering.max.messages": 200_000})
+                            "queue.buffering.max.messages": 200_000, "message.timeout.ms": 120_000})
         produce_all(p, "t0000", [])  # warm up
         for i in range(TOPICS):
             p.produce(f"t{i:04d}", value=b"t%04d=%d" % (i, i))
