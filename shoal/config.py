@@ -303,6 +303,12 @@ _DEFS: list[Definition] = [
     # --- group coordinator (classic and consumer) -------------------------------
     Definition("offsets.topic.num.partitions", int, 1, Scope.BROKER,
                "Partitions of __consumer_offsets (fixed once the topic exists).", check=_ge(1), dynamic=False),
+    Definition("offsets.topic.replication.factor", int, 3, Scope.BROKER,
+               "Cluster mode: replication factor of __consumer_offsets, capped at the brokers registered "
+               "when it is created.", check=_ge(1), dynamic=False),
+    Definition("offsets.commit.timeout.ms", int, 5000, Scope.BROKER,
+               "Cluster mode: a coordinator write waits this long for every in-sync replica.",
+               check=_ge(1)),
     Definition("offsets.topic.segment.bytes", int, 100 * MIB, Scope.BROKER,
                "segment.bytes of __consumer_offsets, kept small so compaction reclaims space soon "
                "(applied to the topic at every start).", check=_ge(14), dynamic=False),
@@ -484,7 +490,7 @@ class BrokerConfig(Mapping[str, Any]):
         "process.roles", "controller.quorum.voters", "controller.listener.names",
         "inter.broker.listener.name", "listener.security.protocol.map", "num.network.threads",
         "num.io.threads", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
-        "num.recovery.threads.per.data.dir", "offsets.topic.replication.factor",
+        "num.recovery.threads.per.data.dir",
         "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
         "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
         "broker.id", "zookeeper.connect", "group.coordinator.rebalance.protocols",

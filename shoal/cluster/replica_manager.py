@@ -5,8 +5,11 @@ Theory of operation
 Every new metadata snapshot is applied in one pass (``apply``):
 
 * topics: the local log store mirrors the topics in etcd (created, grown, reconfigured,
-  deleted), so the handlers keep reading topic metadata from the store; the internal
-  topics stay local (see docs/CLUSTER.md);
+  deleted), so the handlers keep reading topic metadata from the store;
+  ``__consumer_offsets`` is such a replicated topic once a FindCoordinator created it,
+  ``__share_group_state`` stays local (see docs/CLUSTER.md);
+* every change of this broker's leadership of a partition is reported to
+  ``broker.leadership_changed`` (the group coordinator loads and unloads its shards);
 * partitions this broker is a replica of: it *leads* one when the partition state names
   it leader under its current registration epoch, else it *follows* the named leader (or
   does nothing while there is none).
@@ -202,9 +205,12 @@ class ReplicaManager:
         log.info("leading %s-%d at epoch %d (isr %s, log end %d)", r.topic, r.index, state.leader_epoch,
                  list(state.isr), r.plog.log_end_offset)
         self.maybe_advance_hw(r)
+        self.broker.leadership_changed(r.topic, r.index, True)
 
     def _become_follower(self, r: Replica, state: PartitionState, snap: Snapshot) -> None:
         r.fail_waiters(ErrorCode.not_leader_or_follower)
+        if r.role == LEADER:
+            self.broker.leadership_changed(r.topic, r.index, False)
         self._leave_fetcher(r)
         r.role, r.leader_id, r.leader_epoch = FOLLOWER, state.leader, state.leader_epoch
         info = snap.brokers.get(state.leader)
@@ -223,6 +229,8 @@ class ReplicaManager:
 
     def _go_offline(self, r: Replica) -> None:
         r.fail_waiters(ErrorCode.not_leader_or_follower)
+        if r.role == LEADER:
+            self.broker.leadership_changed(r.topic, r.index, False)
         self._leave_fetcher(r)
         r.role, r.leader_id = OFFLINE, -1
 

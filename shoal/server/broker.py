@@ -484,6 +484,14 @@ class Broker:
         self.fetch_sessions.remove_topic(name)
         log.info("deleted topic %s", name)
 
+    def leadership_changed(self, topic: str, index: int, leader: bool) -> None:
+        """Called by the replica manager when this broker starts or stops leading a partition."""
+        for hook in _LEADERSHIP_HOOKS:
+            try:
+                hook(self, topic, index, leader)
+            except Exception:
+                log.exception("leadership hook failed for %s-%d", topic, index)
+
     def create_partitions(self, name: str, total: int) -> None:
         assert self.store is not None
         self.store.create_partitions(name, total, now_ms=self.clock.now_ms())
@@ -565,6 +573,14 @@ _DISCONNECT_HOOKS: list[Any] = []
 
 _TOPIC_DELETED_HOOKS: list[Any] = []
 _PARTITIONS_ADDED_HOOKS: list[Any] = []
+_LEADERSHIP_HOOKS: list[Any] = []
+
+
+def on_leadership_change(fn: Any) -> Any:
+    """Register ``fn(broker, topic, index, leader)``: cluster mode, this broker started
+    (``leader`` True) or stopped (False) leading a partition. Called on the event loop."""
+    _LEADERSHIP_HOOKS.append(fn)
+    return fn
 
 
 def on_topic_deleted(fn: Any) -> Any:

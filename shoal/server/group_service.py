@@ -50,12 +50,21 @@ Contract with the share service (``broker.extensions["share"]``, optional):
   ``complete_delete_group`` (applied). A successful DeleteGroups of any kind also
   deletes the group's dynamic configs.
 
+Cluster mode: ``__consumer_offsets`` is a replicated topic and this service serves a
+partition only while this broker leads it (``on_leadership_change``): becoming leader
+schedules the replay of the partition into a fresh shard (COORDINATOR_LOAD_IN_PROGRESS
+meanwhile); losing it drops the shard, its timers and its parked JoinGroup/SyncGroup
+requests (NOT_COORDINATOR). ``partition_for`` raises NOT_COORDINATOR for a group whose
+partition this broker does not serve. OffsetCommit and OffsetFetch, and JoinGroup/SyncGroup
+answers, wait for the partition's high watermark (every in-sync replica has the records).
+
 Event loop only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import heapq
 import inspect
 import itertools
@@ -72,7 +81,7 @@ from ..groups.classic import ClassicGroup
 from ..groups.consumer import ConsumerGroups
 from ..groups.manager import Completion, GroupCoordinatorShard
 from ..groups.share_group import ShareEffects, ShareGroups
-from .broker import on_start, on_stop, on_topic_deleted
+from .broker import on_leadership_change, on_start, on_stop, on_topic_deleted
 from .runtime import CoordinatorRuntime
 
 __all__ = ["GroupCoordinatorService", "group_service", "client_host"]
@@ -259,8 +268,10 @@ class GroupCoordinatorService:
         self.runtime: CoordinatorRuntime[GroupCoordinatorShard] = CoordinatorRuntime(
             broker, OFFSETS_TOPIC, "offsets.topic.num.partitions", self._new_shard,
             topic_configs={"cleanup.policy": "compact",
-                           "segment.bytes": str(broker.config["offsets.topic.segment.bytes"])})
+                           "segment.bytes": str(broker.config["offsets.topic.segment.bytes"])},
+            follow_leadership=True)
         self._parts: dict[int, _Partition] = {}
+        self._parked_in: dict[Hashable, int] = {}
         self._tokens = itertools.count(1)
         self._parked: dict[Hashable, asyncio.Future[Any]] = {}
         self._initializing: dict[str, dict[tuple[uuid.UUID, int], asyncio.Future[None]]] = {}
@@ -293,17 +304,9 @@ class GroupCoordinatorService:
     def load(self) -> None:
         """Replay ``__consumer_offsets``, start every loaded member's session, arm timers."""
         self.runtime.load()
-        now = self.now_ms()
-        for p, shard in enumerate(self.runtime.shards):
-            part = self._parts[p]
-            deadlines = list(part.consumer.on_loaded(now).deadlines) + list(part.share.on_loaded(now).deadlines)
-            nd = shard.next_deadline_ms()
-            if nd is not None:
-                deadlines.append(nd)
-            self._track(p, deadlines)
-            self._seen[p] = {gid: (g.state_name, _epoch(inner), _members(inner))
-                             for gid, g in shard.groups.items()
-                             for inner in [g.kind.group(g.group_id) if isinstance(g, _KindView) else g]}
+        for p in range(len(self.runtime.shards)):
+            if self.runtime.owns(p):
+                self._start_partition(p)
         counts: dict[str, int] = {}
         for shard in self.runtime.shards:
             for g in shard.groups.values():
@@ -311,6 +314,58 @@ class GroupCoordinatorService:
                 counts[kind] = counts.get(kind, 0) + 1
         log.info("group coordinator loaded %s", ", ".join(f"{n} {k} group(s)" for k, n in sorted(counts.items()))
                  or "no groups")
+
+    def _start_partition(self, p: int) -> None:
+        """Start the sessions of partition ``p``'s loaded members and arm its timer."""
+        shard = self.runtime.shards[p]
+        now = self.now_ms()
+        part = self._parts[p]
+        deadlines = list(part.consumer.on_loaded(now).deadlines) + list(part.share.on_loaded(now).deadlines)
+        nd = shard.next_deadline_ms()
+        if nd is not None:
+            deadlines.append(nd)
+        self._track(p, deadlines)
+        self._seen[p] = {gid: (g.state_name, _epoch(inner), _members(inner))
+                         for gid, g in shard.groups.items()
+                         for inner in [g.kind.group(g.group_id) if isinstance(g, _KindView) else g]}
+
+    # ------------------------------------------------------------ cluster mode
+    def leadership_changed(self, topic: str, index: int, leader: bool) -> None:
+        if topic != OFFSETS_TOPIC or self._closed or not 0 <= index < len(self.runtime.shards):
+            return
+        if leader:
+            self._drop_partition(index)
+            self.runtime.begin_load(index)
+            asyncio.get_running_loop().call_soon(self._load_partition, index)
+        else:
+            self._drop_partition(index)
+            self.runtime.unload_partition(index)
+
+    def _load_partition(self, index: int) -> None:
+        if self._closed or index not in self.runtime.loading:
+            return  # lost again meanwhile
+        try:
+            self.runtime.load_partition(index)
+        except Exception:
+            log.exception("%s-%d: loading failed", OFFSETS_TOPIC, index)
+            self.runtime.unload_partition(index)
+            return
+        self._start_partition(index)
+
+    def _drop_partition(self, index: int) -> None:
+        """Timers and parked requests of partition ``index`` (its shard is being replaced)."""
+        part = self._parts.get(index)
+        if part is not None:
+            if part.timer is not None:
+                part.timer.cancel()
+            part.timer, part.timer_at = None, None
+            part.deadlines.clear()
+        for token in [t for t, p in self._parked_in.items() if p == index]:
+            self._parked_in.pop(token, None)
+            fut = self._parked.pop(token, None)
+            if fut is not None and not fut.done():
+                fut.set_exception(ApiError(ErrorCode.not_coordinator, "the coordinator moved"))
+        self._seen.pop(index, None)
 
     def close(self) -> None:
         self._closed = True
@@ -331,7 +386,25 @@ class GroupCoordinatorService:
 
     # ------------------------------------------------------------ routing
     def partition_for(self, group_id: str) -> int:
-        return self.runtime.partition_for_group(group_id)
+        """The partition of ``group_id``; ApiError(NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS)
+        when this broker does not serve it (cluster mode)."""
+        p = self.runtime.partition_for_group(group_id)
+        self.runtime.check_owner(p)
+        return p
+
+    def describe(self, kind_of: Any, group_id: str) -> Any:
+        """``kind_of(partition).describe_group(group_id)``, with NOT_COORDINATOR /
+        COORDINATOR_LOAD_IN_PROGRESS in the entry when this broker does not serve the group."""
+        p = self.runtime.partition_for_group(group_id)
+        described = kind_of(p).describe_group(group_id)
+        try:
+            self.runtime.check_owner(p)
+        except ApiError as e:
+            return dataclasses.replace(described, error_code=e.error_code, error_message=e.message)
+        return described
+
+    def owned_partitions(self) -> list[int]:
+        return [p for p in range(self.runtime.num_partitions) if self.runtime.owns(p)]
 
     def shard(self, partition: int) -> GroupCoordinatorShard:
         return self.runtime.shards[partition]
@@ -347,7 +420,7 @@ class GroupCoordinatorService:
         return range(self.runtime.num_partitions)
 
     def group_type(self, group_id: str) -> str | None:
-        g = self.shard(self.partition_for(group_id)).groups.get(group_id)
+        g = self.shard(self.runtime.partition_for_group(group_id)).groups.get(group_id)
         return None if g is None else g.group_type
 
     def topics_metadata(self) -> dict[str, tuple[uuid.UUID, int]]:
@@ -481,14 +554,21 @@ class GroupCoordinatorService:
         """Apply a JoinGroup/SyncGroup result; its response now, or once a completion names ``token``."""
         if result.response is not None:
             self.apply(partition, result)
+            if self.runtime.owned is not None:
+                await self.runtime.wait_durable(partition)
             return result.response
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._parked[token] = fut
+        self._parked_in[token] = partition
         try:
             self.apply(partition, result)
-            return await fut
+            response = await fut
         finally:
             self._parked.pop(token, None)
+            self._parked_in.pop(token, None)
+        if self.runtime.owned is not None:
+            await self.runtime.wait_durable(partition)
+        return response
 
     # ------------------------------------------------------------ timers
     def _track(self, partition: int, deadlines: Iterable[int | None]) -> None:
@@ -537,12 +617,12 @@ class GroupCoordinatorService:
     # ------------------------------------------------------------ topics
     def on_topic_deleted(self, topic: str) -> None:
         now = self.now_ms()
-        for p in self.partitions:
+        for p in self.owned_partitions():
             self.apply(p, self.shard(p).on_topics_deleted([topic], now))
 
     # ------------------------------------------------------------ share contract
     def share_assignment(self, group_id: str, member_id: str) -> dict[uuid.UUID, frozenset[int]] | None:
-        g = self.share_groups(self.partition_for(group_id)).group(group_id)
+        g = self.share_groups(self.runtime.partition_for_group(group_id)).group(group_id)
         if g is None or member_id not in g.members:
             return None
         return {tid: frozenset(ps) for tid, ps in g.members[member_id].assigned.items()}
@@ -552,7 +632,7 @@ class GroupCoordinatorService:
         return sum(len(part.share.groups) for part in self._parts.values())
 
     def share_group_exists(self, group_id: str) -> bool:
-        return self.share_groups(self.partition_for(group_id)).has_group(group_id)
+        return self.share_groups(self.runtime.partition_for_group(group_id)).has_group(group_id)
 
     def _share_service(self) -> Any:
         return self.broker.extensions.get("share")
@@ -652,6 +732,13 @@ async def _stop(broker: Any) -> None:
     svc = broker.extensions.get("groups")
     if svc is not None:
         svc.close()
+
+
+@on_leadership_change
+def _leadership(broker: Any, topic: str, index: int, leader: bool) -> None:
+    svc = broker.extensions.get("groups")
+    if svc is not None:
+        svc.leadership_changed(topic, index, leader)
 
 
 @on_topic_deleted

@@ -50,6 +50,18 @@ still holds records in the JSON form earlier shoal versions wrote is read as usu
 then rewritten once, segment by segment (``shoal.log.compaction.rewrite_records``): each
 JSON record is re-encoded in place, at its offset. Until then, and if the rewrite is
 interrupted, the JSON records stay readable, and the next start finishes the job.
+
+Cluster mode (``follow_leadership=True``, only with ``broker.replicas``): the internal
+topic is a replicated topic in the cluster metadata, and a shard is *owned* only while
+this broker leads its partition. ``load`` then creates nothing and owns nothing;
+``load_partition(i)`` (called when this broker becomes the leader) replays partition
+``i`` into a fresh shard, ``unload_partition(i)`` (leadership lost) replaces it with an
+empty one. Every operation on a partition that is not owned raises
+ApiError(NOT_COORDINATOR), one still loading COORDINATOR_LOAD_IN_PROGRESS. Appends carry
+the leader epoch, and ``wait_durable`` (so ``apply_durable``) returns only once the
+partition's high watermark covers everything appended, i.e. the records are on every
+in-sync replica (``offsets.commit.timeout.ms``). The synchronous ``apply`` fsyncs the
+leader's log only. Without ``follow_leadership`` nothing of this runs.
 """
 
 from __future__ import annotations
@@ -74,7 +86,8 @@ __all__ = ["CoordinatorRuntime"]
 
 class CoordinatorRuntime(Generic[S]):
     def __init__(self, broker: Any, topic: str, num_partitions_key: str, new_shard: Callable[[int], S], *,
-                 topic_configs: dict[str, str] | None = None, replay_offsets: bool = False) -> None:
+                 topic_configs: dict[str, str] | None = None, replay_offsets: bool = False,
+                 follow_leadership: bool = False) -> None:
         self.broker = broker
         self.topic = topic
         self.topic_configs = dict(topic_configs) if topic_configs is not None else {"cleanup.policy": "compact"}
@@ -84,6 +97,14 @@ class CoordinatorRuntime(Generic[S]):
         self.shards: list[S] = []
         self._failed: set[int] = set()
         """Partitions whose fsync failed: memory may be ahead of the disk."""
+        try:
+            clustered = broker.config["metadata.store"] != "local"
+        except (AttributeError, KeyError, TypeError):
+            clustered = False
+        self.follow_leadership = follow_leadership and clustered
+        self.owned: set[int] | None = None
+        """Cluster mode: partitions this broker leads and has loaded (None: every partition)."""
+        self.loading: set[int] = set()
 
     @property
     def num_partitions(self) -> int:
@@ -94,6 +115,11 @@ class CoordinatorRuntime(Generic[S]):
         return coordinator_partition(group_id, len(self.shards))
 
     def load(self) -> None:
+        if self.follow_leadership:
+            n = self.broker.config[self._num_partitions_key]
+            self.shards = [self._new_shard(i) for i in range(n)]
+            self.owned = set()
+            return
         store = self.broker.store
         meta = store.get_topic(self.topic)
         if meta is None:
@@ -106,33 +132,82 @@ class CoordinatorRuntime(Generic[S]):
             log.info("%s: segment.bytes set to %s", self.topic, want)
         self.shards = [self._new_shard(i) for i in range(meta.num_partitions)]
         total = 0
-        for i, shard in enumerate(self.shards):
-            plog = store.partition(self.topic, i)
-            legacy = 0
-            for header, data in plog.read_batches(plog.log_start_offset):
-                if header.is_control:
-                    continue
-                for rec in decode_records(data, header):
-                    if rec.key is None or rec.offset < plog.log_start_offset:
-                        continue
-                    if is_legacy_json(rec.key) or is_legacy_json(rec.value):
-                        legacy += 1
-                    try:
-                        record = CoordinatorRecord.from_bytes(rec.key, rec.value, self.topic)
-                    except ValueError:
-                        log.error("%s-%d: skipping undecodable record at offset %d", self.topic, i, rec.offset)
-                        continue
-                    if self.replay_offsets:
-                        shard.replay(record, rec.offset)  # type: ignore[attr-defined]
-                    else:
-                        shard.replay(record)  # type: ignore[attr-defined]
-                    total += 1
-            if legacy:
-                self._upgrade(plog, i, legacy)
-            on_loaded = getattr(shard, "on_loaded", None)
-            if on_loaded is not None:
-                on_loaded(self.broker.clock.now_ms())
+        for i in range(len(self.shards)):
+            total += self._replay_partition(i)
         log.info("%s: replayed %d records into %d shard(s)", self.topic, total, len(self.shards))
+
+    def _replay_partition(self, i: int) -> int:
+        """Replay partition ``i``'s log into ``self.shards[i]``; returns the record count."""
+        shard = self.shards[i]
+        store = self.broker.store
+        total = 0
+        plog = store.partition(self.topic, i)
+        legacy = 0
+        for header, data in plog.read_batches(plog.log_start_offset):
+            if header.is_control:
+                continue
+            for rec in decode_records(data, header):
+                if rec.key is None or rec.offset < plog.log_start_offset:
+                    continue
+                if is_legacy_json(rec.key) or is_legacy_json(rec.value):
+                    legacy += 1
+                try:
+                    record = CoordinatorRecord.from_bytes(rec.key, rec.value, self.topic)
+                except ValueError:
+                    log.error("%s-%d: skipping undecodable record at offset %d", self.topic, i, rec.offset)
+                    continue
+                if self.replay_offsets:
+                    shard.replay(record, rec.offset)  # type: ignore[attr-defined]
+                else:
+                    shard.replay(record)  # type: ignore[attr-defined]
+                total += 1
+        if legacy:
+            self._upgrade(plog, i, legacy)
+        on_loaded = getattr(shard, "on_loaded", None)
+        if on_loaded is not None:
+            on_loaded(self.broker.clock.now_ms())
+        return total
+
+    # -- cluster mode: shards follow the leadership of their partitions ---------------
+    def begin_load(self, partition: int) -> None:
+        """Leadership gained: answer COORDINATOR_LOAD_IN_PROGRESS until ``load_partition``."""
+        if self.owned is not None:
+            self.owned.discard(partition)
+            self.loading.add(partition)
+
+    def load_partition(self, partition: int) -> int:
+        """Replay ``partition`` into a fresh shard and own it; returns the record count."""
+        self.shards[partition] = self._new_shard(partition)
+        self._failed.discard(partition)
+        total = self._replay_partition(partition)
+        self.loading.discard(partition)
+        if self.owned is not None:
+            self.owned.add(partition)
+        log.info("%s-%d: loaded %d records (this broker leads it now)", self.topic, partition, total)
+        return total
+
+    def unload_partition(self, partition: int) -> bool:
+        """Leadership lost: drop the shard (an empty one takes its place). Whether it was owned."""
+        if self.owned is None:
+            return False
+        was = partition in self.owned or partition in self.loading
+        self.owned.discard(partition)
+        self.loading.discard(partition)
+        if was:
+            self.shards[partition] = self._new_shard(partition)
+            log.info("%s-%d: unloaded (another broker leads it now)", self.topic, partition)
+        return was
+
+    def owns(self, partition: int) -> bool:
+        return self.owned is None or partition in self.owned
+
+    def check_owner(self, partition: int) -> None:
+        """Raise NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS unless this broker serves ``partition``."""
+        if self.owned is None or partition in self.owned:
+            return
+        if partition in self.loading:
+            raise ApiError(ErrorCode.coordinator_load_in_progress, f"{self.topic}-{partition} is loading")
+        raise ApiError(ErrorCode.not_coordinator, f"this broker does not lead {self.topic}-{partition}")
 
     def apply(self, partition: int, result: Result[Any]) -> Result[Any]:
         """Append ``result.records``, fsync on the event loop, then replay them into the shard.
@@ -190,6 +265,22 @@ class CoordinatorRuntime(Generic[S]):
             except OSError as e:
                 self._fail(partition, e)
         self._check(partition)
+        if self.owned is not None:
+            await self._wait_replicated(partition, plog.log_end_offset)
+
+    async def _wait_replicated(self, partition: int, end_offset: int) -> None:
+        replicas = self.broker.replicas
+        try:
+            r = replicas.leader_replica(self.topic, partition)
+        except ApiError:
+            raise ApiError(ErrorCode.not_coordinator, f"this broker no longer leads {self.topic}-{partition}")
+        code = await replicas.wait_for_isr(r, end_offset, self.broker.config["offsets.commit.timeout.ms"])
+        if code == ErrorCode.not_leader_or_follower:
+            raise ApiError(ErrorCode.not_coordinator, f"this broker no longer leads {self.topic}-{partition}")
+        if code != ErrorCode.none:
+            # as Kafka maps a failed replicated append of coordinator records
+            raise ApiError(ErrorCode.coordinator_not_available if code != ErrorCode.request_timed_out
+                           else ErrorCode.request_timed_out, f"{self.topic}-{partition}: {code.name}")
 
     def flush_now(self, partition: int) -> None:
         """fdatasync ``partition`` on the event loop now, covering every append so far.
@@ -246,6 +337,7 @@ class CoordinatorRuntime(Generic[S]):
                  count, segments)
 
     def _check(self, partition: int) -> None:
+        self.check_owner(partition)
         if partition in self._failed:
             raise ApiError(ErrorCode.coordinator_not_available,
                            f"{self.topic}-{partition} failed to write its state")
@@ -256,8 +348,15 @@ class CoordinatorRuntime(Generic[S]):
         pairs = [r.to_bytes() for r in result.records]
         batch = build_batch([(k, v, (), now_ms) for k, v in pairs])
         plog = self.broker.store.partition(self.topic, partition)
+        replica = None
+        if self.owned is not None:
+            try:
+                replica = self.broker.replicas.leader_replica(self.topic, partition)
+            except ApiError:
+                raise ApiError(ErrorCode.not_coordinator, f"this broker no longer leads {self.topic}-{partition}")
         try:
-            appended = plog.append(batch, now_ms, defer_flush=defer_flush)
+            appended = plog.append(batch, now_ms, defer_flush=defer_flush,
+                                   **({} if replica is None else {"leader_epoch": replica.leader_epoch}))
         except OSError as e:  # the fsync of a non-deferred append
             self._fail(partition, e)
             raise ApiError(ErrorCode.coordinator_not_available, "coordinator state could not be written") from e
@@ -266,6 +365,8 @@ class CoordinatorRuntime(Generic[S]):
             self.broker.storage_errors.failed((self.topic, partition), e.message)
             raise ApiError(ErrorCode.coordinator_not_available, "coordinator state could not be written") from e
         self.broker.storage_errors.ok((self.topic, partition))
+        if replica is not None:
+            self.broker.replicas.maybe_advance_hw(replica)
         return plog, appended.base_offset, appended.durable
 
     def _replay(self, partition: int, result: Result[Any], base_offset: int) -> None:

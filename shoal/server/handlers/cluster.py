@@ -1,9 +1,13 @@
 """DescribeCluster (60) and FindCoordinator (10).
 
 One broker: it is the whole cluster and every coordinator. Cluster mode: DescribeCluster
-lists every live broker; FindCoordinator names the controller broker, which serves every
-group and share coordinator from its own (not replicated) internal topics until the
-coordinators move with their partitions' leadership (docs/CLUSTER.md).
+lists every live broker; FindCoordinator for a group (and a transactional id) names the
+current leader of the key's ``__consumer_offsets`` partition (Kafka's hash), creating the
+replicated topic first if it does not exist yet (``offsets.topic.num.partitions``,
+``offsets.topic.replication.factor`` capped at the registered brokers) and answering
+COORDINATOR_NOT_AVAILABLE while the partition has no leader. The share coordinator key
+still names the controller broker, which keeps ``__share_group_state`` local and
+unreplicated (docs/CLUSTER.md).
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ...errors import ErrorCode
+from ...coordinator.partitioning import coordinator_partition
+from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make, sub
 from ..dispatch import api
 
@@ -64,17 +69,58 @@ def _coordinator_error(ctx: Any, key_type: int, key: str) -> tuple[ErrorCode, st
     return ErrorCode.none, None
 
 
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+async def _ensure_offsets_topic(b: Any) -> bool:
+    """Cluster mode: create the replicated ``__consumer_offsets`` if missing; whether it exists."""
+    node = b.cluster
+    if OFFSETS_TOPIC in node.store.snapshot.topics:
+        return True
+    live = len(node.brokers())
+    rf = max(1, min(b.config["offsets.topic.replication.factor"], live))
+    try:
+        await node.create_topic(OFFSETS_TOPIC, b.config["offsets.topic.num.partitions"], rf,
+                                {"cleanup.policy": "compact",
+                                 "segment.bytes": str(b.config["offsets.topic.segment.bytes"])},
+                                None, validate_only=False)
+    except ApiError as e:
+        if e.error_code != ErrorCode.topic_already_exists:
+            return False
+    except Exception:
+        return False
+    return OFFSETS_TOPIC in node.store.snapshot.topics
+
+
+def _group_coordinator(b: Any, key: str) -> Any:
+    """The live leader of ``key``'s ``__consumer_offsets`` partition, or None."""
+    node = b.cluster
+    snap = node.store.snapshot
+    rec = snap.topics.get(OFFSETS_TOPIC)
+    if rec is None:
+        return None
+    view = node.partition(OFFSETS_TOPIC, coordinator_partition(key, rec.num_partitions))
+    if view is None or view.leader < 0:
+        return None
+    return next((e for e in node.brokers() if e.node_id == view.leader), None)
+
+
 @api(10, 0, 6)
-def handle_find_coordinator(ctx: Any, request: Any) -> Any:
+async def handle_find_coordinator(ctx: Any, request: Any) -> Any:
     b = ctx.broker
     cls = ctx.response_type
     key_type = getattr(request, "key_type", GROUP)
-    coord = b.cluster.coordinator()
-    if coord is None:
-        node_id, host, port = -1, "", -1
-    else:
-        node_id, host, port = coord.node_id, coord.host, coord.port
+    keys = [request.key] if ctx.api_version < 4 else list(request.coordinator_keys)
+    by_group = b.cluster.clustered and key_type in (GROUP, TRANSACTION)
+    if by_group and any(_coordinator_error(ctx, key_type, k)[0] is ErrorCode.none for k in keys):
+        await _ensure_offsets_topic(b)
+
+    def coordinator_of(key: str) -> Any:
+        return _group_coordinator(b, key) if by_group else b.cluster.coordinator()
+
     if ctx.api_version < 4:
+        coord = coordinator_of(request.key)
+        node_id, host, port = (-1, "", -1) if coord is None else (coord.node_id, coord.host, coord.port)
         code, msg = _coordinator_error(ctx, key_type, request.key)
         if code is ErrorCode.none and coord is None:
             code = ErrorCode.coordinator_not_available
@@ -85,9 +131,10 @@ def handle_find_coordinator(ctx: Any, request: Any) -> Any:
     out = []
     for key in request.coordinator_keys:
         code, msg = _coordinator_error(ctx, key_type, key)
+        coord = coordinator_of(key) if code is ErrorCode.none else None
         if code is ErrorCode.none and coord is None:
             code = ErrorCode.coordinator_not_available
         ok = code is ErrorCode.none
-        out.append(make(ccls, key=key, node_id=node_id if ok else -1, host=host if ok else "",
-                        port=port if ok else -1, error_code=code, error_message=msg))
+        out.append(make(ccls, key=key, node_id=coord.node_id if ok else -1, host=coord.host if ok else "",
+                        port=coord.port if ok else -1, error_code=code, error_message=msg))
     return make(cls, throttle_time=0, coordinators=tuple(out))

@@ -64,5 +64,5 @@ def handle_consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
 @api(69, 0, 1)
 def handle_consumer_group_describe(ctx: Any, request: Any) -> Any:
     svc = group_service(ctx.broker)
-    groups = tuple(svc.consumer_groups(svc.partition_for(g)).describe_group(g) for g in request.group_ids)
+    groups = tuple(svc.describe(svc.consumer_groups, g) for g in request.group_ids)
     return build_response(ctx.response_type, {"throttle_time": 0, "groups": tuple(_plain(g) for g in groups)})

@@ -22,14 +22,21 @@ def handle_describe_groups(ctx: Any, request: Any) -> Any:
     svc = group_service(ctx.broker)
     now = ctx.now_ms()
     by_partition: dict[int, list[str]] = {}
+    errors: dict[str, ApiError] = {}
     for group_id in request.groups:
-        by_partition.setdefault(svc.partition_for(group_id), []).append(group_id)
+        p = svc.runtime.partition_for_group(group_id)
+        try:
+            svc.runtime.check_owner(p)  # cluster mode: another broker may coordinate this group
+        except ApiError as e:
+            errors[group_id] = e
+        by_partition.setdefault(p, []).append(group_id)
     answers: dict[str, Any] = {}
     response = None
     for p, ids in by_partition.items():
         response = svc.shard(p).handle_describe_groups(dataclasses.replace(request, groups=tuple(ids)), now).response
         for g in response.groups:
-            answers[g.group_id] = g
+            e = errors.get(g.group_id)
+            answers[g.group_id] = g if e is None else dataclasses.replace(g, error_code=e.error_code)
     if response is None:
         return make(ctx.response_type, throttle_time=0, groups=())
     return dataclasses.replace(response, groups=tuple(answers[g] for g in request.groups))
@@ -41,7 +48,7 @@ def handle_list_groups(ctx: Any, request: Any) -> Any:
     now = ctx.now_ms()
     groups: list[Any] = []
     response = None
-    for p in svc.partitions:
+    for p in svc.owned_partitions():
         response = svc.shard(p).handle_list_groups(request, now).response
         groups.extend(response.groups)
     if response is None:
@@ -56,7 +63,11 @@ async def handle_delete_groups(ctx: Any, request: Any) -> Any:
     rcls = sub(cls, "DeletableGroupResult")
     results = []
     for group_id in request.groups_names:
-        p = svc.partition_for(group_id)
+        try:
+            p = svc.partition_for(group_id)
+        except ApiError as e:  # cluster mode: another broker coordinates this group
+            results.append(make(rcls, group_id=group_id, error_code=e.error_code))
+            continue
         if svc.group_type(group_id) == "share":
             code = await svc.delete_share_group(p, group_id)
         else:

@@ -25,8 +25,8 @@ async def handle_offset_commit(ctx: Any, request: Any) -> Any:
     request carries the error, as Kafka answers.
     """
     svc = group_service(ctx.broker)
-    p = svc.partition_for(request.group_id)
     try:
+        p = svc.partition_for(request.group_id)
         result = await svc.apply_durable(p, svc.shard(p).handle_offset_commit(request, ctx.now_ms()))
     except ApiError as e:
         return _offset_commit_error(ctx.response_type, request, e.error_code)
@@ -53,18 +53,31 @@ async def handle_offset_fetch(ctx: Any, request: Any) -> Any:
         await svc.runtime.wait_durable(p)
         return response
     by_partition: dict[int, list[Any]] = {}
+    errors: dict[str, ApiError] = {}
     for g in request.groups:
-        by_partition.setdefault(svc.partition_for(g.group_id), []).append(g)
+        p = svc.runtime.partition_for_group(g.group_id)
+        try:
+            svc.runtime.check_owner(p)  # cluster mode: another broker may coordinate this group
+        except ApiError as e:
+            errors[g.group_id] = e
+        by_partition.setdefault(p, []).append(g)
     answers: dict[str, Any] = {}
     response = None
     for p, groups in by_partition.items():
         response = svc.shard(p).handle_offset_fetch(dataclasses.replace(request, groups=tuple(groups)), now).response
         for g in response.groups:
-            answers[g.group_id] = g
+            e = errors.get(g.group_id)
+            answers[g.group_id] = g if e is None else dataclasses.replace(g, topics=(), error_code=e.error_code)
     if response is None:
         response = svc.shard(0).handle_offset_fetch(request, now).response
-    for p in by_partition:
-        await svc.runtime.wait_durable(p)
+    for p, groups in by_partition.items():
+        if all(g.group_id not in errors for g in groups):
+            try:
+                await svc.runtime.wait_durable(p)
+            except ApiError as e:
+                for g in groups:
+                    answers[g.group_id] = dataclasses.replace(answers[g.group_id], topics=(),
+                                                              error_code=e.error_code)
     return dataclasses.replace(response, groups=tuple(answers[g.group_id] for g in request.groups))
 
 

