@@ -63,7 +63,7 @@ from ..share.coordinator import (
 )
 from ..share.partition import PendingUpdate, SharePartition, StateWrite
 from ..share.session import ShareSessionCache
-from .broker import on_disconnect, on_start, on_stop, on_topic_deleted
+from .broker import on_disconnect, on_leadership_change, on_start, on_stop, on_topic_deleted
 from .dlq import DeadLetterWriter
 from .runtime import CoordinatorRuntime
 
@@ -282,6 +282,12 @@ class ShareService:
         partition that does not exist, or the persister's error.
         """
         pid = (group_id, topic_id, partition)
+        replicas = self.broker.replicas
+        if replicas is not None:
+            # cluster mode: only the partition's leader has a share-partition for it
+            meta = self.broker.store.topic_by_id(topic_id)
+            if meta is not None:
+                replicas.leader_replica(meta.name, partition)
         sp = self.partitions.get(pid)
         if sp is not None:
             return sp
@@ -658,6 +664,21 @@ class ShareService:
         self._drop((group_id, topic_id, partition))
         return self.persister.initialize(key, epoch, start_offset)
 
+    def leadership_lost(self, topic: str, partition: int) -> None:
+        """Cluster mode: another broker leads ``topic``-``partition`` now. Its share-partitions
+        are dropped with their acquisition locks; the new leader loads the persisted state,
+        where those records are available again with their persisted delivery counts."""
+        meta = self.broker.store.get_topic(topic)
+        if meta is None:
+            return
+        pids = [p for p in self.partitions if p[1] == meta.topic_id and p[2] == partition]
+        for pid in pids:
+            self._drop(pid)
+        if pids:
+            log.info("%s-%d: dropped %d share-partition(s) (this broker no longer leads it)", topic, partition,
+                     len(pids))
+            self.broker.append_waiters.notify(topic, partition)
+
     def forget_topic(self, topic_id: uuid.UUID) -> None:
         for pid in [p for p in self.partitions if p[1] == topic_id]:
             self._drop(pid)
@@ -690,6 +711,13 @@ def _disconnected(broker: Any, conn: Any) -> None:
     svc = broker.extensions.get("share")
     if svc is not None and not broker.shutting_down:
         svc.on_connection_closed(conn.connection_id)
+
+
+@on_leadership_change
+def _leadership(broker: Any, topic: str, index: int, leader: bool) -> None:
+    svc = broker.extensions.get("share")
+    if svc is not None and not leader:
+        svc.leadership_lost(topic, index)
 
 
 @on_topic_deleted

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
+from kio.schema.errors import ErrorCode
 
 from tests.integration.conftest import _started
 from tests.support.clients import admin_client, consumer, producer, wait_until
@@ -181,3 +183,53 @@ def test_multi_group_offset_fetch_over_several_coordinators(cluster: LocalCluste
     for g in groups:
         assert {tp.partition: om.offset for tp, om in got[g].items() if tp.topic == topic} == expected[g], g
         assert all(isinstance(tp, KTP) for tp in got[g])
+
+
+def test_share_fetch_to_a_broker_not_leading_a_partition_names_its_leader(cluster: LocalCluster) -> None:
+    """A share-partition exists only on its partition's leader: another broker answers
+    NOT_LEADER_OR_FOLLOWER for it, with the leader in CurrentLeader and NodeEndpoints."""
+    from shoal.client.connection import Connection
+    from shoal.client.share import ShareMembership, topic_metadata
+    from tests.integration.test_share_conformance import raw_fetch
+
+    topic, group = "sq", "sq-group"
+    _create(cluster.bootstrap, topic, 3)
+    with Connection.to(cluster.bootstrap) as any_conn:
+        def find() -> Any:
+            r = any_conn.call(10, 4, key_type=0, coordinator_keys=(group,))
+            c = r.coordinators[0]
+            return c if c.error_code == 0 and c.node_id >= 0 else None
+        coord = wait_until("the group's coordinator", find, timeout_s=30)
+        leaders = {p: v[0] for p, v in _leaders(any_conn, topic).items()}
+    not_led = [p for p, leader in leaders.items() if leader != coord.node_id]
+    assert not_led, f"broker {coord.node_id} leads every partition: {leaders}"
+    with Connection(coord.host, coord.port) as conn:
+        m = ShareMembership(group, topics=(topic,))
+        tid = topic_metadata(conn, [topic])[topic].topic_id
+        wait_until("all three partitions assigned",
+                   lambda: (m.heartbeat(conn), sorted(m.assignment.get(tid, ())) == [0, 1, 2])[1], timeout_s=30)
+        r = raw_fetch(conn, m, 0, {0: [], 1: [], 2: []}, tid)
+        assert r.error_code == 0
+        got = {p.partition_index: p for t in r.responses for p in t.partitions}
+        endpoints = {e.node_id: (e.host, e.port) for e in r.node_endpoints}
+        for p in range(3):
+            if p in not_led:
+                assert got[p].error_code == ErrorCode.not_leader_or_follower, (p, got[p])
+                assert got[p].current_leader.leader_id == leaders[p]
+                assert leaders[p] in endpoints
+                b = cluster.broker_for(leaders[p])
+                assert f"{endpoints[leaders[p]][0]}:{endpoints[leaders[p]][1]}" == b.bootstrap
+            else:
+                assert got.get(p) is None or got[p].error_code == 0, (p, got[p])
+
+
+def _leaders(conn: Any, topic: str) -> dict[int, tuple[int, int]]:
+    """partition -> (leader, leader epoch), from a Metadata request."""
+    def ask() -> dict[int, tuple[int, int]] | None:
+        md = conn.call(3, 12, topics=None, allow_auto_topic_creation=False,
+                       include_topic_authorized_operations=False)
+        for t in md.topics:
+            if t.name == topic and all(p.leader_id >= 0 for p in t.partitions) and t.partitions:
+                return {p.partition_index: (p.leader_id, p.leader_epoch) for p in t.partitions}
+        return None
+    return wait_until("partition leaders", ask, timeout_s=30)

@@ -29,6 +29,7 @@ parked request whose session was closed or replaced meanwhile acquires nothing.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from ...errors import ApiError, ErrorCode
@@ -151,14 +152,29 @@ async def _acknowledge_as_departed(ctx: Any, svc: ShareService, group_id: str, m
         await acknowledgement_codes(svc, apply_acknowledgements(ctx, svc, group_id, member_id, topics))
 
 
-def _node_endpoints(ctx: Any, cls: Any) -> tuple[Any, ...]:
+def _node_endpoints(ctx: Any, cls: Any, others: Iterable[int] = ()) -> tuple[Any, ...]:
+    """This broker's endpoint, and those of the leaders named in NOT_LEADER_OR_FOLLOWER results."""
     b = ctx.broker
-    return (make(sub(cls, "NodeEndpoint"), node_id=b.node_id, host=b.advertised_host, port=b.advertised_port,
-                 rack=None),)
+    ecls = sub(cls, "NodeEndpoint")
+    out = [make(ecls, node_id=b.node_id, host=b.advertised_host, port=b.advertised_port, rack=None)]
+    wanted = set(others) - {b.node_id}
+    if wanted:
+        out.extend(make(ecls, node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
+                   for e in b.cluster.brokers() if e.node_id in wanted)
+    return tuple(out)
 
 
-def _leader(ctx: Any, cls: Any) -> Any:
-    return make(sub(cls, "LeaderIdAndEpoch"), leader_id=ctx.broker.node_id, leader_epoch=0)
+def _leader(ctx: Any, cls: Any, key: tuple[uuid.UUID, int] | None = None, code: Any = None) -> Any:
+    """This broker at its leader epoch; for NOT_LEADER_OR_FOLLOWER, the partition's leader (cluster mode)."""
+    b = ctx.broker
+    lcls = sub(cls, "LeaderIdAndEpoch")
+    if b.replicas is not None and key is not None:
+        meta = b.store.topic_by_id(key[0])
+        if meta is not None:
+            view = b.cluster.partition(meta.name, key[1])
+            if view is not None and (code == ErrorCode.not_leader_or_follower or view.leader == b.node_id):
+                return make(lcls, leader_id=view.leader, leader_epoch=view.leader_epoch)
+    return make(lcls, leader_id=b.node_id, leader_epoch=0)
 
 
 def _acquire_one(ctx: Any, svc: ShareService, group_id: str, member_id: str, topic_id: uuid.UUID, partition: int,
@@ -347,20 +363,26 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
     pcls = sub(cls, "PartitionData")
     acls = sub(cls, "AcquiredRecords")
     by_topic: dict[uuid.UUID, list[Any]] = {}
+    leaders: set[int] = set()
     for key in dict.fromkeys([*ack_codes, *errors, *fetched]):
         parts, acquired = fetched.get(key, ({}, []))
         data = b"".join(parts[base] for base in sorted(parts))
         acquired = sorted(acquired)
+        moved = ErrorCode.not_leader_or_follower in (errors.get(key), ack_codes.get(key))
+        leader = _leader(ctx, cls, key, ErrorCode.not_leader_or_follower if moved else None)
+        if moved:
+            leaders.add(leader.leader_id)
         by_topic.setdefault(key[0], []).append(make(
             pcls, partition_index=key[1], error_code=errors.get(key, ErrorCode.none), error_message=None,
             acknowledge_error_code=ack_codes.get(key, ErrorCode.none), acknowledge_error_message=None,
-            current_leader=_leader(ctx, cls), records=data,
+            current_leader=leader, records=data,
             acquired_records=tuple(make(acls, first_offset=a.first_offset, last_offset=a.last_offset,
                                         delivery_count=a.delivery_count) for a in acquired),
         ))
     topics = tuple(make(tcls, topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items())
     return make(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None,
-                acquisition_lock_timeout=lock_ms, responses=topics, node_endpoints=_node_endpoints(ctx, cls))
+                acquisition_lock_timeout=lock_ms, responses=topics,
+                node_endpoints=_node_endpoints(ctx, cls, leaders))
 
 
 @api(79, 1, 2)
@@ -394,12 +416,17 @@ async def handle_share_acknowledge(ctx: Any, request: Any) -> Any:
     tcls = sub(cls, "ShareAcknowledgeTopicResponse")
     pcls = sub(cls, "PartitionData")
     by_topic: dict[uuid.UUID, list[Any]] = {}
+    leaders: set[int] = set()
     for t in request.topics:
         for p in t.partitions:
             key = (_uuid(t.topic_id), int(p.partition_index))
+            code = codes.get(key, ErrorCode.none)
+            leader = _leader(ctx, cls, key, code)
+            if code == ErrorCode.not_leader_or_follower:
+                leaders.add(leader.leader_id)
             by_topic.setdefault(key[0], []).append(make(
-                pcls, partition_index=key[1], error_code=codes.get(key, ErrorCode.none), error_message=None,
-                current_leader=_leader(ctx, cls)))
+                pcls, partition_index=key[1], error_code=code, error_message=None, current_leader=leader))
     topics = tuple(make(tcls, topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items())
     return make(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None,
-                acquisition_lock_timeout=lock_ms, responses=topics, node_endpoints=_node_endpoints(ctx, cls))
+                acquisition_lock_timeout=lock_ms, responses=topics,
+                node_endpoints=_node_endpoints(ctx, cls, leaders))
