@@ -282,7 +282,7 @@ class ShareService:
         partition that does not exist, or the persister's error.
         """
         pid = (group_id, topic_id, partition)
-        replicas = self.broker.replicas
+        replicas = getattr(self.broker, "replicas", None)
         if replicas is not None:
             # cluster mode: only the partition's leader has a share-partition for it
             meta = self.broker.store.topic_by_id(topic_id)

@@ -93,16 +93,25 @@ def _commit_until_ok(c, timeout_s: float = 40) -> None:  # type: ignore[no-untyp
             c.poll(0.2)
 
 
-def test_committed_offsets_survive_the_coordinators_kill(cluster: LocalCluster) -> None:
-    topic, group = "cg-failover", "cg-failover-group"
+def _group_conf(protocol: str, group: str) -> dict[str, Any]:
+    conf: dict[str, Any] = {"group.id": group, "enable.auto.commit": False}
+    if protocol == "consumer":
+        conf["group.protocol"] = "consumer"  # KIP-848: ConsumerGroupHeartbeat
+    else:
+        conf["session.timeout.ms"] = 6000
+    return conf
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_committed_offsets_survive_the_coordinators_kill(cluster: LocalCluster, protocol: str) -> None:
+    topic, group = f"cg-failover-{protocol}", f"cg-failover-{protocol}-group"
     _create(cluster.bootstrap, topic, 2)
     p = producer(cluster.bootstrap, acks="all")
     for i in range(20):
         p.produce(topic, f"{i}".encode(), partition=i % 2)
     assert p.flush(20) == 0
 
-    c = consumer(cluster.bootstrap, **{"group.id": group, "enable.auto.commit": False,
-                                       "session.timeout.ms": 6000})
+    c = consumer(cluster.bootstrap, **_group_conf(protocol, group))
     try:
         c.subscribe([topic])
         first = _poll_values(c, 20)
@@ -136,7 +145,7 @@ def test_committed_offsets_survive_the_coordinators_kill(cluster: LocalCluster) 
     for i in range(30, 34):
         p2.produce(topic, f"{i}".encode(), partition=i % 2)
     assert p2.flush(30) == 0
-    c2 = consumer(survivors, **{"group.id": group, "enable.auto.commit": False, "session.timeout.ms": 6000})
+    c2 = consumer(survivors, **_group_conf(protocol, group))
     try:
         c2.subscribe([topic])
         rest = _poll_values(c2, 4)

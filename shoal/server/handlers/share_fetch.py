@@ -168,7 +168,7 @@ def _leader(ctx: Any, cls: Any, key: tuple[uuid.UUID, int] | None = None, code: 
     """This broker at its leader epoch; for NOT_LEADER_OR_FOLLOWER, the partition's leader (cluster mode)."""
     b = ctx.broker
     lcls = sub(cls, "LeaderIdAndEpoch")
-    if b.replicas is not None and key is not None:
+    if getattr(b, "replicas", None) is not None and key is not None:
         meta = b.store.topic_by_id(key[0])
         if meta is not None:
             view = b.cluster.partition(meta.name, key[1])
