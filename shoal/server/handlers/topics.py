@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from ...errors import ApiError, ErrorCode
@@ -99,36 +100,12 @@ async def _create_topics_in_cluster(ctx: Any, request: Any) -> Any:
 @api(20, 1, 6)
 def handle_delete_topics(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
-    if broker.cluster.clustered:
-        return _delete_topics_in_cluster(ctx, request)
-    store = broker.store
-    cls = ctx.response_type
-    rcls = sub(cls, "DeletableTopicResult")
-    out = []
-    if ctx.api_version >= 6:
-        targets = [(t.name, t.topic_id) for t in request.topics]
-    else:
-        targets = [(name, None) for name in request.topic_names]
-    for name, topic_id in targets:
-        r: dict[str, Any] = {"name": name, "topic_id": topic_id or ZERO_UUID}
-        try:
-            meta = store.get_topic(name) if name else store.topic_by_id(topic_id)
-            if meta is None:
-                raise ApiError(ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition)
-            if meta.name in INTERNAL_TOPICS:
-                raise ApiError(ErrorCode.invalid_request, f"{meta.name} is an internal topic")
-            if not broker.config["delete.topic.enable"]:
-                raise ApiError(ErrorCode.topic_deletion_disabled)
-            broker.delete_topic(meta.name)
-            r.update(name=meta.name, topic_id=meta.topic_id, error_code=ErrorCode.none)
-        except ApiError as e:
-            r["error_code"] = e.error_code
-            r["error_message"] = e.message
-        out.append(make(rcls, **r))
-    return make(cls, throttle_time=0, responses=tuple(out))
+    delete = broker.cluster.delete_topic if broker.cluster.clustered else broker.delete_topic
+    return _delete_topics(ctx, request, delete)
 
 
-async def _delete_topics_in_cluster(ctx: Any, request: Any) -> Any:
+async def _delete_topics(ctx: Any, request: Any, delete: Any) -> Any:
+    """DeleteTopics, each topic by ``delete(name)``: the local store's, or the cluster's (async)."""
     broker = ctx.broker
     store = broker.store
     cls = ctx.response_type
@@ -148,7 +125,9 @@ async def _delete_topics_in_cluster(ctx: Any, request: Any) -> Any:
                 raise ApiError(ErrorCode.invalid_request, f"{meta.name} is an internal topic")
             if not broker.config["delete.topic.enable"]:
                 raise ApiError(ErrorCode.topic_deletion_disabled)
-            await broker.cluster.delete_topic(meta.name)
+            done = delete(meta.name)
+            if inspect.isawaitable(done):
+                await done
             r.update(name=meta.name, topic_id=meta.topic_id, error_code=ErrorCode.none)
         except ApiError as e:
             r["error_code"] = e.error_code
