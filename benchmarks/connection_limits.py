@@ -41,6 +41,9 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from produce_consume import free_port, wait_port  # noqa: E402
+
 MIB = 1 << 20
 
 
@@ -49,12 +52,6 @@ def raise_fd_limit() -> int:
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     return hard
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def memory(pid: int) -> str:
@@ -157,15 +154,7 @@ def main() -> None:
     bootstrap = f"127.0.0.1:{port}"
     socks: list[socket.socket] = []
     try:
-        deadline = time.time() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.1)
+        wait_port(port)
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic("bench", 1, 1)])["bench"].result(30)
         alone, ok = produce(bootstrap, "bench", args.messages)

@@ -26,13 +26,10 @@ import time
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from produce_consume import free_port  # noqa: E402
+
 QUIET = {"log_level": 2}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_shoal(data_dir: str, port: int, nofile: int | None) -> subprocess.Popen[bytes]:

@@ -30,15 +30,12 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from produce_consume import free_port  # noqa: E402
+
 QUIET = {"log_level": 2}
 TOPIC = "soak"
 INTERNAL = ("__consumer_offsets", "__share_group_state")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_shoal(data_dir: str, port: int, overrides: list[str]) -> subprocess.Popen[bytes]:

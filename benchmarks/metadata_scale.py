@@ -37,7 +37,6 @@ import multiprocessing
 import os
 import resource
 import shutil
-import socket
 import struct
 import subprocess
 import sys
@@ -55,6 +54,9 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kio.schema.metadata.v12.request import MetadataRequest  # noqa: E402
 from kio.serial import entity_writer  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from produce_consume import free_port, wait_port  # noqa: E402
+
 try:
     from shoal.cluster.metadata import LocalMetadata  # noqa: E402
 except ImportError:  # an older shoal (before cluster mode), to measure it the same way
@@ -70,12 +72,6 @@ def raise_fd_limit() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def metadata_request(correlation_id: int) -> bytes:
@@ -258,15 +254,7 @@ def main() -> None:
     )
     bootstrap = f"127.0.0.1:{port}"
     try:
-        deadline = time.time() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.1)
+        wait_port(port)
         admin = AdminClient({"bootstrap.servers": bootstrap})
         t0 = time.perf_counter()
         names = [f"topic-{i:05d}" for i in range(args.topics)]
