@@ -73,6 +73,22 @@ def wait_for_dlq(bootstrap: str, topic: str, n: int, timeout_s: float = 15) -> l
         time.sleep(0.3)
 
 
+def reject_records(bootstrap: str, topic: str, n: int) -> Any:
+    """A ShareConsumer of group "g" rejects every record until it has seen ``n``; the commit's result."""
+    c = share_consumer(bootstrap, "g", topic, **{"share.acknowledgement.mode": "explicit"})
+    got: list[Any] = []
+
+    def take(m: Any) -> None:
+        got.append(m)
+        c.acknowledge(m, AcknowledgeType.REJECT)
+
+    try:
+        poll_until(c, lambda: len(got) >= n, 15.0, take)
+        return c.commit_sync(10)
+    finally:
+        c.close()
+
+
 def test_rejected_and_over_delivered_records_reach_the_dlq_once_with_headers(
         start_broker: Any, topic_name: str) -> None:
     b: BrokerProcess = start_broker()
@@ -169,16 +185,7 @@ def test_a_topic_not_enabled_for_dead_letters_gets_nothing(start_broker: Any, to
     create_topic(bs, dlq)  # no errors.deadletterqueue.group.enable
     set_group_configs(bs, "g", share_auto_offset_reset="earliest", errors_deadletterqueue_topic_name=dlq)
     produce_keyed(bs, topic_name, 3)
-    c = share_consumer(bs, "g", topic_name, **{"share.acknowledgement.mode": "explicit"})
-    got: list[Any] = []
-
-    def take(m: Any) -> None:
-        got.append(m)
-        c.acknowledge(m, AcknowledgeType.REJECT)
-
-    poll_until(c, lambda: len(got) >= 3, 15.0, take)
-    c.commit_sync()
-    c.close()
+    reject_records(bs, topic_name, 3)
     assert read_all(bs, dlq) == []
     assert "errors.deadletterqueue.group.enable" in b.stderr_tail(200)
 
@@ -201,16 +208,7 @@ def test_a_record_already_on_the_dlq_is_not_written_again(start_broker: Any, top
     assert p.flush(15) == 0
     b.kill()
     b.start()
-    c = share_consumer(bs, "g", topic_name, **{"share.acknowledgement.mode": "explicit"})
-    got: list[Any] = []
-
-    def take(m: Any) -> None:
-        got.append(m)
-        c.acknowledge(m, AcknowledgeType.REJECT)
-
-    poll_until(c, lambda: len(got) >= 3, 15.0, take)
-    c.commit_sync()
-    c.close()
+    reject_records(bs, topic_name, 3)
     wait_for_dlq(bs, dlq, 3)
     time.sleep(0.5)
     assert dlq_offsets(read_all(bs, dlq)) == Counter({0: 1, 1: 1, 2: 1})
@@ -378,16 +376,7 @@ def test_a_dead_letter_topic_that_refuses_the_records_does_not_block_the_group(
     create_topic(bs, dlq, config={**DLQ_ENABLED, "max.message.bytes": "100"})  # below the headers alone
     set_group_configs(bs, "g", share_auto_offset_reset="earliest", errors_deadletterqueue_topic_name=dlq)
     produce_keyed(bs, topic_name, 3)
-    c = share_consumer(bs, "g", topic_name, **{"share.acknowledgement.mode": "explicit"})
-    got: list[Any] = []
-
-    def take(m: Any) -> None:
-        got.append(m)
-        c.acknowledge(m, AcknowledgeType.REJECT)
-
-    poll_until(c, lambda: len(got) >= 3, 15.0, take)
-    result = c.commit_sync(10)
-    c.close()
+    result = reject_records(bs, topic_name, 3)
     assert result and all(err is None and tp.error is None for tp, err in result.items())
     assert read_all(bs, dlq) == []
     assert "refused dead-letter records" in b.stderr_tail(200)
