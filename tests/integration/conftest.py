@@ -7,6 +7,8 @@
 * ``start_broker(**overrides)``: a factory for brokers with ``-o key=value`` overrides;
   every broker it starts is stopped at the end.
 * ``topic_name``: a topic name unique to the test.
+* ``running_cluster(tmp_path, request, overrides)``: a context manager for a LocalCluster
+  (etcd and three brokers), stopped on exit; its brokers' stderr goes into a failure's report.
 
 Client helpers (quiet librdkafka clients, ``create_topic``, ``produce_all``,
 ``consume_exact``, ``wait_until``) live in ``tests/support/clients.py``. When a test
@@ -17,13 +19,29 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from tests.support.broker import BrokerProcess
+from tests.support.cluster import LocalCluster
 
 _started: dict[str, list[BrokerProcess]] = {}
+
+
+@contextmanager
+def running_cluster(tmp_path: Path, request: pytest.FixtureRequest,
+                    overrides: dict[str, str]) -> Iterator[LocalCluster]:
+    """etcd and three brokers with ``overrides``, stopped on exit, also when the test fails."""
+    c = LocalCluster(tmp_path, 3, overrides)
+    _started[request.node.nodeid] = c.brokers  # their stderr goes into the report of a failure
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+        _started.pop(request.node.nodeid, None)
 
 
 @pytest.hookimpl(hookwrapper=True)

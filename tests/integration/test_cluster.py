@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import KafkaError, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from tests.integration.conftest import _started
+from tests.integration.conftest import running_cluster
 from tests.support.clients import admin_client, consumer, producer, wait_until
 from tests.support.cluster import LocalCluster
 from tests.support.etcd import find_etcd
@@ -30,14 +30,8 @@ pytestmark = pytest.mark.skipif(find_etcd() is None, reason="needs the etcd bina
 
 @pytest.fixture
 def cluster(tmp_path: Path, request: pytest.FixtureRequest):
-    c = LocalCluster(tmp_path, 3, {"min.insync.replicas": "2"})
-    _started[request.node.nodeid] = c.brokers  # their stderr goes into the report of a failure
-    c.start()
-    try:
+    with running_cluster(tmp_path, request, {"min.insync.replicas": "2"}) as c:
         yield c
-    finally:
-        c.stop()
-        _started.pop(request.node.nodeid, None)
 
 
 def _partitions(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
@@ -358,10 +352,7 @@ def test_the_cluster_keeps_working_after_etcd_restarts(cluster: LocalCluster) ->
 
 def test_sigterm_moves_leadership_before_the_broker_exits(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     # a session timeout far above the time the move takes: only controlled shutdown is that fast
-    c = LocalCluster(tmp_path, 3, {"min.insync.replicas": "2", "broker.session.timeout.ms": "20000"})
-    _started[request.node.nodeid] = c.brokers
-    c.start()
-    try:
+    with running_cluster(tmp_path, request, {"min.insync.replicas": "2", "broker.session.timeout.ms": "20000"}) as c:
         topic = "controlled"
         _create(c.bootstrap, topic, 1, 3)
         leader = wait_until("leaders", _full_isr(c.bootstrap, topic, 3))[0][0]
@@ -388,16 +379,10 @@ def test_sigterm_moves_leadership_before_the_broker_exits(tmp_path: Path, reques
         finally:
             sender.stop()
         assert not sender.failed, sender.failed[:3]
-    finally:
-        c.stop()
-        _started.pop(request.node.nodeid, None)
 
 
 def test_leadership_returns_to_the_preferred_replica(tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    c = LocalCluster(tmp_path, 3, {"leader.imbalance.check.interval.seconds": "1"})
-    _started[request.node.nodeid] = c.brokers
-    c.start()
-    try:
+    with running_cluster(tmp_path, request, {"leader.imbalance.check.interval.seconds": "1"}) as c:
         topic = "preferred"
         _create(c.bootstrap, topic, 1, 3)
         preferred, replicas, _ = wait_until("leaders", _full_isr(c.bootstrap, topic, 3))[0]
@@ -409,19 +394,13 @@ def test_leadership_returns_to_the_preferred_replica(tmp_path: Path, request: py
         c.broker_for(preferred).start()
         wait_until("the preferred replica leading again",
                    lambda: (lambda ps: ps and ps[0][0] == preferred)(_partitions(c.bootstrap, topic)), timeout_s=30)
-    finally:
-        c.stop()
-        _started.pop(request.node.nodeid, None)
 
 
 def test_elect_leaders_moves_leadership_to_the_preferred_replica(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     from confluent_kafka import ElectionType
 
     # no automatic rebalance: only ElectLeaders brings the preferred replica back
-    c = LocalCluster(tmp_path, 3, {"auto.leader.rebalance.enable": "false"})
-    _started[request.node.nodeid] = c.brokers
-    c.start()
-    try:
+    with running_cluster(tmp_path, request, {"auto.leader.rebalance.enable": "false"}) as c:
         topic = "elect"
         _create(c.bootstrap, topic, 1, 3)
         preferred = wait_until("leaders", _full_isr(c.bootstrap, topic, 3))[0][0]
@@ -440,9 +419,6 @@ def test_elect_leaders_moves_leadership_to_the_preferred_replica(tmp_path: Path,
         result = admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(15)
         assert result[tp] is None
         assert _partitions(c.bootstrap, topic)[0][0] == preferred
-    finally:
-        c.stop()
-        _started.pop(request.node.nodeid, None)
 
 
 def test_producer_ids_are_unique_across_brokers(cluster: LocalCluster) -> None:
@@ -466,11 +442,8 @@ def test_producer_ids_are_unique_across_brokers(cluster: LocalCluster) -> None:
 def test_a_lagging_follower_leaves_the_isr_and_rejoins_when_caught_up(tmp_path: Path,
                                                                      request: pytest.FixtureRequest) -> None:
     # the session outlives the pause: only the leader's lag check can take the follower out
-    c = LocalCluster(tmp_path, 3, {"min.insync.replicas": "2", "broker.session.timeout.ms": "30000",
-                                   "replica.lag.time.max.ms": "2000"})
-    _started[request.node.nodeid] = c.brokers
-    c.start()
-    try:
+    with running_cluster(tmp_path, request, {"min.insync.replicas": "2", "broker.session.timeout.ms": "30000",
+                                   "replica.lag.time.max.ms": "2000"}) as c:
         topic = "lagging"
         _create(c.bootstrap, topic, 1, 3)
         leader, replicas, _ = wait_until("leaders", _full_isr(c.bootstrap, topic, 3))[0]
@@ -495,9 +468,6 @@ def test_a_lagging_follower_leaves_the_isr_and_rejoins_when_caught_up(tmp_path: 
         finally:
             sender.stop()
         assert not sender.failed, sender.failed[:3]
-    finally:
-        c.stop()
-        _started.pop(request.node.nodeid, None)
 
 
 def test_delete_records_goes_to_the_leader_and_followers_follow(cluster: LocalCluster) -> None:

@@ -18,7 +18,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicP
 from confluent_kafka.admin import NewTopic
 from kio.schema.errors import ErrorCode
 
-from tests.integration.conftest import _started
+from tests.integration.conftest import running_cluster
 from tests.support.clients import admin_client, consumer, producer, wait_until
 from tests.support.cluster import LocalCluster
 from tests.support.etcd import find_etcd
@@ -28,14 +28,8 @@ pytestmark = pytest.mark.skipif(find_etcd() is None, reason="needs the etcd bina
 
 @pytest.fixture
 def cluster(tmp_path: Path, request: pytest.FixtureRequest):
-    c = LocalCluster(tmp_path, 3, {"min.insync.replicas": "2", "offsets.topic.num.partitions": "6"})
-    _started[request.node.nodeid] = c.brokers
-    c.start()
-    try:
+    with running_cluster(tmp_path, request, {"min.insync.replicas": "2", "offsets.topic.num.partitions": "6"}) as c:
         yield c
-    finally:
-        c.stop()
-        _started.pop(request.node.nodeid, None)
 
 
 def _create(bootstrap: str, topic: str, partitions: int) -> None:
