@@ -369,6 +369,13 @@ _DEFS: list[Definition] = [
                "Share sessions the broker keeps.", check=_ge(1)),
     Definition("share.coordinator.state.topic.num.partitions", int, 1, Scope.BROKER,
                "Partitions of __share_group_state (fixed once the topic exists).", check=_ge(1), dynamic=False),
+    Definition("share.coordinator.state.topic.replication.factor", int, 3, Scope.BROKER,
+               "Cluster mode: replication factor of __share_group_state, capped at the brokers registered "
+               "when it is created.", check=_ge(1), dynamic=False),
+    Definition("share.coordinator.state.topic.min.isr", int, 2, Scope.BROKER,
+               "Cluster mode: min.insync.replicas of __share_group_state (capped at its replication "
+               "factor); a share-state write is answered once every in-sync replica has it, and fails "
+               "while fewer are in sync.", check=_ge(1), dynamic=False),
     Definition("share.coordinator.state.topic.segment.bytes", int, 100 * MIB, Scope.BROKER,
                "segment.bytes of __share_group_state: records below every share-partition's last snapshot "
                "go a whole segment at a time (applied to the topic at every start).", check=_ge(14),
@@ -492,7 +499,6 @@ class BrokerConfig(Mapping[str, Any]):
         "num.io.threads", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
         "num.recovery.threads.per.data.dir",
         "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
-        "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
         "broker.id", "zookeeper.connect", "group.coordinator.rebalance.protocols",
         "unstable.api.versions.enable", "controller.quorum.bootstrap.servers",
     })

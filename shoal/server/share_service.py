@@ -63,20 +63,25 @@ from ..share.coordinator import (
 )
 from ..share.partition import PendingUpdate, SharePartition, StateWrite
 from ..share.session import ShareSessionCache
+from ..share.state_rpc import RETRIABLE, Rpc, StateOp
 from .broker import on_disconnect, on_leadership_change, on_start, on_stop, on_topic_deleted
 from .dlq import DeadLetterWriter
+from .internal_topics import SHARE_STATE_TOPIC
 from .runtime import CoordinatorRuntime
+from .share_persister import RemoteStates
 
 log = logging.getLogger("shoal.share")
 
 __all__ = ["ShareService", "Persister", "share_service", "SHARE_STATE_TOPIC"]
 
-SHARE_STATE_TOPIC = "__share_group_state"
 PRUNE_INTERVAL_S = 30.0
 RETRY_WRITE_S = 0.5
 
 PartitionId = tuple[str, uuid.UUID, int]
 """(group_id, topic_id, partition)."""
+
+FENCED = frozenset({ErrorCode.fenced_leader_epoch, ErrorCode.fenced_state_epoch})
+"""A write answered with one of these comes from a stale share-partition leader."""
 
 
 class Persister:
@@ -88,6 +93,10 @@ class Persister:
 
     def __init__(self, runtime: CoordinatorRuntime[ShareCoordinatorShard]) -> None:
         self.runtime = runtime
+        self.remote: RemoteStates | None = None
+        """Cluster mode: the operations on keys other brokers coordinate go over the network."""
+        if runtime.follow_leadership:
+            self.remote = RemoteStates(runtime.broker, lambda: runtime.num_partitions)
 
     def partition_of(self, key: SharePartitionKey) -> int:
         return partition_for(key, self.runtime.num_partitions)
@@ -162,6 +171,65 @@ class Persister:
     def read_summary(self, key: SharePartitionKey, leader_epoch: int = -1) -> PartitionOutcome:
         return self._run(key, lambda s: s.read_summary(key, leader_epoch))
 
+    # -- wherever the key's coordinator is ------------------------------------------------
+    # One broker: the in-process operations above. Cluster mode: the key's share
+    # coordinator, this broker (in process, answered once every in-sync replica has the
+    # records) or another one (share-state RPCs, retried on coordinator errors).
+
+    def local(self, key: SharePartitionKey) -> bool:
+        """Whether this broker coordinates ``key``'s state now (always, on one broker)."""
+        return self.runtime.owns(self.partition_of(key))
+
+    async def call(self, op: StateOp) -> PartitionOutcome:
+        if self.remote is None:
+            return self._local_now(op)
+        return await self.remote.call(op, self._local_replicated)
+
+    def _local_now(self, op: StateOp) -> PartitionOutcome:
+        key = op.key
+        if op.rpc is Rpc.INITIALIZE:
+            return self.initialize(key, op.state_epoch, op.start_offset)
+        if op.rpc is Rpc.READ:
+            return self.read(key, op.leader_epoch)
+        if op.rpc is Rpc.SUMMARY:
+            return self.read_summary(key, op.leader_epoch)
+        if op.rpc is Rpc.DELETE:
+            return self.delete(key)
+        return self._run(key, lambda s: s.write(key, op.state_epoch, op.leader_epoch, op.start_offset, op.batches,
+                                                 op.delivery_complete_count, now_ms=self._now_ms()))
+
+    async def _local_replicated(self, op: StateOp) -> PartitionOutcome:
+        partition = self.partition_of(op.key)
+        try:
+            self.runtime.check_owner(partition)
+        except ApiError as e:
+            return PartitionOutcome(e.error_code, str(e), None)
+        outcome = self._local_now(op)
+        if outcome.ok:
+            try:
+                await self.runtime.wait_durable(partition)
+            except ApiError as e:
+                return PartitionOutcome(e.error_code, str(e), None)
+        return outcome
+
+    async def initialize_state(self, key: SharePartitionKey, state_epoch: int, start_offset: int) -> PartitionOutcome:
+        return await self.call(StateOp(Rpc.INITIALIZE, key, state_epoch=state_epoch, start_offset=start_offset))
+
+    async def read_state(self, key: SharePartitionKey, leader_epoch: int = -1) -> PartitionOutcome:
+        return await self.call(StateOp(Rpc.READ, key, leader_epoch=leader_epoch))
+
+    async def read_state_summary(self, key: SharePartitionKey, leader_epoch: int = -1) -> PartitionOutcome:
+        return await self.call(StateOp(Rpc.SUMMARY, key, leader_epoch=leader_epoch))
+
+    async def delete_state(self, key: SharePartitionKey) -> PartitionOutcome:
+        return await self.call(StateOp(Rpc.DELETE, key))
+
+    async def write_state(self, key: SharePartitionKey, state_epoch: int, leader_epoch: int, start_offset: int,
+                          batches: Iterable[StateBatch], delivery_complete_count: int = -1) -> PartitionOutcome:
+        return await self.call(StateOp(Rpc.WRITE, key, state_epoch=state_epoch, leader_epoch=leader_epoch,
+                                       start_offset=start_offset, batches=tuple(batches),
+                                       delivery_complete_count=delivery_complete_count))
+
 
 class ShareService:
     def __init__(self, broker: Any) -> None:
@@ -173,7 +241,7 @@ class ShareService:
             lambda _i: ShareCoordinatorShard(snapshot_update_records_per_snapshot=per_snapshot),
             topic_configs={"cleanup.policy": "delete", "retention.ms": "-1",
                            "segment.bytes": str(cfg["share.coordinator.state.topic.segment.bytes"])},
-            replay_offsets=True,
+            replay_offsets=True, follow_leadership=True,
         )
         self.persister = Persister(self.runtime)
         self.dead_letters = DeadLetterWriter(broker)
@@ -188,6 +256,11 @@ class ShareService:
         self._state_partitions: dict[SharePartition, int] = {}
         self._settled: dict[SharePartition, list[asyncio.Future[bool]]] = {}
         """Completed (True if it committed) when the share-partition's queued write settles."""
+        self._load_errors: dict[PartitionId, ApiError] = {}
+        """Cluster mode: why the last load of a share-partition failed (reported once)."""
+        self._rounds: set[asyncio.Future[None]] = set()
+        """Cluster mode: commit rounds still waiting for their state partition's replicas or coordinator."""
+        self._closed = False
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
@@ -199,6 +272,13 @@ class ShareService:
         """Wait for the queued commit rounds (at shutdown, before the log closes)."""
         while self._queued:
             await asyncio.sleep(0)
+        if self._rounds:
+            await asyncio.wait(set(self._rounds), timeout=self.broker.config["shutdown.timeout.ms"] / 1000)
+
+    async def close(self) -> None:
+        self._closed = True
+        if self.persister.remote is not None:
+            await self.persister.remote.close()
 
     def stop(self) -> None:
         for _d, h in self._timers.values():
@@ -226,6 +306,8 @@ class ShareService:
         """Delete ``__share_group_state`` records every shard no longer needs."""
         store = self.broker.store
         for i, shard in enumerate(self.runtime.shards):
+            if self.runtime.owned is not None and i not in self.runtime.owned:
+                continue  # cluster mode: the leader of the partition prunes it; followers follow
             cut = shard.last_redundant_offset()
             if cut is None:
                 continue
@@ -267,19 +349,36 @@ class ShareService:
             raise ApiError(ErrorCode.unknown_topic_id, f"unknown topic id {topic_id}")
         return meta.name
 
+    def _start_offset(self, key: SharePartitionKey, topic_name: str, earliest: bool = False) -> int:
+        """The SPSO to initialize ``key`` with. Cluster mode: -1 (the share-partition leader
+        applies ``share.auto.offset.reset`` when it first loads the state, from its own log),
+        except for ``earliest`` partitions, which start at this replica's log start offset."""
+        if self.persister.remote is not None:
+            if not earliest:
+                return UNINITIALIZED_START_OFFSET
+            try:
+                return int(self.broker.store.partition(topic_name, key.partition).log_start_offset)
+            except ApiError:
+                return UNINITIALIZED_START_OFFSET  # not a replica here
+        if earliest:
+            return int(self.broker.store.partition(topic_name, key.partition).log_start_offset)
+        return self.initial_start_offset(key.group_id, topic_name, key.partition)
+
     def _initialize(self, key: SharePartitionKey, topic_name: str, state_epoch: int,
                     earliest: bool = False) -> PartitionOutcome:
-        if earliest:
-            start = self.broker.store.partition(topic_name, key.partition).log_start_offset
-        else:
-            start = self.initial_start_offset(key.group_id, topic_name, key.partition)
-        return self.persister.initialize(key, state_epoch, start)
+        return self.persister.initialize(key, state_epoch, self._start_offset(key, topic_name, earliest))
 
     def get_partition(self, group_id: str, topic_id: uuid.UUID, partition: int) -> SharePartition:
         """The share-partition, loaded (or initialized) through the persister on first use.
 
+        One broker: loaded here, synchronously. Cluster mode: only this partition's leader
+        has it, and it must have been loaded by :meth:`load_partitions` first (the
+        handlers await that); until then this raises the load's error, or
+        COORDINATOR_NOT_AVAILABLE.
+
         Raises ApiError: UNKNOWN_TOPIC_ID / UNKNOWN_TOPIC_OR_PARTITION for a topic or
-        partition that does not exist, or the persister's error.
+        partition that does not exist, NOT_LEADER_OR_FOLLOWER (cluster mode), or the
+        persister's error.
         """
         pid = (group_id, topic_id, partition)
         replicas = getattr(self.broker, "replicas", None)
@@ -291,10 +390,10 @@ class ShareService:
         sp = self.partitions.get(pid)
         if sp is not None:
             return sp
-        name = self._topic_name(topic_id)
-        meta = self.broker.store.get_topic(name)
-        if not 0 <= partition < meta.num_partitions:
-            raise ApiError(ErrorCode.unknown_topic_or_partition, f"{name} has no partition {partition}")
+        name, _meta = self._check_partition(topic_id, partition)
+        if self.persister.remote is not None:
+            error = self._load_errors.pop(pid, None)
+            raise error or ApiError(ErrorCode.coordinator_not_available, "share-partition state is loading")
         key = SharePartitionKey.of(group_id, topic_id, partition)
         outcome = self.persister.read(key)
         if outcome.error_code == ErrorCode.unknown_topic_or_partition or (
@@ -304,19 +403,103 @@ class ShareService:
         if not outcome.ok or outcome.state is None:
             raise ApiError(outcome.error_code, outcome.error_message or "share-partition state unavailable")
         st = outcome.state
+        sp = self._new_partition(group_id, topic_id, partition, st, max(0, st.leader_epoch))
+        self.partitions[pid] = sp
+        return sp
+
+    def _check_partition(self, topic_id: uuid.UUID, partition: int) -> tuple[str, Any]:
+        name = self._topic_name(topic_id)
+        meta = self.broker.store.get_topic(name)
+        if not 0 <= partition < meta.num_partitions:
+            raise ApiError(ErrorCode.unknown_topic_or_partition, f"{name} has no partition {partition}")
+        return name, meta
+
+    def _new_partition(self, group_id: str, topic_id: uuid.UUID, partition: int, st: Any,
+                       leader_epoch: int) -> SharePartition:
         config = {
             "record_lock_duration_ms": int(self._group_value(group_id, "share.record.lock.duration.ms")),
             "delivery_count_limit": int(self._group_value(group_id, "share.delivery.count.limit")),
             "max_in_flight_records": int(self.broker.config["group.share.partition.max.record.locks"]),
         }
-        sp = SharePartition.from_persisted(
+        return SharePartition.from_persisted(
             group_id, topic_id, partition, start_offset=st.start_offset, state_epoch=st.state_epoch,
             state_batches=[(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
                            for b in st.state_batches],
-            leader_epoch=max(0, st.leader_epoch), **config,
+            leader_epoch=leader_epoch, **config,
         )
-        self.partitions[pid] = sp
-        return sp
+
+    async def load_partitions(self, group_id: str, keys: Iterable[tuple[uuid.UUID, int]]) -> None:
+        """Cluster mode: load every share-partition of ``keys`` this broker leads and has not
+        loaded, concurrently; a failure is kept for the next :meth:`get_partition`. One
+        broker: nothing to do (``get_partition`` loads)."""
+        if self.persister.remote is None:
+            return
+        replicas = self.broker.replicas
+        waits = []
+        for topic_id, partition in dict.fromkeys(keys):
+            pid = (group_id, topic_id, partition)
+            if pid in self.partitions:
+                continue
+            meta = self.broker.store.topic_by_id(topic_id)
+            if meta is None or replicas is None:
+                continue
+            try:
+                replicas.leader_replica(meta.name, partition)
+            except ApiError:
+                continue  # get_partition answers NOT_LEADER_OR_FOLLOWER
+            fut = self._loading.get(pid)
+            if fut is None:
+                fut = self._loading[pid] = asyncio.ensure_future(self._load(pid))
+            waits.append(fut)
+        if waits:
+            await asyncio.gather(*(asyncio.shield(f) for f in waits), return_exceptions=True)
+
+    async def _load(self, pid: PartitionId) -> SharePartition | None:
+        """Read (or initialize) a share-partition's state through the persister and keep it."""
+        group_id, topic_id, partition = pid
+        try:
+            name, _meta = self._check_partition(topic_id, partition)
+            replica = self.broker.replicas.leader_replica(name, partition)
+            leader_epoch = replica.leader_epoch
+            key = SharePartitionKey.of(group_id, topic_id, partition)
+            # The read records this leader's epoch with the state: from then on the share
+            # coordinator fences writes of any earlier leader of the partition.
+            outcome = await self.persister.read_state(key, leader_epoch)
+            if outcome.error_code == ErrorCode.unknown_topic_or_partition or (
+                    outcome.ok and outcome.state is not None
+                    and outcome.state.start_offset == UNINITIALIZED_START_OFFSET):
+                epoch = outcome.state.state_epoch if outcome.state is not None else 0
+                start = self.initial_start_offset(group_id, name, partition)
+                outcome = await self.persister.initialize_state(key, epoch, start)
+                if outcome.ok:
+                    outcome = await self.persister.read_state(key, leader_epoch)
+            if not outcome.ok or outcome.state is None:
+                code = ErrorCode(outcome.error_code)
+                if code in FENCED:
+                    code = ErrorCode.not_leader_or_follower  # a newer leader read the state
+                elif code in RETRIABLE:
+                    code = ErrorCode.coordinator_not_available
+                raise ApiError(code, outcome.error_message or "share-partition state unavailable")
+            current = self.broker.replicas.leader_replica(name, partition)
+            if current is not replica or current.leader_epoch != leader_epoch:
+                raise ApiError(ErrorCode.not_leader_or_follower, "leadership changed while loading")
+            sp = self.partitions.get(pid)
+            if sp is None:
+                sp = self.partitions[pid] = self._new_partition(group_id, topic_id, partition, outcome.state,
+                                                                leader_epoch)
+                log.info("share-partition %s-%s-%d loaded at SPSO %d (state epoch %d, leader epoch %d)",
+                         group_id, name, partition, sp.start_offset, outcome.state.state_epoch, leader_epoch)
+            self._load_errors.pop(pid, None)
+            return sp
+        except ApiError as e:
+            self._load_errors[pid] = e
+            return None
+        except Exception as e:
+            log.exception("share-partition %s-%s-%d: loading failed", group_id, topic_id, partition)
+            self._load_errors[pid] = ApiError(ErrorCode.unknown_server_error, str(e))
+            return None
+        finally:
+            self._loading.pop(pid, None)
 
     def follow_log_start(self, sp: SharePartition, log_start_offset: int) -> None:
         """Move the SPSO up to the log start offset if retention or DeleteRecords passed it.
@@ -395,7 +578,7 @@ class ShareService:
         when it returns.
         """
         self.schedule_persist(sp)
-        if not self._is_queued(sp):
+        if not self._is_queued(sp) and sp.write_in_flight is None:
             return True
         settled: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._settled.setdefault(sp, []).append(settled)
@@ -405,8 +588,8 @@ class ShareService:
         """Return once ``update`` is COMMITTED (its write is durable) or ROLLED_BACK."""
         while not update.done:
             self.schedule_persist(sp)
-            if not self._is_queued(sp):  # nothing to write: only a dropped partition's leftovers
-                break
+            if not self._is_queued(sp) and sp.write_in_flight is None:
+                break  # nothing to write: only a dropped partition's leftovers
             # One future per waiter: a cancelled waiter cancels nobody else's wait.
             settled: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
             self._settled.setdefault(sp, []).append(settled)
@@ -417,7 +600,8 @@ class ShareService:
             if not settled.done():
                 settled.set_result(ok)
 
-    def _start_write(self, sp: SharePartition) -> tuple[StateWrite, int | None, PartitionOutcome | None] | None:
+    def _start_write(self, sp: SharePartition, append: bool = True
+                     ) -> tuple[StateWrite, int | None, PartitionOutcome | None] | None:
         """Take ``sp``'s next write and append it (no fsync yet).
 
         None if there is nothing to write. Otherwise (write, state partition, outcome):
@@ -440,6 +624,8 @@ class ShareService:
                 log.exception("share-partition %s-%s-%d: dead-letter write raised", w.group_id, w.topic_id,
                               w.partition)
                 return w, -1, PartitionOutcome(ErrorCode.unknown_server_error, str(e), None)
+        if not append:
+            return w, -1, None
         key = SharePartitionKey.of(w.group_id, w.topic_id, w.partition)
         try:
             partition, outcome = self.persister.append_write(
@@ -464,7 +650,21 @@ class ShareService:
                       w.partition, written)
 
     def _commit_round(self, partition: int) -> None:
-        """Append the queued share-partitions' writes, fsync once, commit or roll back each."""
+        """Append the queued share-partitions' writes, fsync once, commit or roll back each.
+
+        Cluster mode: the same round, but answered once the state partition's in-sync
+        replicas have it (:meth:`_replicated_round`), or, when another broker coordinates
+        the partition, sent there as one request (:meth:`_remote_round`).
+        """
+        if self.persister.remote is not None:
+            queued = self._queued.pop(partition, {})
+            if self.runtime.owns(partition):
+                task = asyncio.ensure_future(self._replicated_round(partition, queued))
+            else:
+                task = asyncio.ensure_future(self._remote_round(queued))
+            self._rounds.add(task)
+            task.add_done_callback(self._rounds.discard)
+            return
         round_started = perf_counter()
         queued = self._queued.pop(partition, {})
         appended: list[tuple[SharePartition, StateWrite]] = []
@@ -489,6 +689,58 @@ class ShareService:
         for sp, w in appended:
             self._settle(sp, w, failure)
 
+    def _take_writes(self, queued: Iterable[SharePartition], append: bool,
+                     ) -> list[tuple[SharePartition, StateWrite]]:
+        """Start the write of every queued share-partition; settle those that failed to start."""
+        started_writes: list[tuple[SharePartition, StateWrite]] = []
+        for sp in queued:
+            started = self._start_write(sp, append)
+            if started is None:
+                self._wake_settled(sp, True)
+                continue
+            w, state_partition, outcome = started
+            if state_partition is None:
+                sp.rollback(w, self.broker.clock.now_ms())
+                self._wake_settled(sp, False)
+            elif outcome is not None and not outcome.ok:
+                self._settle(sp, w, outcome)
+            else:
+                started_writes.append((sp, w))
+        return started_writes
+
+    async def _replicated_round(self, partition: int, queued: Iterable[SharePartition]) -> None:
+        """Cluster mode, this broker coordinates ``partition``: append, one fsync, then wait
+        until every in-sync replica has the writes (the high watermark covers them)."""
+        round_started = perf_counter()
+        appended = self._take_writes(queued, True)
+        if not appended:
+            return
+        failure = self.persister.flush(partition)
+        if failure is None:
+            failure = await self.persister.durable(partition)
+        if self.broker.metrics is not None:
+            self.broker.metrics.persister_write(perf_counter() - round_started, failure is None)
+        for sp, w in appended:
+            self._settle(sp, w, failure)
+
+    async def _remote_round(self, queued: Iterable[SharePartition]) -> None:
+        """Cluster mode, another broker coordinates the state: every write of the round goes
+        to it together (one WriteShareGroupState per group, see ``share_persister.py``)."""
+        round_started = perf_counter()
+        taken = self._take_writes(queued, False)
+        if not taken:
+            return
+        outcomes = await asyncio.gather(*(
+            self.persister.write_state(
+                SharePartitionKey.of(w.group_id, w.topic_id, w.partition), w.state_epoch, w.leader_epoch,
+                w.start_offset, [StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+                                 for b in w.state_batches], w.delivery_complete_count)
+            for _sp, w in taken))
+        if self.broker.metrics is not None:
+            self.broker.metrics.persister_write(perf_counter() - round_started, all(o.ok for o in outcomes))
+        for (sp, w), outcome in zip(taken, outcomes):
+            self._settle(sp, w, None if outcome.ok else outcome)
+
     def _settle(self, sp: SharePartition, w: StateWrite, failure: PartitionOutcome | None) -> None:
         pid: PartitionId = (sp.group_id, sp.topic_id, sp.partition)  # type: ignore[assignment]
         live = self.partitions.get(pid) is sp
@@ -505,6 +757,15 @@ class ShareService:
                 label=f"share-partition {w.group_id}-{w.topic_id}-{w.partition}")
             sp.rollback(w, self.broker.clock.now_ms())
             released = True
+            if live and failure.error_code in FENCED:
+                # A newer leader of the partition (or a reset of the group's offsets) owns
+                # the state now: this share-partition is stale. Its acknowledgements rolled
+                # back; clients get an error and fetch from the current leader.
+                log.warning("share-partition %s-%s-%d: write fenced (%s); dropped", w.group_id, w.topic_id,
+                            w.partition, ErrorCode(failure.error_code).name)
+                self._drop(pid)
+                live = False
+                self.wake(sp)
         self._wake_settled(sp, failure is None)
         if live:
             if released:
@@ -512,6 +773,8 @@ class ShareService:
             self.reschedule(sp)
             if failure is not None:
                 self._schedule_retry(sp)
+            elif sp.needs_write:  # changed while its write was out (cluster mode's rounds await)
+                self.schedule_persist(sp)
 
     def _schedule_retry(self, sp: SharePartition) -> None:
         pid = (sp.group_id, sp.topic_id, sp.partition)  # type: ignore[misc]
@@ -618,11 +881,12 @@ class ShareService:
             name = self._topic_name(topic_id)
             for p in parts:
                 key = SharePartitionKey.of(group_id, topic_id, p)
-                o = self.persister.read_summary(key)
+                o = await self.persister.read_state_summary(key)
                 if o.ok and o.state is not None and o.state.start_offset != UNINITIALIZED_START_OFFSET:
                     continue
                 epoch = o.state.state_epoch if o.ok and o.state is not None else 0
-                o = self._initialize(key, name, epoch, earliest=topic_id in earliest)
+                o = await self.persister.initialize_state(
+                    key, epoch, self._start_offset(key, name, earliest=topic_id in earliest))
                 if not o.ok:
                     raise ApiError(o.error_code, o.error_message or "cannot initialize share-partition state")
 
@@ -630,20 +894,32 @@ class ShareService:
         """Delete the persisted state of each share-partition and forget it in memory."""
         for topic_id, parts in partitions.items():
             for p in parts:
-                o = self.delete_partition_state(group_id, topic_id, int(p))
+                o = await self.delete_partition_state(group_id, topic_id, int(p))
                 if not o.ok:
                     raise ApiError(o.error_code, o.error_message or "cannot delete share-partition state")
 
-    def delete_partition_state(self, group_id: str, topic_id: uuid.UUID, partition: int) -> PartitionOutcome:
+    async def delete_partition_state(self, group_id: str, topic_id: uuid.UUID, partition: int) -> PartitionOutcome:
         self._drop((group_id, topic_id, partition))
-        return self.persister.delete(SharePartitionKey.of(group_id, topic_id, partition))
+        return await self.persister.delete_state(SharePartitionKey.of(group_id, topic_id, partition))
 
     # -- admin helpers --------------------------------------------------------------------------
     def state_keys(self, group_id: str) -> list[SharePartitionKey]:
-        """Every share-partition of ``group_id`` with persisted state."""
-        out = []
-        for shard in self.runtime.shards:
-            out.extend(k for k in shard.keys() if k.group_id == group_id)
+        """Every share-partition of ``group_id`` with persisted state: those in the state
+        partitions this broker coordinates, and those the group's metadata names as
+        initialized (in a cluster the others are coordinated elsewhere)."""
+        out = set()
+        for i, shard in enumerate(self.runtime.shards):
+            if self.runtime.owns(i):
+                out.update(k for k in shard.keys() if k.group_id == group_id)
+        groups = self.broker.extensions.get("groups")
+        if groups is not None:
+            try:
+                p = groups.partition_for(group_id)
+            except ApiError:
+                p = None
+            if p is not None:
+                for topic_id, parts in groups.share_groups(p).initialized_partitions(group_id).items():
+                    out.update(SharePartitionKey.of(group_id, topic_id, q) for q in parts)
         return sorted(out)
 
     def group_has_sessions(self, group_id: str) -> bool:
@@ -656,13 +932,43 @@ class ShareService:
             self.sessions.remove_member(g, member_id)
             self.release_member(g, member_id)
 
-    def reset_start_offset(self, group_id: str, topic_id: uuid.UUID, partition: int, start_offset: int) -> PartitionOutcome:
-        """AlterShareGroupOffsets: a new state epoch starting at ``start_offset``."""
+    async def reset_start_offset(self, group_id: str, topic_id: uuid.UUID, partition: int,
+                                 start_offset: int) -> PartitionOutcome:
+        """AlterShareGroupOffsets: a new state epoch starting at ``start_offset``.
+
+        The share-partition leader (in a cluster, maybe another broker) holds an older
+        state epoch: its next write is fenced and it reloads the new state."""
         key = SharePartitionKey.of(group_id, topic_id, partition)
-        current = self.persister.read_summary(key)
+        current = await self.persister.read_state_summary(key)
         epoch = current.state.state_epoch + 1 if current.ok and current.state is not None else 0
         self._drop((group_id, topic_id, partition))
-        return self.persister.initialize(key, epoch, start_offset)
+        return await self.persister.initialize_state(key, epoch, start_offset)
+
+    def state_leadership_changed(self, index: int, leader: bool) -> None:
+        """Cluster mode: this broker started or stopped leading ``__share_group_state``-``index``.
+
+        Becoming leader replays the partition into a fresh shard on the next loop
+        iteration (COORDINATOR_LOAD_IN_PROGRESS until then); losing it empties the shard
+        (NOT_COORDINATOR). Share-partitions whose state it holds are not touched: their
+        next writes go to the new coordinator.
+        """
+        if self._closed or not 0 <= index < self.runtime.num_partitions:
+            return
+        if not leader:
+            self.runtime.unload_partition(index)
+            return
+        self.runtime.begin_load(index)
+
+        def load() -> None:
+            if self._closed or index not in self.runtime.loading:
+                return  # lost again meanwhile
+            try:
+                self.runtime.load_partition(index)
+            except Exception:
+                log.exception("%s-%d: loading failed", SHARE_STATE_TOPIC, index)
+                self.runtime.unload_partition(index)
+
+        asyncio.get_running_loop().call_soon(load)
 
     def leadership_lost(self, topic: str, partition: int) -> None:
         """Cluster mode: another broker leads ``topic``-``partition`` now. Its share-partitions
@@ -704,6 +1010,7 @@ async def _stop(broker: Any) -> None:
     if svc is not None:
         await svc.drain()
         svc.stop()
+        await svc.close()
 
 
 @on_disconnect
@@ -716,7 +1023,11 @@ def _disconnected(broker: Any, conn: Any) -> None:
 @on_leadership_change
 def _leadership(broker: Any, topic: str, index: int, leader: bool) -> None:
     svc = broker.extensions.get("share")
-    if svc is not None and not leader:
+    if svc is None:
+        return
+    if topic == SHARE_STATE_TOPIC:
+        svc.state_leadership_changed(index, leader)
+    elif not leader:
         svc.leadership_lost(topic, index)
 
 

@@ -247,6 +247,9 @@ class PartitionOutcome:
     error_code: ErrorCode = ErrorCode.none
     error_message: str | None = None
     state: ShareState | None = None
+    delivery_complete_count: int = -1
+    """A summary read over the network: the coordinator's count (the state then has no
+    batches); -1: derive it from ``state``."""
 
     @property
     def ok(self) -> bool:

@@ -2,12 +2,11 @@
 
 One broker: it is the whole cluster and every coordinator. Cluster mode: DescribeCluster
 lists every live broker; FindCoordinator for a group (and a transactional id) names the
-current leader of the key's ``__consumer_offsets`` partition (Kafka's hash), creating the
-replicated topic first if it does not exist yet (``offsets.topic.num.partitions``,
-``offsets.topic.replication.factor`` capped at the registered brokers) and answering
-COORDINATOR_NOT_AVAILABLE while the partition has no leader. The share coordinator key
-still names the controller broker, which keeps ``__share_group_state`` local and
-unreplicated (docs/CLUSTER.md).
+current leader of the key's ``__consumer_offsets`` partition (Kafka's hash), and for a
+share-partition key ``group:topicId:partition`` (KIP-932; the topic id hyphenated or in
+Kafka's base64 form) the leader of its ``__share_group_state`` partition. The topic is
+created first if it does not exist yet (``server/internal_topics.py``), and
+COORDINATOR_NOT_AVAILABLE is answered while the partition has no leader.
 """
 
 from __future__ import annotations
@@ -16,9 +15,12 @@ import uuid
 from typing import Any
 
 from ...coordinator.partitioning import coordinator_partition
-from ...errors import ApiError, ErrorCode
+from ...errors import ErrorCode
 from ...protocol.entities import make, sub
+from ...share.coordinator import SharePartitionKey
+from ...share.coordinator import partition_for as share_partition_for
 from ..dispatch import api
+from ..internal_topics import OFFSETS_TOPIC, SHARE_STATE_TOPIC, ensure_internal_topic
 
 GROUP, TRANSACTION, SHARE = 0, 1, 2
 
@@ -69,37 +71,30 @@ def _coordinator_error(ctx: Any, key_type: int, key: str) -> tuple[ErrorCode, st
     return ErrorCode.none, None
 
 
-OFFSETS_TOPIC = "__consumer_offsets"
+def share_key_parts(key: str) -> tuple[str, uuid.UUID, int]:
+    """(group, topic id, partition) of a valid share-coordinator key (hyphenated or base64 topic id)."""
+    rest, _, partition = key.rpartition(":")
+    group, _, topic_id = rest.rpartition(":")
+    tid = uuid.UUID(topic_id) if "-" in topic_id else _b64_uuid(topic_id)
+    return group, tid, int(partition)
 
 
-async def _ensure_offsets_topic(b: Any) -> bool:
-    """Cluster mode: create the replicated ``__consumer_offsets`` if missing; whether it exists."""
+def coordinator_partition_of(key_type: int, key: str, num_partitions: int) -> int:
+    """The internal partition holding a valid key: Kafka's hash of the group id, or of the
+    share-partition key in its canonical form (so both topic id spellings meet)."""
+    if key_type == SHARE:
+        group, tid, partition = share_key_parts(key)
+        return share_partition_for(SharePartitionKey.of(group, tid, partition), num_partitions)
+    return coordinator_partition(key, num_partitions)
+
+
+def _coordinator(b: Any, topic: str, key_type: int, key: str) -> Any:
+    """The live leader of ``key``'s partition of ``topic``, or None."""
     node = b.cluster
-    if OFFSETS_TOPIC in node.store.snapshot.topics:
-        return True
-    live = len(node.brokers())
-    rf = max(1, min(b.config["offsets.topic.replication.factor"], live))
-    try:
-        await node.create_topic(OFFSETS_TOPIC, b.config["offsets.topic.num.partitions"], rf,
-                                {"cleanup.policy": "compact",
-                                 "segment.bytes": str(b.config["offsets.topic.segment.bytes"])},
-                                None, validate_only=False)
-    except ApiError as e:
-        if e.error_code != ErrorCode.topic_already_exists:
-            return False
-    except Exception:
-        return False
-    return OFFSETS_TOPIC in node.store.snapshot.topics
-
-
-def _group_coordinator(b: Any, key: str) -> Any:
-    """The live leader of ``key``'s ``__consumer_offsets`` partition, or None."""
-    node = b.cluster
-    snap = node.store.snapshot
-    rec = snap.topics.get(OFFSETS_TOPIC)
+    rec = node.store.snapshot.topics.get(topic)
     if rec is None:
         return None
-    view = node.partition(OFFSETS_TOPIC, coordinator_partition(key, rec.num_partitions))
+    view = node.partition(topic, coordinator_partition_of(key_type, key, rec.num_partitions))
     if view is None or view.leader < 0:
         return None
     return next((e for e in node.brokers() if e.node_id == view.leader), None)
@@ -111,17 +106,18 @@ async def handle_find_coordinator(ctx: Any, request: Any) -> Any:
     cls = ctx.response_type
     key_type = getattr(request, "key_type", GROUP)
     keys = [request.key] if ctx.api_version < 4 else list(request.coordinator_keys)
-    by_group = b.cluster.clustered and key_type in (GROUP, TRANSACTION)
-    if by_group and any(_coordinator_error(ctx, key_type, k)[0] is ErrorCode.none for k in keys):
-        await _ensure_offsets_topic(b)
+    topic = SHARE_STATE_TOPIC if key_type == SHARE else OFFSETS_TOPIC
+    clustered = b.cluster.clustered and key_type in (GROUP, TRANSACTION, SHARE)
+    if clustered and any(_coordinator_error(ctx, key_type, k)[0] is ErrorCode.none for k in keys):
+        await ensure_internal_topic(b, topic)
 
     def coordinator_of(key: str) -> Any:
-        return _group_coordinator(b, key) if by_group else b.cluster.coordinator()
+        return _coordinator(b, topic, key_type, key) if clustered else b.cluster.coordinator()
 
     if ctx.api_version < 4:
-        coord = coordinator_of(request.key)
-        node_id, host, port = (-1, "", -1) if coord is None else (coord.node_id, coord.host, coord.port)
         code, msg = _coordinator_error(ctx, key_type, request.key)
+        coord = coordinator_of(request.key) if code is ErrorCode.none else None
+        node_id, host, port = (-1, "", -1) if coord is None else (coord.node_id, coord.host, coord.port)
         if code is ErrorCode.none and coord is None:
             code = ErrorCode.coordinator_not_available
         ok = code is ErrorCode.none

@@ -54,22 +54,25 @@ def _group_is_empty(ctx: Any, svc: ShareService, group_id: str) -> bool:
     return True
 
 
-def lag_of(ctx: Any, svc: ShareService, key: SharePartitionKey, topic_name: str) -> tuple[int, int, ErrorCode]:
+async def lag_of(ctx: Any, svc: ShareService, key: SharePartitionKey, topic_name: str) -> tuple[int, int, ErrorCode]:
     """(start_offset, lag, error) of one share-partition."""
-    o = svc.persister.read_summary(key)
+    o = await svc.persister.read_state_summary(key)
     if not o.ok or o.state is None:
         return UNINITIALIZED_START_OFFSET, -1, ErrorCode.none
     st = o.state
     if st.start_offset == UNINITIALIZED_START_OFFSET:
         return UNINITIALIZED_START_OFFSET, -1, ErrorCode.none
     hw = ctx.broker.store.partition(topic_name, key.partition).high_watermark
-    done = sum(b.last_offset - b.first_offset + 1 for b in st.state_batches
-               if b.delivery_state in (2, 4) and b.first_offset >= st.start_offset)
+    if o.delivery_complete_count >= 0:  # read over the network: the coordinator counted
+        done = o.delivery_complete_count
+    else:
+        done = sum(b.last_offset - b.first_offset + 1 for b in st.state_batches
+                   if b.delivery_state in (2, 4) and b.first_offset >= st.start_offset)
     return st.start_offset, max(0, hw - st.start_offset - done), ErrorCode.none
 
 
 @api(90, 0, 1)
-def handle_describe_share_group_offsets(ctx: Any, request: Any) -> Any:
+async def handle_describe_share_group_offsets(ctx: Any, request: Any) -> Any:
     cls = ctx.response_type
     svc = share_service(ctx.broker)
     store = ctx.broker.store
@@ -100,7 +103,7 @@ def handle_describe_share_group_offsets(ctx: Any, request: Any) -> Any:
                     plist.append(make(pcls, partition_index=p, start_offset=-1, leader_epoch=-1, lag=-1,
                                       error_code=ErrorCode.unknown_topic_or_partition, error_message=None))
                     continue
-                start, lag, code = lag_of(ctx, svc, SharePartitionKey.of(g.group_id, meta.topic_id, p), name)
+                start, lag, code = await lag_of(ctx, svc, SharePartitionKey.of(g.group_id, meta.topic_id, p), name)
                 plist.append(make(pcls, partition_index=p, start_offset=start, leader_epoch=0, lag=lag,
                                   error_code=code, error_message=None))
             topics.append(make(tcls, topic_name=name, topic_id=meta.topic_id if meta is not None else None,
@@ -111,7 +114,7 @@ def handle_describe_share_group_offsets(ctx: Any, request: Any) -> Any:
 
 
 @api(91, 0, 0)
-def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
+async def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
     cls = ctx.response_type
     svc = share_service(ctx.broker)
     store = ctx.broker.store
@@ -148,7 +151,7 @@ def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
                     message = (f"offset {offset} is outside {meta.name}-{idx}'s range "
                                f"[{plog.log_start_offset}, {plog.high_watermark}]")
                 else:
-                    code = svc.reset_start_offset(request.group_id, meta.topic_id, idx, offset).error_code
+                    code = (await svc.reset_start_offset(request.group_id, meta.topic_id, idx, offset)).error_code
                     if code == ErrorCode.none:
                         altered.setdefault(meta.topic_id, []).append(idx)
                         names[meta.topic_id] = meta.name
@@ -164,7 +167,7 @@ def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
 
 
 @api(92, 0, 0)
-def handle_delete_share_group_offsets(ctx: Any, request: Any) -> Any:
+async def handle_delete_share_group_offsets(ctx: Any, request: Any) -> Any:
     cls = ctx.response_type
     svc = share_service(ctx.broker)
     store = ctx.broker.store
@@ -186,7 +189,7 @@ def handle_delete_share_group_offsets(ctx: Any, request: Any) -> Any:
         parts = [k.partition for k in keys if k.topic_id == str(meta.topic_id)]
         code = ErrorCode.none
         for p in parts:
-            o = svc.delete_partition_state(request.group_id, meta.topic_id, p)
+            o = await svc.delete_partition_state(request.group_id, meta.topic_id, p)
             if not o.ok:
                 code = o.error_code
             else:

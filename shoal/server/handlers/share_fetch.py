@@ -46,10 +46,22 @@ DEFAULT_MAX_RECORDS = 500
 
 
 def _is_member(ctx: Any, group_id: str, member_id: str) -> bool:
+    """Whether ``member_id`` may fetch: a member of the group, when this broker coordinates
+    the group. In a cluster the share-partition leader is often another broker; there,
+    as in Kafka, only the share session is checked (the group coordinator fences members,
+    and their sessions end when they close or disconnect)."""
     groups = ctx.broker.extensions.get("groups")
     if groups is None:
         return True
+    runtime = groups.runtime
+    if not runtime.owns(runtime.partition_for_group(group_id)):
+        return True
     return groups.share_assignment(group_id, member_id) is not None
+
+
+def _ack_keys(topics: Any) -> list[tuple[uuid.UUID, int]]:
+    return [(_uuid(t.topic_id), int(p.partition_index)) for t in topics for p in t.partitions
+            if p.acknowledgement_batches]
 
 
 def _uuid(topic_id: Any) -> uuid.UUID:
@@ -149,6 +161,7 @@ async def _acknowledge_as_departed(ctx: Any, svc: ShareService, group_id: str, m
     that); the partitions' outcomes are not reported, since the request fails as a whole.
     """
     if any(p.acknowledgement_batches for t in topics for p in t.partitions):
+        await svc.load_partitions(group_id, _ack_keys(topics))
         await acknowledgement_codes(svc, apply_acknowledgements(ctx, svc, group_id, member_id, topics))
 
 
@@ -278,6 +291,9 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
     if not outcome.ok:
         return fail(outcome.error_code)
 
+    # Cluster mode: the share-partitions' state may have to come from another broker first.
+    await svc.load_partitions(group_id, [*_ack_keys(request.topics),
+                                         *((_uuid(t), p) for t, p in (outcome.partitions or ()))])
     acks = apply_acknowledgements(ctx, svc, group_id, member_id, request.topics)
     if outcome.closed or outcome.replaced or outcome.forgotten:
         # Settle the acknowledgements before releasing: a write that fails leaves its
@@ -316,6 +332,7 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
         remaining_records = max_records
         budget = max_bytes
         while True:
+            await svc.load_partitions(group_id, [k for k in order if k not in errors])  # after a failover
             for key in order:
                 if key in errors or remaining_records <= 0 or budget <= 0:
                     continue
@@ -409,6 +426,7 @@ async def handle_share_acknowledge(ctx: Any, request: Any) -> Any:
     outcome = svc.sessions.handle_share_acknowledge(request, ctx.connection.connection_id)
     if not outcome.ok:
         return fail(outcome.error_code)
+    await svc.load_partitions(group_id, _ack_keys(request.topics))
     codes = await acknowledgement_codes(svc, apply_acknowledgements(ctx, svc, group_id, member_id, request.topics))
     if outcome.closed:
         svc.release_member(group_id, member_id, previous_parts)

@@ -248,7 +248,7 @@ def test_wire_write_drops_the_loaded_share_partition_which_reloads_from_it(tmp_p
         svc.reschedule(sp)  # a lock-expiry timer for the old object
         key = SharePartitionKey.of("g", tid, 0)
         before = svc.persister.read(key).state
-        resp = handle_write_share_group_state(_Ctx(b), _wire_write(tid, 3, 2, [(2, 3, 4, 1), (4, 4, 0, 2)]))
+        resp = await handle_write_share_group_state(_Ctx(b), _wire_write(tid, 3, 2, [(2, 3, 4, 1), (4, 4, 0, 2)]))
         assert [p.error_code for p in resp.results[0].partitions] == [ErrorCode.none]
         # Nothing of the old in-memory state was written over the wire write.
         assert svc.persister.read(key).state.start_offset == 2
@@ -282,10 +282,10 @@ def test_wire_write_that_fails_keeps_the_loaded_share_partition(tmp_path: Path) 
         b.extensions["share"] = svc
         tid = _topic_with_records(b, "t", 2)
         sp = svc.get_partition("g", tid, 0)
-        assert handle_write_share_group_state(_Ctx(b), _wire_write(tid, 5, 1, [])).results[0].partitions[0] \
+        assert (await handle_write_share_group_state(_Ctx(b), _wire_write(tid, 5, 1, []))).results[0].partitions[0] \
             .error_code == ErrorCode.none
         sp = svc.get_partition("g", tid, 0)
-        resp = handle_write_share_group_state(_Ctx(b), _wire_write(tid, 4, 0, []))  # an older leader: fenced
+        resp = await handle_write_share_group_state(_Ctx(b), _wire_write(tid, 4, 0, []))  # an older leader: fenced
         assert [p.error_code for p in resp.results[0].partitions] == [ErrorCode.fenced_leader_epoch]
         assert svc.partitions[("g", tid, 0)] is sp
         svc.stop()
@@ -371,13 +371,13 @@ def test_wire_write_refused_by_the_disk_answers_the_partition_with_an_error(tmp_
             raise ApiError(ErrorCode.kafka_storage_error, "append failed: [Errno 28] No space left on device")
 
         plog.append = full  # type: ignore[method-assign]
-        resp = handle_write_share_group_state(Ctx(b), _wire_write(tid, 5, 1, []))
+        resp = await handle_write_share_group_state(Ctx(b), _wire_write(tid, 5, 1, []))
         (result,) = resp.results
         assert result.topic_id == tid
         assert [(p.partition, p.error_code) for p in result.partitions] == [(0, ErrorCode.coordinator_not_available)]
         assert not b.halted  # a refused write is not fatal
         plog.append = real  # type: ignore[method-assign]
-        resp = handle_write_share_group_state(Ctx(b), _wire_write(tid, 5, 1, []))
+        resp = await handle_write_share_group_state(Ctx(b), _wire_write(tid, 5, 1, []))
         assert [p.error_code for p in resp.results[0].partitions] == [ErrorCode.none]
         svc.stop()
         b.close()
