@@ -6,8 +6,8 @@ Every new metadata snapshot is applied in one pass (``apply``):
 
 * topics: the local log store mirrors the topics in etcd (created, grown, reconfigured,
   deleted), so the handlers keep reading topic metadata from the store;
-  ``__consumer_offsets`` is such a replicated topic once a FindCoordinator created it,
-  ``__share_group_state`` stays local (see docs/CLUSTER.md);
+  ``__consumer_offsets`` and ``__share_group_state`` are such replicated topics once
+  created (``server/internal_topics.py``);
 * every change of this broker's leadership of a partition is reported to
   ``broker.leadership_changed`` (the group coordinator loads and unloads its shards);
 * partitions this broker is a replica of: it *leads* one when the partition state names

@@ -38,6 +38,17 @@ Theory of operation
   group keeps them until its session closes (see :meth:`ShareService.on_share_member_removed`).
   Replacing a session (epoch 0) keeps them in the partitions the new session names.
 
+Cluster mode (``metadata.store`` set): ``__share_group_state`` is replicated and the
+runtime follows its partitions' leadership (:meth:`ShareService.state_leadership_changed`).
+The persister's ``*_state`` methods then go to the key's share coordinator: in process
+when this broker leads the key's state partition (answered once the in-sync replicas
+have the records), else over the network (``share_persister.py``). Share-partitions are
+loaded asynchronously (:meth:`ShareService.load_partitions`, with the data partition's
+leader epoch) before the handlers use them; a commit round for a state partition this
+broker leads awaits the high watermark after its fsync (:meth:`_replicated_round`), one
+for another broker's sends the writes there (:meth:`_remote_round`). A write fenced by
+the share coordinator (FENCED_LEADER_EPOCH / FENCED_STATE_EPOCH) drops the share-partition.
+
 Event loop only. The group service calls :meth:`on_share_member_removed`,
 :meth:`initialize_share_state` and :meth:`delete_share_state`.
 """

@@ -217,6 +217,30 @@ def test_failed_write_rolls_back_and_reports(tmp_path: Path) -> None:
     run(body)
 
 
+def test_fenced_write_drops_the_stale_share_partition_which_reloads_the_newer_state(tmp_path: Path) -> None:
+    async def body() -> None:
+        b, svc = started(tmp_path, {"share.auto.offset.reset": "earliest"})
+        tid = _topic_with_records(b, "t", 4)
+        sp = svc.get_partition("g", tid, 0)
+        sp.acquire("m", [(0, 3)], b.clock.now_ms(), 10)
+        update = sp.acknowledge("m", [(0, 1, [AcknowledgeType.ACCEPT])], b.clock.now_ms())
+        # A newer leader read the state with a higher leader epoch meanwhile.
+        key = SharePartitionKey.of("g", tid, 0)
+        assert svc.persister.read(key, leader_epoch=sp.leader_epoch + 1).ok
+        assert not await svc.persist(sp)
+        assert update.status is UpdateStatus.ROLLED_BACK
+        assert ("g", tid, 0) not in svc.partitions  # stale: dropped, nothing more of it is written
+        assert svc.persister.read(key).state.start_offset == 0
+        again = svc.get_partition("g", tid, 0)
+        assert again is not sp and again.leader_epoch == sp.leader_epoch + 1
+        got = again.acquire("n", [(0, 3)], b.clock.now_ms(), 10)
+        assert [(a.first_offset, a.last_offset) for a in got] == [(0, 3)]
+        svc.stop()
+        b.close()
+
+    run(body)
+
+
 class _Ctx:
     """What a handler needs of its request context."""
 
