@@ -26,19 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import io
 import logging
-import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-from kio.serial import entity_reader, entity_writer
 
 from ..errors import ErrorCode
 from ..protocol.codec import codec_for
 from ..protocol.entities import make, sub
-from ..protocol.framing import FrameDecoder
-from ..protocol.header import read_uvarint
+from .peer import PeerConnection
 
 if TYPE_CHECKING:
     from .replica_manager import ReplicaManager
@@ -47,9 +42,6 @@ log = logging.getLogger("shoal.cluster.fetcher")
 
 FETCH, OFFSETS_FOR_LEADER_EPOCH = 1, 23
 FETCH_VERSION, OFFSETS_VERSION = 12, 4
-_HDR = struct.Struct(">hhi")
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
 
 
 @dataclass(slots=True)
@@ -69,10 +61,7 @@ class Fetcher:
         self.partitions: dict[tuple[str, int], FetchState] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._cid = 0
-        self._decoder = FrameDecoder(1 << 30)
+        self._conn = PeerConnection(host, port, f"shoal-replica-{manager.node_id}")
         self._flushing: asyncio.Future[None] | None = None
         self.closed = False
 
@@ -98,10 +87,7 @@ class Fetcher:
         self._disconnect()
 
     def _disconnect(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._reader = self._writer = None
-        self._decoder = FrameDecoder(1 << 30)
+        self._conn.close()
 
     # -- the loop ---------------------------------------------------------------------
     async def _run(self) -> None:
@@ -119,9 +105,7 @@ class Fetcher:
                     pass
                 continue
             try:
-                if self._writer is None:
-                    self._reader, self._writer = await asyncio.wait_for(
-                        asyncio.open_connection(self.host, self.port), 5)
+                await self._conn.connect()
                 trunc = {k: s for k, s in active.items() if s.needs_truncation}
                 if trunc:
                     await self._truncate(trunc)
@@ -136,36 +120,7 @@ class Fetcher:
                 await asyncio.sleep(backoff)
 
     async def _call(self, api_key: int, version: int, request: Any) -> Any:
-        assert self._writer is not None and self._reader is not None
-        codec = codec_for(api_key, version)
-        assert codec is not None
-        body = io.BytesIO()
-        entity_writer(type(request))(body, request)
-        self._cid = (self._cid + 1) & 0x7FFFFFFF
-        client_id = f"shoal-replica-{self.manager.node_id}".encode()
-        header = _HDR.pack(api_key, version, self._cid) + _I16.pack(len(client_id)) + client_id + b"\x00"
-        payload = header + body.getvalue()
-        self._writer.write(_I32.pack(len(payload)) + payload)
-        await self._writer.drain()
-        while True:
-            frame = self._decoder.next_frame()
-            if frame is not None:
-                break
-            chunk = await self._reader.read(1 << 20)
-            if not chunk:
-                raise ConnectionError("leader closed the connection")
-            self._decoder.feed(chunk)
-        (cid,) = _I32.unpack_from(frame, 0)
-        if cid != self._cid:
-            raise ConnectionError(f"correlation id {cid}, expected {self._cid}")
-        pos = 4
-        count, pos = read_uvarint(frame, pos)
-        for _ in range(count):
-            _tag, pos = read_uvarint(frame, pos)
-            size, pos = read_uvarint(frame, pos)
-            pos += size
-        value, _ = entity_reader(codec.response_type)(frame, pos)
-        return value
+        return await self._conn.call(api_key, version, request)
 
     async def _truncate(self, parts: dict[tuple[str, int], FetchState]) -> None:
         codec = codec_for(OFFSETS_FOR_LEADER_EPOCH, OFFSETS_VERSION)

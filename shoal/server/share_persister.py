@@ -27,19 +27,12 @@ Event loop only. The decisions are pure (``shoal/share/state_rpc.py``).
 from __future__ import annotations
 
 import asyncio
-import io
 import logging
 import random
-import struct
 from collections.abc import Awaitable, Callable
-from typing import Any
 
-from kio.serial import entity_reader, entity_writer
-
+from ..cluster.peer import PeerConnection
 from ..errors import ErrorCode
-from ..protocol.codec import codec_for
-from ..protocol.framing import FrameDecoder
-from ..protocol.header import read_uvarint
 from ..share.coordinator import PartitionOutcome
 from ..share.state_rpc import (
     StateOp,
@@ -58,10 +51,6 @@ log = logging.getLogger("shoal.share.persister")
 __all__ = ["RemoteStates"]
 
 REQUEST_TIMEOUT_S = 30.0
-CONNECT_TIMEOUT_S = 5.0
-_HDR = struct.Struct(">hhi")
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
 
 
 class _Channel:
@@ -73,10 +62,7 @@ class _Channel:
         self.host, self.port = host, port
         self.queue: list[tuple[StateOp, asyncio.Future[PartitionOutcome]]] = []
         self._task: asyncio.Task[None] | None = None
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._decoder = FrameDecoder(1 << 30)
-        self._cid = 0
+        self._conn = PeerConnection(host, port, f"shoal-persister-{owner.broker.node_id}")
         self.requests = 0
         """Requests sent (for tests and logs)."""
 
@@ -95,7 +81,8 @@ class _Channel:
             self.queue = [item for i, item in enumerate(self.queue) if i not in chosen]
             try:
                 request = build_request(rpc, group_id, [op for op, _f in items])
-                response = await asyncio.wait_for(self._call(int(rpc), rpc.version, request), REQUEST_TIMEOUT_S)
+                response = await asyncio.wait_for(self._conn.call(int(rpc), rpc.version, request),
+                                                  REQUEST_TIMEOUT_S)
                 self.requests += 1
                 outcomes = outcomes_of(rpc, group_id, response)
                 answers = [answer_for(op, outcomes) for op, _f in items]
@@ -112,46 +99,8 @@ class _Channel:
                 if not fut.done():
                     fut.set_result(answer)
 
-    async def _call(self, api_key: int, version: int, request: Any) -> Any:
-        if self._writer is None:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), CONNECT_TIMEOUT_S)
-            self._decoder = FrameDecoder(1 << 30)
-        assert self._reader is not None and self._writer is not None
-        codec = codec_for(api_key, version)
-        assert codec is not None and codec.flexible
-        body = io.BytesIO()
-        entity_writer(type(request))(body, request)
-        self._cid = (self._cid + 1) & 0x7FFFFFFF
-        client_id = f"shoal-persister-{self.owner.broker.node_id}".encode()
-        header = _HDR.pack(api_key, version, self._cid) + _I16.pack(len(client_id)) + client_id + b"\x00"
-        payload = header + body.getvalue()
-        self._writer.write(_I32.pack(len(payload)) + payload)
-        await self._writer.drain()
-        while True:
-            frame = self._decoder.next_frame()
-            if frame is not None:
-                break
-            chunk = await self._reader.read(1 << 20)
-            if not chunk:
-                raise ConnectionError("the coordinator closed the connection")
-            self._decoder.feed(chunk)
-        (cid,) = _I32.unpack_from(frame, 0)
-        if cid != self._cid:
-            raise ConnectionError(f"correlation id {cid}, expected {self._cid}")
-        pos = 4
-        count, pos = read_uvarint(frame, pos)
-        for _ in range(count):
-            _tag, pos = read_uvarint(frame, pos)
-            size, pos = read_uvarint(frame, pos)
-            pos += size
-        value, _ = entity_reader(codec.response_type)(frame, pos)
-        return value
-
     def disconnect(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._reader = self._writer = None
+        self._conn.close()
 
     async def close(self) -> None:
         if self._task is not None and not self._task.done():

@@ -498,8 +498,11 @@ class ShareService:
             if sp is None:
                 sp = self.partitions[pid] = self._new_partition(group_id, topic_id, partition, outcome.state,
                                                                 leader_epoch)
-                log.info("share-partition %s-%s-%d loaded at SPSO %d (state epoch %d, leader epoch %d)",
-                         group_id, name, partition, sp.start_offset, outcome.state.state_epoch, leader_epoch)
+                remote = self.persister.remote
+                coordinator = remote.coordinator(StateOp(Rpc.READ, key)) if remote is not None else None
+                log.info("share-partition %s-%s-%d loaded at SPSO %d (state epoch %d, leader epoch %d; state %s)",
+                         group_id, name, partition, sp.start_offset, outcome.state.state_epoch, leader_epoch,
+                         "in process" if coordinator == self.broker.node_id else f"on broker {coordinator}")
             self._load_errors.pop(pid, None)
             return sp
         except ApiError as e:

@@ -199,6 +199,13 @@ def test_share_consumers_read_every_record_with_roles_on_different_brokers(clust
         for c in consumers:
             c.close()
     assert sorted(int(v) for v in seen.values()) == list(range(300)), cluster.stderr_tails(30)
+    # Both persister paths served: a leader that coordinates its share-partition's state
+    # loaded it in process, one that does not from the share coordinator over the network.
+    for p in range(3):
+        where = "in process" if s[p] == leaders[p] else f"on broker {s[p]}"
+        lines = cluster.broker_for(leaders[p]).stderr_path.read_text(errors="replace").splitlines()
+        assert any(f"share-partition {group}-{topic}-{p} loaded at SPSO 0 " in line and f"state {where})" in line
+                   for line in lines), (p, where)
     # Every share-partition's state moved past its records, on its own coordinator.
     for p in range(3):
         spso = wait_until(f"SPSO of partition {p}", lambda p=p: (lambda st: st[0] if st[0] == 100 else None)(
