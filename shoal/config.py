@@ -181,10 +181,12 @@ _DEFS: list[Definition] = [
                check=_NoLimitOr(1), dynamic=False),
     Definition("auto.create.topics.enable", bool, True, Scope.BROKER,
                "Create a topic (with `num.partitions` partitions) when a Metadata request that allows it "
-               "names one that does not exist."),
+               "names one that does not exist (in a cluster through etcd, with `default.replication.factor` "
+               "replicas, as CreateTopics does)."),
     Definition("num.partitions", int, 1, Scope.BROKER, "Partitions of an auto-created topic.", check=_ge(1)),
     Definition("default.replication.factor", int, 1, Scope.BROKER,
-               "Replication factor of new topics that ask for -1 (one broker: always 1)."),
+               "Replication factor of new topics that ask for -1 and of auto-created topics (one broker: "
+               "always 1; in a cluster, more than the registered brokers fails with INVALID_REPLICATION_FACTOR)."),
     Definition("delete.topic.enable", bool, True, Scope.BROKER, "Whether DeleteTopics is allowed."),
     Definition("message.max.bytes", int, 1048588, Scope.BROKER,
                "Largest record batch accepted (topic key: max.message.bytes).", check=_ge(0)),

@@ -9,7 +9,8 @@ Keys, under ``/shoal/`` (values are JSON):
   start, so a restart is visible even before the old lease lapses;
 * ``controller``: the elected controller's node id, attached to its lease; created only if
   absent (a lease-backed election: whoever creates it leads until its lease goes);
-* ``topics/<name>``: ``{topic_id, num_partitions, configs}``;
+* ``topics/<name>``: ``{topic_id, num_partitions, configs}``; created only if absent, then
+  changed (partitions added, configs altered) by compare-and-swap on its mod revision;
 * ``partitions/<name>/<index>``: a :class:`PartitionState`. Every write of one compares
   the key's mod revision with the one its writer read, in one transaction, so a writer
   that decided on stale state changes nothing (compare-and-swap on the partition epoch).
@@ -69,6 +70,8 @@ class TopicRecord:
     topic_id: uuid.UUID
     num_partitions: int
     configs: dict[str, str]
+    mod_revision: int = field(default=0, compare=False)
+    """The topic key's mod revision when read: writers compare it (compare-and-swap)."""
 
 
 @dataclass(slots=True)
@@ -327,7 +330,7 @@ class EtcdStore:
             elif parts[0] == "topics" and len(parts) == 2:
                 d = json.loads(kv.value)
                 snap.topics[parts[1]] = TopicRecord(parts[1], uuid.UUID(d["topic_id"]), int(d["num_partitions"]),
-                                                    dict(d.get("configs", {})))
+                                                    dict(d.get("configs", {})), kv.mod_revision)
             elif parts[0] == "partitions" and len(parts) == 3:
                 snap.partitions[(parts[1], int(parts[2]))] = (PartitionState.from_json(kv.value), kv.mod_revision)
         except (ValueError, KeyError, TypeError) as e:
@@ -356,13 +359,17 @@ class EtcdStore:
 
     async def create_topic(self, name: str, topic_id: uuid.UUID, configs: dict[str, str],
                            states: list[PartitionState]) -> bool:
-        """Create a topic and its partitions in one transaction; False if it exists."""
+        """Create a topic and its partitions in one transaction; False if it exists.
+
+        The transaction is conditioned on the topic key not existing, so of two brokers
+        creating the same topic at once exactly one succeeds.
+        """
         c = self.client
         key = _key("topics", name)
-        value = json.dumps({"topic_id": str(topic_id), "num_partitions": len(states), "configs": configs})
+        value = _topic_value(topic_id, len(states), configs)
         ok, _ = await c.transaction(
             compare=[c.transactions.create(key) == 0],
-            success=[c.transactions.put(key, value.encode())]
+            success=[c.transactions.put(key, value)]
             + [c.transactions.put(_key("partitions", name, i), s.to_json()) for i, s in enumerate(states)],
             failure=[],
         )
@@ -370,20 +377,29 @@ class EtcdStore:
             self._stale.set()
         return bool(ok)
 
-    async def add_partitions(self, topic: TopicRecord, mod_revision_unknown: bool,
-                             states: list[PartitionState]) -> bool:
-        """Grow a topic (its record must still say ``topic.num_partitions``)."""
+    async def add_partitions(self, topic: TopicRecord, states: list[PartitionState]) -> bool:
+        """Grow a topic (its key must still have ``topic.mod_revision``)."""
         c = self.client
         key = _key("topics", topic.name)
-        old = json.dumps({"topic_id": str(topic.topic_id), "num_partitions": topic.num_partitions,
-                          "configs": topic.configs}).encode()
-        new = json.dumps({"topic_id": str(topic.topic_id), "num_partitions": topic.num_partitions + len(states),
-                          "configs": topic.configs}).encode()
+        new = _topic_value(topic.topic_id, topic.num_partitions + len(states), topic.configs)
         ok, _ = await c.transaction(
-            compare=[c.transactions.value(key) == old],
+            compare=[c.transactions.mod(key) == topic.mod_revision],
             success=[c.transactions.put(key, new)]
             + [c.transactions.put(_key("partitions", topic.name, topic.num_partitions + i), s.to_json())
                for i, s in enumerate(states)],
+            failure=[],
+        )
+        if ok:
+            self._stale.set()
+        return bool(ok)
+
+    async def set_topic_configs(self, topic: TopicRecord, configs: dict[str, str]) -> bool:
+        """Replace a topic's config overrides iff its key still has ``topic.mod_revision``."""
+        c = self.client
+        key = _key("topics", topic.name)
+        ok, _ = await c.transaction(
+            compare=[c.transactions.mod(key) == topic.mod_revision],
+            success=[c.transactions.put(key, _topic_value(topic.topic_id, topic.num_partitions, configs))],
             failure=[],
         )
         if ok:
@@ -429,6 +445,12 @@ class EtcdStore:
             self._stale.set()
             await asyncio.sleep(0.02)
         return True
+
+
+def _topic_value(topic_id: uuid.UUID, num_partitions: int, configs: dict[str, str]) -> bytes:
+    """A topic key's value; always encoded the same way, so writers can compare it."""
+    return json.dumps({"topic_id": str(topic_id), "num_partitions": num_partitions, "configs": configs},
+                      sort_keys=True).encode()
 
 
 def _prefix_end(prefix: bytes) -> bytes:

@@ -16,7 +16,9 @@ leader epoch, and removes it when that changes again. The fetcher's loop:
    one fsync before they are on the follower's disk (they are in its page cache, so a
    killed process loses nothing; Kafka's followers never fsync).
 
-A partition that gets NOT_LEADER_OR_FOLLOWER or a leader-epoch error pauses for
+A partition whose fetch offset is below the leader's log start (a new replica of a
+partition whose old records were deleted) starts again with an empty log at the leader's
+log start. A partition that gets NOT_LEADER_OR_FOLLOWER or a leader-epoch error pauses for
 ``replica.fetch.backoff.ms`` (new metadata moves it meanwhile if leadership changed), then
 truncates again; a broken connection backs off as long.
 Concurrency: one task per fetcher, on the event loop.
@@ -176,6 +178,11 @@ class Fetcher:
                 st = self.partitions.get(key)
                 if st is None or st is not parts.get(key) or st.needs_truncation:
                     continue
+                if p.error_code == ErrorCode.offset_out_of_range and p.log_start_offset > st.fetch_offset:
+                    leo = self.manager.restart_follower_at(key, p.log_start_offset)
+                    if leo is not None:
+                        st.fetch_offset = leo
+                        continue
                 if p.error_code != ErrorCode.none:
                     self._on_error(key, st, p.error_code)
                     continue

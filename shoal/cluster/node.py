@@ -14,9 +14,18 @@ as compare-and-swap transactions that also require this broker to still hold the
 controller key. Whoever holds the key (a lease-backed election) is the only writer of
 leader elections; leaders write their own ISR changes.
 
-Topic administration (CreateTopics, CreatePartitions, DeleteTopics) is done by the broker
-that receives the request, in one etcd transaction each, with the same placement code the
-controller would use; it answers once its own copy of the metadata shows the change.
+Topic administration (CreateTopics, CreatePartitions, DeleteTopics, AlterConfigs of topics,
+AlterPartitionReassignments) is done by the broker that receives the request, in one etcd
+transaction each (a topic is created only if its key is absent; other changes compare the
+key's mod revision), with the same placement code the controller would use; it answers
+once its own copy of the metadata shows the change.
+
+Reassignment: the receiving broker writes the target into the partition's record
+(``adding``/``removing``, see ``partition_state.py``); the added replicas follow the
+leader like any follower and join the ISR when caught up; at each snapshot the controller
+completes every reassignment whose target replicas are all in sync (switching the replica
+set and, if needed, the leader) before its usual leader and ISR decisions. Removed
+replicas empty their local log (``ReplicaManager.apply``).
 
 Stop (SIGTERM, ``controlled.shutdown.enable``): the registration is marked
 ``shutting_down``; the controller moves every leadership that has another in-sync
@@ -30,13 +39,21 @@ import asyncio
 import logging
 import random
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import ApiError, ErrorCode
 from ..log.store import validate_topic_configs, validate_topic_name
 from .etcd_store import EtcdStore, Snapshot, parse_endpoints
 from .metadata import BrokerEndpoint, PartitionView
-from .partition_state import initial_state, reconcile
+from .partition_state import (
+    ReassignmentError,
+    cancel_reassignment,
+    complete_reassignment,
+    initial_state,
+    reconcile,
+    start_reassignment,
+)
 from .placement import assign_replicas
 from .replica_manager import ReplicaManager
 
@@ -173,8 +190,12 @@ class ClusterNode:
                 stopping = {b.node_id for b in snap.brokers.values() if b.shutting_down}
                 changes = []
                 for (topic, index), (state, rev) in snap.partitions.items():
-                    new = reconcile(state, live, shutting_down=stopping, prefer=prefer)
-                    if new is not None:
+                    new = complete_reassignment(state, live, shutting_down=stopping) or state
+                    if new is not state:
+                        log.info("controller: reassignment of %s-%d to %s complete", topic, index,
+                                 list(new.replicas))
+                    new = reconcile(new, live, shutting_down=stopping, prefer=prefer) or new
+                    if new is not state:
                         changes.append((topic, index, rev, new))
                 for i in range(0, len(changes), 64):
                     chunk = changes[i:i + 64]
@@ -282,7 +303,10 @@ class ClusterNode:
                                   ADMIN_TIMEOUT_S)
         return topic_id, rf
 
-    async def create_partitions(self, name: str, total: int, *, validate_only: bool) -> None:
+    async def create_partitions(self, name: str, total: int, assignments: list[list[int]] | None = None, *,
+                                validate_only: bool) -> None:
+        """Grow a topic to ``total`` partitions, placed by ``assignments`` (one replica list per new
+        partition) or by the placement code. Raises ApiError."""
         await self.store.reload()
         snap = self.store.snapshot
         rec = snap.topics.get(name)
@@ -292,15 +316,54 @@ class ClusterNode:
             raise ApiError(ErrorCode.invalid_partitions,
                            f"topic has {rec.num_partitions} partitions; a new count must be larger")
         first = snap.state(name, 0)
-        rf = len(first.replicas) if first is not None else 1
-        placement = self._placement(total - rec.num_partitions, rf, first=rec.num_partitions)
+        rf = len(first.replicas) - len(first.adding) if first is not None else 1
+        if assignments:
+            if len(assignments) != total - rec.num_partitions:
+                raise ApiError(ErrorCode.invalid_replica_assignment,
+                               f"{len(assignments)} assignments for {total - rec.num_partitions} new partitions")
+            for reps in assignments:
+                if len(reps) != rf:
+                    raise ApiError(ErrorCode.invalid_replica_assignment,
+                                   f"inconsistent replication factor: {list(reps)} for a topic with {rf}")
+                if len(set(reps)) != len(reps):
+                    raise ApiError(ErrorCode.invalid_replica_assignment, f"duplicate broker in {list(reps)}")
+                unknown = [r for r in reps if r not in snap.brokers]
+                if unknown:
+                    raise ApiError(ErrorCode.invalid_replica_assignment, f"unknown brokers {unknown}")
+            placement = [list(r) for r in assignments]
+        else:
+            placement = self._placement(total - rec.num_partitions, rf, first=rec.num_partitions)
         if validate_only:
             return
         live = snap.live()
-        if not await self.store.add_partitions(rec, False, [initial_state(r, live) for r in placement]):
+        if not await self.store.add_partitions(rec, [initial_state(r, live) for r in placement]):
             raise ApiError(ErrorCode.reassignment_in_progress, "the topic changed meanwhile; retry")
         await self.store.wait_for(lambda s: s.topics.get(name) is not None
                                   and s.topics[name].num_partitions == total, ADMIN_TIMEOUT_S)
+
+    async def alter_topic_configs(self, name: str, change: Callable[[dict[str, str]], dict[str, str]], *,
+                                  validate_only: bool) -> tuple[dict[str, str], dict[str, str]]:
+        """Set a topic's config overrides to ``change(current)`` in etcd; returns (old, new).
+
+        A compare-and-swap on the topic key (retried when another change came first); every
+        broker applies the new configs from its metadata watch, this one before it answers.
+        Raises ApiError (``change`` raises for invalid configs).
+        """
+        for _ in range(10):
+            await self.store.reload()
+            rec = self.store.snapshot.topics.get(name)
+            if rec is None:
+                raise ApiError(ErrorCode.unknown_topic_or_partition)
+            new = change(dict(rec.configs))
+            validate_topic_configs(new)
+            if validate_only or new == rec.configs:
+                return dict(rec.configs), new
+            if await self.store.set_topic_configs(rec, new):
+                await self.store.wait_for(
+                    lambda s: (m := self.broker.store.get_topic(name)) is not None and m.configs == new,
+                    ADMIN_TIMEOUT_S)
+                return dict(rec.configs), new
+        raise ApiError(ErrorCode.request_timed_out, f"the configs of {name} kept changing; retry")
 
     async def elect_preferred(self, topic: str, index: int) -> None:
         """Make the preferred replica lead (ElectLeaders). Raises ApiError when it cannot or need not."""
@@ -321,6 +384,64 @@ class ClusterNode:
             raise ApiError(ErrorCode.preferred_leader_not_available, "the partition changed meanwhile; retry")
         await self.store.wait_for(lambda s: (st := s.state(topic, index)) is not None and st.leader == preferred,
                                   ADMIN_TIMEOUT_S)
+
+    # -- reassignment ------------------------------------------------------------------------------
+    async def reassign(self, targets: list[tuple[str, int, list[int] | None]]) -> list[ApiError | None]:
+        """Start (a replica list) or cancel (None) the reassignment of each partition; the outcome of each.
+
+        Each is a compare-and-swap on the partition's record (retried on a newer record).
+        The controller completes it once the target replicas are in the ISR; this only
+        waits until its own copy of the metadata shows the change.
+        """
+        await self.store.reload()
+        out: list[ApiError | None] = []
+        for topic, index, target in targets:
+            try:
+                await self._reassign_one(topic, index, target)
+                out.append(None)
+            except ApiError as e:
+                out.append(e)
+        return out
+
+    async def _reassign_one(self, topic: str, index: int, target: list[int] | None) -> None:
+        for _ in range(10):
+            snap = self.store.snapshot
+            got = snap.partitions.get((topic, index))
+            if got is None or topic not in snap.topics:
+                raise ApiError(ErrorCode.unknown_topic_or_partition)
+            state, rev = got
+            live = snap.live()
+            stopping = {b.node_id for b in snap.brokers.values() if b.shutting_down}
+            try:
+                if target is None:
+                    new = cancel_reassignment(state, live, shutting_down=stopping)
+                else:
+                    unknown = [b for b in target if b not in snap.brokers]
+                    if unknown:
+                        raise ApiError(ErrorCode.invalid_replica_assignment,
+                                       f"the assignment names brokers {unknown}, which are not registered")
+                    got_new = start_reassignment(state, target)
+                    if got_new is None:
+                        return
+                    new = got_new
+            except ReassignmentError as e:
+                code = ErrorCode.no_reassignment_in_progress if e.none_in_progress \
+                    else ErrorCode.invalid_replica_assignment
+                raise ApiError(code, str(e)) from None
+            if await self.store.compare_and_set([(topic, index, rev, new)]):
+                log.info("%s-%d: %s", topic, index,
+                         "reassignment cancelled" if target is None else f"reassigning to {target}")
+                await self.store.wait_for(
+                    lambda s: (st := s.state(topic, index)) is not None and st.partition_epoch >= new.partition_epoch,
+                    ADMIN_TIMEOUT_S)
+                return
+            await self.store.reload()
+        raise ApiError(ErrorCode.request_timed_out, f"{topic}-{index} kept changing; retry")
+
+    def reassignments(self) -> dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
+        """Ongoing reassignments: (topic, index) -> (replicas, adding, removing)."""
+        return {key: (st.replicas, st.adding, st.removing)
+                for key, (st, _) in self.store.snapshot.partitions.items() if st.reassigning}
 
     async def delete_topic(self, name: str) -> None:
         if name not in self.store.snapshot.topics:

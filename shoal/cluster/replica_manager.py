@@ -12,7 +12,9 @@ Every new metadata snapshot is applied in one pass (``apply``):
   ``broker.leadership_changed`` (the group coordinator loads and unloads its shards);
 * partitions this broker is a replica of: it *leads* one when the partition state names
   it leader under its current registration epoch, else it *follows* the named leader (or
-  does nothing while there is none).
+  does nothing while there is none). Every broker has a log for every partition; one
+  that is not a replica keeps it empty: when a reassignment removes this broker (or
+  removed it while it was down) the partition's records are deleted.
 
 Becoming leader at epoch ``e``: the leader-epoch cache gets ``(e, log end offset)``, the
 followers' progress is forgotten (each counts as caught up now, so none is dropped before
@@ -62,7 +64,7 @@ class Replica:
 
     __slots__ = ("topic", "index", "plog", "role", "leader_id", "leader_epoch", "state", "mod_revision",
                  "epochs", "follower_leo", "caught_up_ms", "last_fetch_leo", "last_fetch_ms", "waiters",
-                 "isr_write_pending")
+                 "isr_write_pending", "leader_hw")
 
     def __init__(self, topic: str, index: int, plog: Any) -> None:
         self.topic, self.index, self.plog = topic, index, plog
@@ -82,6 +84,8 @@ class Replica:
         self.last_fetch_ms: dict[int, int] = {}
         self.waiters: list[tuple[int, asyncio.Future[ErrorCode]]] = []
         self.isr_write_pending = False
+        self.leader_hw = -1
+        """As a follower: the leader's high watermark in its last Fetch answer (-1: none yet)."""
         if plog.replicated_high_watermark is None:
             plog.replicated_high_watermark = plog.log_start_offset
 
@@ -130,7 +134,11 @@ class ReplicaManager:
         now = self.broker.clock.now_ms()
         seen: set[tuple[str, int]] = set()
         for key, (state, rev) in snap.partitions.items():
-            if me not in state.replicas or key[0] not in snap.topics:
+            if key[0] not in snap.topics:
+                continue
+            if me not in state.replicas:
+                if key not in self.replicas:
+                    self._empty_stray_log(key)
                 continue
             try:
                 plog = self.broker.store.partition(*key)
@@ -154,6 +162,8 @@ class ReplicaManager:
         for key in list(self.replicas):
             if key not in seen:
                 self._go_offline(self.replicas.pop(key))
+                if key[0] in snap.topics:
+                    self._empty_stray_log(key)  # reassigned away from this broker
         for leader_id, f in list(self.fetchers.items()):
             info = snap.brokers.get(leader_id)
             if not f.partitions or info is None or (info.host, info.port) != (f.host, f.port):
@@ -187,6 +197,22 @@ class ReplicaManager:
         for meta in store.topics():
             if meta.name not in snap.topics and meta.name not in INTERNAL_TOPICS:
                 self._drop_topic(meta.name)
+
+    def _empty_stray_log(self, key: tuple[str, int]) -> None:
+        """Delete the records of a partition this broker is not a replica of (it was moved away,
+        maybe while this broker was down): the local log becomes empty, as on any non-replica."""
+        try:
+            plog = self.broker.store.partition(*key)
+        except ApiError:
+            return
+        if plog.log_end_offset == 0 and plog.log_start_offset == 0:
+            return
+        log.info("%s-%d is no longer a replica on this broker: deleting its log (end offset %d)",
+                 key[0], key[1], plog.log_end_offset)
+        try:
+            self.broker.store.empty_partition(*key, now_ms=self.broker.clock.now_ms())
+        except (ApiError, OSError) as e:
+            log.error("cannot delete the log of %s-%d: %s", key[0], key[1], e)
 
     def _drop_topic(self, name: str) -> None:
         for key in [k for k in self.replicas if k[0] == name]:
@@ -258,6 +284,25 @@ class ReplicaManager:
             r.save_epochs()
         return r.plog.log_end_offset
 
+    def restart_follower_at(self, key: tuple[str, int], leader_log_start: int) -> int | None:
+        """The follower's log ends before the leader's log starts (a new replica of an old
+        partition): start again with an empty log at the leader's log start. Returns the new LEO."""
+        r = self.replicas.get(key)
+        if r is None or r.role != FOLLOWER or leader_log_start <= r.plog.log_end_offset:
+            return None
+        log.info("%s-%d: the leader's log starts at %d, after this log's end %d: starting there", key[0], key[1],
+                 leader_log_start, r.plog.log_end_offset)
+        try:
+            r.plog = self.broker.store.empty_partition(*key, start_offset=leader_log_start,
+                                                       now_ms=self.broker.clock.now_ms())
+        except ApiError as e:
+            log.error("cannot restart %s-%d at %d: %s", key[0], key[1], leader_log_start, e)
+            return None
+        r.plog.replicated_high_watermark = r.plog.log_start_offset
+        r.epochs = LeaderEpochCache.from_text("")
+        r.save_epochs()
+        return r.plog.log_end_offset
+
     def append_follower(self, key: tuple[str, int], records: bytes, leader_hw: int,
                         leader_log_start: int = -1) -> int | None:
         """Append fetched batches; returns the new LEO, or None when the log must be truncated again.
@@ -269,6 +314,7 @@ class ReplicaManager:
         if r is None or r.role != FOLLOWER:
             return None
         plog = r.plog
+        r.leader_hw = leader_hw
         if records:
             try:
                 epochs = plog.append_as_follower(records, self.broker.clock.now_ms())
@@ -399,6 +445,15 @@ class ReplicaManager:
                 if out:
                     log.info("followers %s of %s-%d lag more than %d ms", out, r.topic, r.index, lag)
                     self._write_isr(r, shrink_isr(r.state, self.node_id, r.leader_epoch, out))
+
+    def offset_lag(self, topic: str, index: int) -> int:
+        """How far this replica's log end is behind the partition's high watermark: 0 on the
+        leader; on a follower, the leader's high watermark in its last Fetch answer minus
+        this log's end (0 before the first answer)."""
+        r = self.replicas.get((topic, index))
+        if r is None or r.role != FOLLOWER or r.leader_hw < 0:
+            return 0
+        return max(0, r.leader_hw - r.plog.log_end_offset)
 
     def leaderships(self) -> int:
         return sum(1 for r in self.replicas.values() if r.role == LEADER)

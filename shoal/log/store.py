@@ -33,7 +33,7 @@ from typing import Any
 
 from shoal.config import BROKER_KEYS_ALSO_TOPIC, CONFIG_DEFS, BrokerConfig, ConfigError, Scope, parse_value
 from shoal.errors import ApiError, ErrorCode
-from shoal.log.partition_log import PartitionLog, atomic_write
+from shoal.log.partition_log import LOG_START_FILE, PartitionLog, atomic_write
 from shoal.log.policy import LogConfig
 from shoal.log.segment import OpenSegments
 
@@ -319,6 +319,30 @@ class LogStore:
         for i in range(t.num_partitions):
             self._logs[(name, i)].update_config(cfg)
         return t
+
+    def empty_partition(self, topic: str, index: int, *, start_offset: int = 0, now_ms: int = 0) -> PartitionLog:
+        """Replace a partition's log by an empty one starting at ``start_offset`` (cluster mode:
+        this broker stopped being one of its replicas, or follows a leader whose log starts
+        later than its own log ends). Raises ApiError(unknown_topic_or_partition | kafka_storage_error)."""
+        t = self._require(topic)
+        old = self.partition(topic, index)
+        del self._logs[(topic, index)]
+        old.delete()
+        d = self._partition_dir(topic, index)
+        try:
+            if d.exists():
+                gone = d.with_name(f"{d.name}.{t.topic_id.hex}.deleted")
+                shutil.rmtree(gone, ignore_errors=True)
+                d.rename(gone)
+                shutil.rmtree(gone, ignore_errors=True)
+            d.mkdir(parents=True)
+            if start_offset > 0:
+                atomic_write(d / LOG_START_FILE, str(start_offset).encode())
+            new = PartitionLog.open(d, self.log_config(topic), now_ms=now_ms, files=self.files)
+        except OSError as e:
+            raise ApiError(ErrorCode.kafka_storage_error, f"cannot empty partition {topic}-{index}: {e}") from e
+        self._logs[(topic, index)] = new
+        return new
 
     # --- partitions --------------------------------------------------------------------------
     def partition(self, topic: str, index: int) -> PartitionLog:

@@ -338,3 +338,31 @@ def test_dynamic_broker_default_applies_to_existing_topics(start_broker, topic_n
         assert high == 20 and 10 <= low < 20
     finally:
         c.close()
+
+
+def test_one_broker_describes_its_log_dir_and_refuses_reassignments_elsewhere(shared_broker, topic_name):
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KTopicPartition
+    from kafka.errors import InvalidReplicationAssignmentError, NoReassignmentInProgressError
+
+    create_topic(shared_broker.bootstrap, topic_name, partitions=2)
+    p = producer(shared_broker.bootstrap)
+    produce_all(p, topic_name, [{"value": b"v" * 100, "partition": 1}] * 10)
+    admin = KafkaAdminClient(bootstrap_servers=shared_broker.bootstrap, request_timeout_ms=T * 1000)
+    try:
+        (described,) = admin.describe_log_dirs()
+        (log_dir,) = described["log_dirs"]
+        assert log_dir["error_code"] == 0 and log_dir["log_dir"] == str(shared_broker.data_dir.resolve())
+        parts = {p["partition_index"]: p for t in log_dir["topics"] if t["name"] == topic_name
+                 for p in t["partitions"]}
+        assert sorted(parts) == [0, 1]
+        assert parts[0]["partition_size"] == 0 and parts[1]["partition_size"] > 1000
+        assert parts[1]["offset_lag"] == 0
+        node = described["broker"]
+        tp, other = KTopicPartition(topic_name, 0), KTopicPartition(topic_name, 1)
+        assert admin.alter_partition_reassignments({tp: [node], other: [node + 1]}) == {
+            tp: None, other: InvalidReplicationAssignmentError}
+        assert admin.alter_partition_reassignments({tp: None}) == {tp: NoReassignmentInProgressError}
+        assert admin.list_partition_reassignments() == {}
+    finally:
+        admin.close()

@@ -1,7 +1,9 @@
 """DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44).
 
 Resources: TOPIC (2), BROKER (4) and GROUP (32, KIP-848/KIP-932 group configs). Topic
-overrides live with the topic metadata in the log store; broker and group overrides in
+overrides live with the topic metadata in the log store (in cluster mode they are changed
+in etcd, compare-and-swap on the topic key, and every broker applies them from its
+metadata watch; the receiving broker answers once it has); broker and group overrides in
 ``broker.dynamic_configs`` (persisted in the data directory). Every value is checked
 against ``shoal.config`` before anything is stored; a resource's changes apply all or
 none.
@@ -251,16 +253,36 @@ def _log_change(kind: str, name: str, old: dict[str, str], new: dict[str, str]) 
         log.info("%s %s configs changed: %s", kind, name, ", ".join(changes))
 
 
+def _new_topic_configs(current: dict[str, str], ops: list[tuple[str, int, str | None]],
+                       replace: bool) -> dict[str, str]:
+    new = _apply_ops({} if replace else current, ops)
+    for k, v in new.items():
+        _check_topic_config(k, v)
+    return new
+
+
+async def _alter_topic_in_cluster(broker: Any, name: str, ops: list[tuple[str, int, str | None]],
+                                  validate_only: bool, replace: bool) -> None:
+    """Cluster mode: the topic's configs change in etcd; every broker applies them from its watch."""
+    old, new = await broker.cluster.alter_topic_configs(
+        name, lambda current: _new_topic_configs(current, ops, replace), validate_only=validate_only)
+    if not validate_only:
+        _log_change("topic", name, old, new)
+
+
 def alter_resource(broker: Any, resource_type: int, name: str, ops: list[tuple[str, int, str | None]],
-                   validate_only: bool, replace: bool = False) -> None:
-    """Apply config operations to one resource, all or nothing. Raises ApiError."""
+                   validate_only: bool, replace: bool = False) -> Any:
+    """Apply config operations to one resource, all or nothing. Raises ApiError.
+
+    Returns an awaitable for a topic in cluster mode (the change goes through etcd), else None.
+    """
+    if resource_type == TOPIC and broker.cluster.clustered:
+        return _alter_topic_in_cluster(broker, name, ops, validate_only, replace)
     if resource_type == TOPIC:
         meta = broker.store.get_topic(name)
         if meta is None:
             raise ApiError(ErrorCode.unknown_topic_or_partition)
-        new = _apply_ops({} if replace else dict(meta.configs), ops)
-        for k, v in new.items():
-            _check_topic_config(k, v)
+        new = _new_topic_configs(dict(meta.configs), ops, replace)
         if not validate_only:
             old = dict(meta.configs)
             broker.store.alter_topic_configs(name, new, [k for k in meta.configs if k not in new])
@@ -290,6 +312,7 @@ def alter_resource(broker: Any, resource_type: int, name: str, ops: list[tuple[s
             _log_change("group", name, old, new)
     else:
         raise ApiError(ErrorCode.invalid_request, f"resource type {resource_type} cannot be altered")
+    return None
 
 
 @api(32, 1, 4)
@@ -338,23 +361,46 @@ def handle_describe_configs(ctx: Any, request: Any) -> Any:
 
 
 def _alter_response(ctx: Any, request: Any, incremental: bool) -> Any:
+    if ctx.broker.cluster.clustered and any(res.resource_type == TOPIC for res in request.resources):
+        return _alter_response_async(ctx, request, incremental)
     cls = ctx.response_type
     rcls = sub(cls, "AlterConfigsResourceResponse")
     out = []
     for res in request.resources:
-        if incremental:
-            ops = [(c.name, c.config_operation, c.value) for c in res.configs]
-        else:
-            ops = [(c.name, SET, c.value) for c in res.configs]
         try:
-            alter_resource(ctx.broker, res.resource_type, res.resource_name, ops, request.validate_only,
-                           replace=not incremental)
-            out.append(make(rcls, error_code=ErrorCode.none, error_message=None, resource_type=res.resource_type,
-                            resource_name=res.resource_name))
+            alter_resource(ctx.broker, res.resource_type, res.resource_name, _ops(res, incremental),
+                           request.validate_only, replace=not incremental)
+            out.append(_resource_result(rcls, res, None))
         except ApiError as e:
-            out.append(make(rcls, error_code=e.error_code, error_message=e.message, resource_type=res.resource_type,
-                            resource_name=res.resource_name))
+            out.append(_resource_result(rcls, res, e))
     return make(cls, throttle_time=0, responses=tuple(out))
+
+
+async def _alter_response_async(ctx: Any, request: Any, incremental: bool) -> Any:
+    cls = ctx.response_type
+    rcls = sub(cls, "AlterConfigsResourceResponse")
+    out = []
+    for res in request.resources:
+        try:
+            done = alter_resource(ctx.broker, res.resource_type, res.resource_name, _ops(res, incremental),
+                                  request.validate_only, replace=not incremental)
+            if done is not None:
+                await done
+            out.append(_resource_result(rcls, res, None))
+        except ApiError as e:
+            out.append(_resource_result(rcls, res, e))
+    return make(cls, throttle_time=0, responses=tuple(out))
+
+
+def _ops(res: Any, incremental: bool) -> list[tuple[str, int, str | None]]:
+    if incremental:
+        return [(c.name, c.config_operation, c.value) for c in res.configs]
+    return [(c.name, SET, c.value) for c in res.configs]
+
+
+def _resource_result(rcls: type, res: Any, e: ApiError | None) -> Any:
+    return make(rcls, error_code=e.error_code if e else ErrorCode.none, error_message=e.message if e else None,
+                resource_type=res.resource_type, resource_name=res.resource_name)
 
 
 @api(33, 0, 2)

@@ -4,6 +4,11 @@ One broker (local metadata): it leads every partition of every topic. Cluster mo
 live broker, and each partition's leader, leader epoch, replicas, ISR and offline replicas
 from the cluster metadata (LEADER_NOT_AVAILABLE for a partition without a leader).
 
+``auto.create.topics.enable`` (and the request allowing it): an unknown topic asked for by
+name is created with ``num.partitions``; in cluster mode through etcd exactly as
+CreateTopics does (``default.replication.factor`` replicas; INVALID_REPLICATION_FACTOR
+for that topic when fewer brokers are registered, as Kafka answers), before the answer.
+
 Theory of operation
 -------------------
 Clients refresh metadata often, and building and encoding a response with kio for
@@ -33,6 +38,7 @@ Event loop only.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import struct
 from typing import Any, NamedTuple
 
@@ -91,8 +97,6 @@ def _not_created_reason(broker: Any, request: Any, name: str) -> str:
         return "internal topics are created by their coordinator"
     if not broker.config["auto.create.topics.enable"]:
         return "auto.create.topics.enable=false"
-    if broker.cluster.clustered:
-        return "a cluster does not create topics automatically yet"
     return "the client's Metadata request does not allow auto-creation"
 
 
@@ -237,7 +241,16 @@ def handle_metadata(ctx: Any, request: Any) -> Any:
         if _uncached(ctx, cache, tcls, metas) <= _CHUNK_TOPICS:
             return cache.build_full_body(ctx)
         return _full_later(ctx, cache, tcls, metas)
-    items = _requested(ctx, request)
+    if broker.cluster.clustered:
+        missing = _to_auto_create(broker, request)
+        if missing:
+            return _create_then_answer(ctx, request, missing)
+    return _named_response(ctx, request)
+
+
+def _named_response(ctx: Any, request: Any, failed: dict[str, ApiError] | None = None) -> Any:
+    cache = metadata_cache(ctx.broker)
+    items = _requested(ctx, request, failed or {})
     tcls = sub(ctx.response_type, "MetadataResponseTopic")
     metas = [x for x in items if not isinstance(x, bytes)]
     if _uncached(ctx, cache, tcls, metas) <= _CHUNK_TOPICS:
@@ -280,13 +293,46 @@ async def _named_later(ctx: Any, cache: MetadataCache, tcls: type, items: list[A
     return _named_body(ctx, cache, tcls, items)
 
 
-def _requested(ctx: Any, request: Any) -> list[Any]:
+def _auto_create(broker: Any, request: Any) -> bool:
+    return bool(broker.config["auto.create.topics.enable"]) and getattr(request, "allow_auto_topic_creation", True)
+
+
+def _to_auto_create(broker: Any, request: Any) -> list[str]:
+    """Cluster mode: the requested topics (by name) to create before answering."""
+    if not _auto_create(broker, request):
+        return []
+    out = []
+    for t in request.topics:
+        name = getattr(t, "name", t) if not isinstance(t, str) else t
+        if name is not None and name not in INTERNAL_TOPICS and broker.store.get_topic(name) is None:
+            out.append(name)
+    return out
+
+
+async def _create_then_answer(ctx: Any, request: Any, names: list[str]) -> Any:
+    """Cluster mode: create the unknown topics in etcd as CreateTopics would (``num.partitions``,
+    ``default.replication.factor``), then answer; a topic that cannot be created gets the
+    creation's error (INVALID_REPLICATION_FACTOR with fewer brokers than replicas, as Kafka)."""
+    broker = ctx.broker
+    failed: dict[str, ApiError] = {}
+    for name in dict.fromkeys(names):
+        try:
+            await broker.cluster.create_topic(name, broker.config["num.partitions"], -1, {}, None,
+                                              validate_only=False)
+        except ApiError as e:
+            if e.error_code != ErrorCode.topic_already_exists:  # another broker created it meanwhile
+                failed[name] = e
+    answer = _named_response(ctx, request, failed)
+    return await answer if inspect.isawaitable(answer) else answer
+
+
+def _requested(ctx: Any, request: Any, failed: dict[str, ApiError]) -> list[Any]:
     """Per requested topic: its TopicInfo, or the encoded entry of its error (auto-creating if enabled)."""
     broker = ctx.broker
     store = broker.store
     tcls = sub(ctx.response_type, "MetadataResponseTopic")
     out: list[Any] = []
-    auto = broker.config["auto.create.topics.enable"] and getattr(request, "allow_auto_topic_creation", True)
+    auto = _auto_create(broker, request)
     for t in request.topics:
         name = getattr(t, "name", t) if not isinstance(t, str) else t
         topic_id = getattr(t, "topic_id", None)
@@ -299,6 +345,9 @@ def _requested(ctx: Any, request: Any) -> list[Any]:
                 continue
         else:
             meta = store.get_topic(name)
+        if meta is None and name in failed:
+            out.append(encode_body(make(tcls, error_code=failed[name].error_code, name=name, topic_id=ZERO_UUID)))
+            continue
         if meta is None and auto and name not in INTERNAL_TOPICS and not broker.cluster.clustered:
             try:
                 meta = broker.create_topic(name, broker.config["num.partitions"], {})

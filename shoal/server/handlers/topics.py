@@ -145,9 +145,9 @@ async def _create_partitions_in_cluster(ctx: Any, request: Any) -> Any:
         try:
             if t.name in INTERNAL_TOPICS:
                 raise ApiError(ErrorCode.invalid_request, f"{t.name} is an internal topic")
-            if t.assignments:
-                raise ApiError(ErrorCode.invalid_request, "explicit assignments for new partitions are not supported")
-            await ctx.broker.cluster.create_partitions(t.name, t.count, validate_only=request.validate_only)
+            assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
+            await ctx.broker.cluster.create_partitions(t.name, t.count, assignments,
+                                                       validate_only=request.validate_only)
         except ApiError as e:
             r["error_code"] = e.error_code
             r["error_message"] = e.message
