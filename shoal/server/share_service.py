@@ -465,6 +465,31 @@ class ShareService:
         if waits:
             await asyncio.gather(*(asyncio.shield(f) for f in waits), return_exceptions=True)
 
+    async def drop_if_reset(self, group_id: str, keys: Iterable[tuple[uuid.UUID, int]]) -> None:
+        """Cluster mode: drop the loaded share-partitions of ``keys`` whose state was reset
+        or deleted since they loaded it (AlterShareGroupOffsets or DeleteShareGroupOffsets
+        through another broker's group coordinator); the next use reloads the new state.
+
+        Called when a share session starts (ShareFetch epoch 0): those admin calls need
+        an empty group, so a consumer coming after them opens a new session. One broker:
+        nothing to do (the group coordinator drops them itself).
+        """
+        if self.persister.remote is None:
+            return
+        loaded = [(pid, sp) for topic_id, partition in dict.fromkeys(keys)
+                  if (sp := self.partitions.get(pid := (group_id, topic_id, partition))) is not None]
+        if not loaded:
+            return
+        outcomes = await asyncio.gather(*(
+            self.persister.read_state_summary(SharePartitionKey.of(group_id, pid[1], pid[2])) for pid, _sp in loaded))
+        for (pid, sp), o in zip(loaded, outcomes):
+            reset = (o.ok and o.state is not None and o.state.state_epoch > sp.state_epoch) or (
+                o.error_code == ErrorCode.unknown_topic_or_partition)
+            if reset and self.partitions.get(pid) is sp:
+                log.info("share-partition %s-%s-%d: its state was reset elsewhere; reloading", *pid)
+                self._drop(pid)
+                self.wake(sp)
+
     async def _load(self, pid: PartitionId) -> SharePartition | None:
         """Read (or initialize) a share-partition's state through the persister and keep it."""
         group_id, topic_id, partition = pid

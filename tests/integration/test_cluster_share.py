@@ -335,3 +335,87 @@ def _try_read(cluster: LocalCluster, node: int, group: str, tid: uuid.UUID,
         return _read_state(cluster, node, group, tid, p)
     except (AssertionError, OSError):
         return None  # still loading (COORDINATOR_LOAD_IN_PROGRESS) or not the coordinator yet
+
+
+def _read_state_code(cluster: LocalCluster, node: int, group: str, tid: uuid.UUID, p: int) -> int:
+    with _conn(cluster.broker_for(node)) as c:
+        req_cls = c.request_type(84, 0)
+        data = make(sub(req_cls, "ReadStateData"), topic_id=tid,
+                    partitions=(make(sub(req_cls, "PartitionData"), partition=p, leader_epoch=-1),))
+        resp = c.send(make(req_cls, group_id=group, topics=(data,)))
+    return int(resp.results[0].partitions[0].error_code)
+
+
+def _describe_offsets(cluster: LocalCluster, node: int, group: str, topic: str) -> dict[int, tuple[int, int]]:
+    """{partition: (start offset, lag)} from DescribeShareGroupOffsets v1 sent to ``node``."""
+    with _conn(cluster.broker_for(node)) as c:
+        req_cls = c.request_type(90, 1)
+        resp = c.send(make(req_cls, groups=(make(sub(req_cls, "DescribeShareGroupOffsetsRequestGroup"),
+                                                 group_id=group, topics=None),)))
+    (g,) = resp.groups
+    assert g.error_code == ErrorCode.none, g
+    return {int(p.partition_index): (int(p.start_offset), int(p.lag))
+            for t in g.topics if t.topic_name == topic for p in t.partitions}
+
+
+def _alter_offsets(cluster: LocalCluster, node: int, group: str, topic: str, partition: int, offset: int) -> Any:
+    with _conn(cluster.broker_for(node)) as c:
+        req_cls = c.request_type(91, 0)
+        t = make(sub(req_cls, "AlterShareGroupOffsetsRequestTopic"), topic_name=topic, partitions=(
+            make(sub(req_cls, "AlterShareGroupOffsetsRequestPartition"), partition_index=partition,
+                 start_offset=offset),))
+        return c.send(make(req_cls, group_id=group, topics=(t,)))
+
+
+def test_group_coordinator_resets_and_deletes_state_held_by_other_brokers(cluster: LocalCluster) -> None:
+    """Describe, alter and delete of a share group's offsets, sent to its group coordinator,
+    act on state another broker coordinates, for a partition a third broker leads."""
+    topic = "shared-admin"
+    _create(cluster, topic)
+    tid, parts = _metadata(cluster, topic)
+    leaders = {p: leader for p, (leader, _isr) in parts.items()}
+    group, g, s = _pick_group(cluster, tid, leaders,
+                              lambda g, s: any(len({leaders[p], s[p], g}) == 3 for p in s))
+    part = next(p for p in s if len({leaders[p], s[p], g}) == 3)
+    _set_group_config(cluster, group, "share.auto.offset.reset", "earliest")
+    _produce(cluster.bootstrap, topic, part, range(10))
+
+    a = _share_consumer(cluster.bootstrap, group, topic)
+    got = _poll(a, 10)
+    assert sorted(m.offset() for m in got) == list(range(10))
+    for m in got:
+        a.acknowledge(m, AcknowledgeType.ACCEPT)
+    _commit(a, topic, part)
+    a.close()
+    assert _describe_offsets(cluster, g, group, topic)[part] == (10, 0)
+
+    # AlterShareGroupOffsets once the group is empty (the closed member's leave was handled)
+    def altered() -> Any:
+        resp = _alter_offsets(cluster, g, group, topic, part, 4)
+        return resp if resp.error_code != ErrorCode.non_empty_group else None
+    resp = wait_until("an empty group to alter", altered, timeout_s=30, interval_s=0.3)
+    assert resp.error_code == ErrorCode.none and resp.responses[0].partitions[0].error_code == ErrorCode.none
+    spso, state_epoch, batches = _read_state(cluster, s[part], group, tid, part)
+    assert (spso, state_epoch, batches) == (4, 1, [])
+    assert _describe_offsets(cluster, g, group, topic)[part] == (4, 6)
+
+    # The partition leader held the share-partition at SPSO 10: a new consumer gets 4-9 again.
+    b = _share_consumer(cluster.bootstrap, group, topic)
+    try:
+        again = _poll(b, 6)
+        assert sorted(m.offset() for m in again) == list(range(4, 10)), cluster.stderr_tails(30)
+        for m in again:
+            b.acknowledge(m, AcknowledgeType.ACCEPT)
+        _commit(b, topic, part)
+    finally:
+        b.close()
+    assert _read_state(cluster, s[part], group, tid, part)[0] == 10
+
+    # DeleteGroups deletes every share-partition's state, wherever it is coordinated.
+    def deleted() -> tuple[int] | None:
+        resp = _call(cluster.broker_for(g), 42, 2, groups_names=[group])
+        code = int(resp.results[0].error_code)
+        return None if code == ErrorCode.non_empty_group else (code,)
+    assert wait_until("an empty group to delete", deleted, timeout_s=30, interval_s=0.3) == (ErrorCode.none,)
+    for p in range(3):
+        assert _read_state_code(cluster, s[p], group, tid, p) == ErrorCode.unknown_topic_or_partition

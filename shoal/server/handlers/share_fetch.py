@@ -291,7 +291,10 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
     if not outcome.ok:
         return fail(outcome.error_code)
 
-    # Cluster mode: the share-partitions' state may have to come from another broker first.
+    # Cluster mode: the share-partitions' state may have to come from another broker first
+    # (and a new session checks that no offsets reset happened behind their back).
+    if epoch == INITIAL_EPOCH and outcome.partitions:
+        await svc.drop_if_reset(group_id, [(_uuid(t), p) for t, p in outcome.partitions])
     await svc.load_partitions(group_id, [*_ack_keys(request.topics),
                                          *((_uuid(t), p) for t, p in (outcome.partitions or ()))])
     acks = apply_acknowledgements(ctx, svc, group_id, member_id, request.topics)
