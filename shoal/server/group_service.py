@@ -70,7 +70,7 @@ import inspect
 import itertools
 import logging
 import uuid
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 from ..coordinator.records import CoordinatorRecord
@@ -403,6 +403,16 @@ class GroupCoordinatorService:
             return dataclasses.replace(described, error_code=e.error_code, error_message=e.message)
         return described
 
+    def with_error(self, described: Any, errors: Mapping[int, ApiError]) -> Any:
+        """A describe entry (with ``group_id``, ``error_code``, ``error_message``) carrying the
+        error of its group's partition in ``errors`` (see :meth:`answer_per_partition`)."""
+        e = errors.get(self.runtime.partition_for_group(described.group_id))
+        if e is None or described.error_code != ErrorCode.none:
+            return described
+        if hasattr(described, "error_message"):
+            return dataclasses.replace(described, error_code=e.error_code, error_message=e.message)
+        return dataclasses.replace(described, error_code=e.error_code)
+
     def owned_partitions(self) -> list[int]:
         return [p for p in range(self.runtime.num_partitions) if self.runtime.owns(p)]
 
@@ -456,6 +466,56 @@ class GroupCoordinatorService:
             raise
         return self._deliver(partition, result)
 
+    def answer(self, partition: int, response: Any, *, wrote: bool = False) -> Any:
+        """``response``, to be sent only once the partition's state it was computed from is safe.
+
+        Single broker: ``response`` itself (``apply`` fsynced already). Cluster mode: a
+        coroutine that returns it once the partition's high watermark covers every record
+        appended to it so far, this request's own (``wrote``: they also need
+        ``min.insync.replicas``) and earlier ones (a session expiry, another member's
+        join), or ``response`` itself when the high watermark covers them already. Raises
+        (or the coroutine raises) ApiError(NOT_COORDINATOR) when leadership moved,
+        ApiError(COORDINATOR_NOT_AVAILABLE) when the replicas did not catch up within
+        ``offsets.commit.timeout.ms``. Kafka's coordinator runtime likewise answers a
+        write once it is committed, and reads only committed state.
+        """
+        rt = self.runtime
+        if rt.owned is None or not (wrote or rt.needs_wait(partition)):
+            return response
+        return self._when_replicated(partition, response, wrote)
+
+    async def _when_replicated(self, partition: int, response: Any, wrote: bool) -> Any:
+        await self.runtime.wait_durable(partition, wrote=wrote)
+        return response
+
+    def answer_per_partition(self, partitions: Iterable[int], build: Callable[[dict[int, ApiError]], Any]) -> Any:
+        """For an answer over several partitions with per-group errors (describes): ``build(errors)``,
+        ``errors`` mapping each partition whose wait failed (see :meth:`answer`) to its error;
+        a coroutine in cluster mode when any of them must wait first. Partitions this broker
+        does not serve are skipped (their groups carry NOT_COORDINATOR already)."""
+        rt = self.runtime
+        waiting = [] if rt.owned is None else [p for p in dict.fromkeys(partitions)
+                                               if rt.owns(p) and rt.needs_wait(p)]
+        if not waiting:
+            return build({})
+
+        async def wait() -> Any:
+            errors: dict[int, ApiError] = {}
+            for p in waiting:
+                try:
+                    await rt.wait_durable(p)
+                except ApiError as e:
+                    errors[p] = e
+            return build(errors)
+
+        return wait()
+
+    async def wait_replicated(self, partition: int, *, wrote: bool = False) -> None:
+        """Cluster mode: ``runtime.wait_durable``; a single broker returns at once (``apply``
+        fsynced already)."""
+        if self.runtime.owned is not None:
+            await self.runtime.wait_durable(partition, wrote=wrote)
+
     def _fail_completions(self, result: Result[Any], e: ApiError) -> None:
         if isinstance(result.after, list):
             for c in result.after:
@@ -473,7 +533,10 @@ class GroupCoordinatorService:
                     if fut is not None and not fut.done():
                         fut.set_result(c.response)
         elif isinstance(after, ShareEffects) and after.removed_members:
-            self._share_members_removed(after.removed_members)
+            if self.runtime.owned is None:
+                self._share_members_removed(after.removed_members)
+            else:  # cluster mode: once the removal is on every in-sync replica
+                asyncio.ensure_future(self._share_members_removed_when_replicated(partition, after.removed_members))
         if result.records:  # a change written to the log: its groups are logged at once
             self._log_group_changes(partition, {r.key.get("group_id", r.key.get("group")) for r in result.records})
         self._schedule_group_scan(partition)
@@ -554,8 +617,7 @@ class GroupCoordinatorService:
         """Apply a JoinGroup/SyncGroup result; its response now, or once a completion names ``token``."""
         if result.response is not None:
             self.apply(partition, result)
-            if self.runtime.owned is not None:
-                await self.runtime.wait_durable(partition)
+            await self.wait_replicated(partition, wrote=bool(result.records))
             return result.response
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._parked[token] = fut
@@ -566,8 +628,7 @@ class GroupCoordinatorService:
         finally:
             self._parked.pop(token, None)
             self._parked_in.pop(token, None)
-        if self.runtime.owned is not None:
-            await self.runtime.wait_durable(partition)
+        await self.wait_replicated(partition, wrote=bool(result.records))
         return response
 
     # ------------------------------------------------------------ timers
@@ -649,6 +710,16 @@ class GroupCoordinatorService:
             except Exception:
                 log.exception("share service failed to release member %s of %s", member_id, group_id)
 
+    async def _share_members_removed_when_replicated(self, partition: int,
+                                                     removed: Iterable[tuple[str, str]]) -> None:
+        try:
+            await self.runtime.wait_durable(partition)
+        except ApiError as e:  # the records are on this broker's log; release what the members held anyway
+            log.info("%s-%d: removal of share members not confirmed by the replicas (%s)", OFFSETS_TOPIC,
+                     partition, e.message)
+        if not self._closed:
+            self._share_members_removed(removed)
+
     async def initialize_share_partitions(self, partition: int, group_id: str,
                                           fresh: Mapping[uuid.UUID, Iterable[int]]) -> None:
         """Initialize ``fresh`` plus anything the group still has pending; wait for every
@@ -703,6 +774,7 @@ class GroupCoordinatorService:
         share_groups = self.share_groups(partition)
         begun = self.apply(partition, share_groups.begin_delete_group(group_id))
         code, to_delete = begun.response
+        await self.wait_replicated(partition, wrote=bool(begun.records))
         if code is not ErrorCode.none or not to_delete:
             return code
         share = self._share_service()
@@ -712,7 +784,9 @@ class GroupCoordinatorService:
             except Exception as e:
                 log.warning("share state of group %s could not be deleted: %s", group_id, e)
                 return ErrorCode.coordinator_not_available
-        return self.apply(partition, share_groups.complete_delete_group(group_id)).response
+        done = self.apply(partition, share_groups.complete_delete_group(group_id))
+        await self.wait_replicated(partition, wrote=bool(done.records))
+        return done.response
 
 
 def is_empty_classic(group: Any) -> bool:

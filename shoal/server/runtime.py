@@ -61,7 +61,8 @@ ApiError(NOT_COORDINATOR), one still loading COORDINATOR_LOAD_IN_PROGRESS. Appen
 the leader epoch, and ``wait_durable`` (so ``apply_durable``) returns only once the
 partition's high watermark covers everything appended, i.e. the records are on every
 in-sync replica (``offsets.commit.timeout.ms``). The synchronous ``apply`` fsyncs the
-leader's log only. Without ``follow_leadership`` nothing of this runs.
+leader's log only: its caller answers only after ``wait_durable`` (the group service's
+``answer``). Without ``follow_leadership`` nothing of this runs.
 """
 
 from __future__ import annotations
@@ -247,15 +248,30 @@ class CoordinatorRuntime(Generic[S]):
         fails before the records are durable.
         """
         self.apply_deferred(partition, result)
-        await self.wait_durable(partition)
+        await self.wait_durable(partition, wrote=bool(result.records))
         return result
 
-    async def wait_durable(self, partition: int) -> None:
-        """Return once every record appended to ``partition`` so far is fsynced.
+    def needs_wait(self, partition: int) -> bool:
+        """Whether an answer computed now from ``partition``'s shard must wait: some record
+        appended to it is not fsynced yet, or (cluster mode) not yet under the high watermark.
+        Also True for a partition that failed or is not owned (``wait_durable`` then raises)."""
+        if partition in self._failed or not self.owns(partition):
+            return True
+        plog = self.broker.store.partition(self.topic, partition)
+        if plog.unflushed_messages:
+            return True
+        return self.owned is not None and plog.high_watermark < plog.log_end_offset
+
+    async def wait_durable(self, partition: int, *, wrote: bool = False) -> None:
+        """Return once every record appended to ``partition`` so far is fsynced and, in cluster
+        mode, under the partition's high watermark (on every in-sync replica).
 
         For an answer computed from the shard's state, which may include replayed records
-        whose fsync is still running. Raises ApiError(COORDINATOR_NOT_AVAILABLE) if the
-        partition failed.
+        whose fsync (or replication) is still running. ``wrote``: the caller appended records
+        of its own, which then also need ``min.insync.replicas`` in-sync replicas, as an
+        acks=all append does. Raises ApiError(COORDINATOR_NOT_AVAILABLE) if the partition
+        failed or the replication did not finish within ``offsets.commit.timeout.ms``,
+        ApiError(NOT_COORDINATOR) if this broker stopped leading the partition meanwhile.
         """
         self._check(partition)
         plog = self.broker.store.partition(self.topic, partition)
@@ -266,21 +282,22 @@ class CoordinatorRuntime(Generic[S]):
                 self._fail(partition, e)
         self._check(partition)
         if self.owned is not None:
-            await self._wait_replicated(partition, plog.log_end_offset)
+            await self._wait_replicated(partition, plog.log_end_offset, wrote)
 
-    async def _wait_replicated(self, partition: int, end_offset: int) -> None:
+    async def _wait_replicated(self, partition: int, end_offset: int, wrote: bool) -> None:
         replicas = self.broker.replicas
         try:
             r = replicas.leader_replica(self.topic, partition)
         except ApiError:
             raise ApiError(ErrorCode.not_coordinator, f"this broker no longer leads {self.topic}-{partition}")
         code = await replicas.wait_for_isr(r, end_offset, self.broker.config["offsets.commit.timeout.ms"])
+        if code == ErrorCode.not_enough_replicas_after_append and not wrote:
+            code = ErrorCode.none  # replicated to the whole (shrunken) ISR; only new writes need min.insync
         if code == ErrorCode.not_leader_or_follower:
             raise ApiError(ErrorCode.not_coordinator, f"this broker no longer leads {self.topic}-{partition}")
         if code != ErrorCode.none:
-            # as Kafka maps a failed replicated append of coordinator records
-            raise ApiError(ErrorCode.coordinator_not_available if code != ErrorCode.request_timed_out
-                           else ErrorCode.request_timed_out, f"{self.topic}-{partition}: {code.name}")
+            # as Kafka's coordinator runtime maps a failed or timed-out replicated append
+            raise ApiError(ErrorCode.coordinator_not_available, f"{self.topic}-{partition}: {code.name}")
 
     def flush_now(self, partition: int) -> None:
         """fdatasync ``partition`` on the event loop now, covering every append so far.
@@ -367,6 +384,7 @@ class CoordinatorRuntime(Generic[S]):
         self.broker.storage_errors.ok((self.topic, partition))
         if replica is not None:
             self.broker.replicas.maybe_advance_hw(replica)
+            self.broker.append_waiters.notify(self.topic, partition)  # the followers' parked Fetch
         return plog, appended.base_offset, appended.durable
 
     def _replay(self, partition: int, result: Result[Any], base_offset: int) -> None:

@@ -9,6 +9,7 @@ groups coordinated by different brokers.
 
 from __future__ import annotations
 
+import datetime
 import time
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,193 @@ def test_committed_offsets_survive_the_coordinators_kill(cluster: LocalCluster, 
         assert extra == []
     finally:
         c2.close()
+
+
+def _group_epoch(cluster: LocalCluster, coordinator: int, group: str) -> int:
+    """A KIP-848 group's epoch, from ConsumerGroupDescribe sent to its coordinator."""
+    from shoal.client.connection import Connection
+
+    b = cluster.broker_for(coordinator)
+    with Connection.to(b.bootstrap) as conn:
+        d = conn.call(69, 0, group_ids=(group,), include_authorized_operations=False).groups[0]
+    assert d.error_code == 0, d
+    return int(d.group_epoch)
+
+
+def _members(bootstrap: str, group: str) -> set[str] | None:
+    """The member ids of ``group`` as its coordinator describes it; None while it cannot."""
+    admin = admin_client(bootstrap)  # kept referenced until the result is in
+    try:
+        d = admin.describe_consumer_groups([group], request_timeout=5)[group].result(10)
+    except KafkaException:
+        return None
+    return {m.member_id for m in d.members}
+
+
+def _poll_all(consumers: list[Any], n: int, timeout_s: float = 40) -> list[bytes]:
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < n and time.monotonic() < deadline:
+        for c in consumers:
+            m = c.poll(0.1)
+            if m is not None and not m.error():
+                got.append(m.value())
+    return got
+
+
+def _assigned(consumers: list[Any], partitions: int) -> bool:
+    """Every consumer has partitions, none twice, all of them covered (polling drives the rebalance)."""
+    for c in consumers:
+        c.poll(0.1)
+    sets = [{tp.partition for tp in c.assignment()} for c in consumers]
+    return all(sets) and sum(len(s) for s in sets) == partitions and set().union(*sets) == set(range(partitions))
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_membership_survives_the_coordinators_kill_and_rebalances_to_the_survivors(
+        cluster: LocalCluster, protocol: str) -> None:
+    """The group's members, their assignments and its epoch are on the new coordinator after a
+    kill -9 of the old one (no member is fenced, nothing is revoked or read twice), a leave
+    answered just before the kill stays done, and when a member leaves afterwards its
+    partitions go to the one that is left, which goes on from the committed offsets."""
+    topic, group = f"cg-members-{protocol}", f"cg-members-{protocol}-group"
+    _create(cluster.bootstrap, topic, 4)
+    revoked: list[int] = []
+
+    def subscribe(c: Any) -> None:
+        c.subscribe([topic], on_revoke=lambda _c, tps: revoked.extend(tp.partition for tp in tps))
+
+    c1, c2, c3 = (consumer(cluster.bootstrap, **_group_conf(protocol, group), **{"client.id": f"m{i}"})
+                  for i in (1, 2, 3))
+    open_consumers = [c1, c2, c3]
+    try:
+        for c in (c1, c2, c3):
+            subscribe(c)
+        wait_until("three members sharing the four partitions", lambda: _assigned([c1, c2, c3], 4), timeout_s=60)
+        c3.close()  # a leave: answered only once every in-sync replica has it
+        open_consumers.remove(c3)
+        wait_until("two members sharing the four partitions", lambda: _assigned([c1, c2], 4), timeout_s=60)
+        coordinator = _coordinator(cluster.bootstrap, group)
+        members = wait_until("two members described", lambda: (lambda m: m if m and len(m) == 2 else None)(
+            _members(cluster.bootstrap, group)), timeout_s=30)
+        epoch = _group_epoch(cluster, coordinator, group) if protocol == "consumer" else None
+
+        p = producer(cluster.bootstrap, acks="all")
+        for i in range(40):
+            p.produce(topic, f"{i}".encode(), partition=i % 4)
+        assert p.flush(20) == 0
+        first = _poll_all([c1, c2], 40)
+        assert sorted(first, key=int) == [f"{i}".encode() for i in range(40)]
+        for c in (c1, c2):
+            _commit_until_ok(c)
+        del revoked[:]
+
+        cluster.broker_for(coordinator).kill()
+        survivors = ",".join(b.bootstrap for b in cluster.brokers if b.is_alive())
+        moved = wait_until("a new coordinator", lambda: (lambda n: n if n != coordinator else None)(
+            _coordinator(survivors, group)), timeout_s=30)
+        # the members as they were: nobody was fenced and rejoined (classic member ids come from
+        # the coordinator; a KIP-848 rejoin would start the group's epochs again)
+        assert wait_until("the group on the new coordinator", lambda: _members(survivors, group),
+                          timeout_s=30) == members
+        if protocol == "consumer":
+            assert _group_epoch(cluster, moved, group) == epoch
+        assert _committed(survivors, group, topic, 4) == {q: 10 for q in range(4)}
+
+        p2 = producer(survivors, acks="all")
+        for i in range(40, 60):
+            p2.produce(topic, f"{i}".encode(), partition=i % 4)
+        assert p2.flush(30) == 0
+        more = _poll_all([c1, c2], 20)
+        assert sorted(more, key=int) == [f"{i}".encode() for i in range(40, 60)]
+        assert revoked == []  # the kill moved no partition
+        for c in (c1, c2):
+            _commit_until_ok(c)
+        assert _members(survivors, group) == members
+
+        # a member leaves after the failover: the other one gets its partitions
+        c2.close()
+        open_consumers.remove(c2)
+        wait_until("one member with all four partitions", lambda: _assigned([c1], 4), timeout_s=60)
+        for i in range(60, 68):
+            p2.produce(topic, f"{i}".encode(), partition=i % 4)
+        assert p2.flush(30) == 0
+        rest = _poll_all([c1], 8)
+        extra = _poll_all([c1], 1, timeout_s=3)
+        assert sorted(rest, key=int) == [f"{i}".encode() for i in range(60, 68)]
+        assert extra == []  # nothing of c2's partitions was read again
+        _commit_until_ok(c1)
+        assert _committed(survivors, group, topic, 4) == {q: 17 for q in range(4)}
+        left = _members(survivors, group)
+        assert left is not None and len(left) == 1 and left < members
+    finally:
+        for c in open_consumers:
+            c.close()
+
+
+def _heartbeat(conn: Any, group: str, member: str, epoch: int, topic: str) -> Any:
+    return conn.call(68, 1, group_id=group, member_id=member, member_epoch=epoch, instance_id=None, rack_id=None,
+                     rebalance_timeout=datetime.timedelta(seconds=30), subscribed_topic_names=(topic,) if epoch == 0 else None,
+                     subscribed_topic_regex=None, server_assignor=None,
+                     topic_partitions=() if epoch == 0 else None)
+
+
+def test_group_writes_and_reads_wait_for_the_in_sync_replicas(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """With both followers of the group's partition frozen (SIGSTOP, sessions long enough that
+    nobody is declared dead), a ConsumerGroupHeartbeat that adds a member is not answered
+    with success: the join cannot reach the in-sync replicas, so after
+    offsets.commit.timeout.ms the answer is COORDINATOR_NOT_AVAILABLE, and a describe, which
+    would show the member, is not answered from that state either. Once the followers run
+    again both succeed."""
+    import os
+    import signal
+    import uuid as uuid_mod
+
+    from shoal.client.connection import Connection
+
+    overrides = {"min.insync.replicas": "2", "broker.session.timeout.ms": "30000", "replica.lag.time.max.ms": "30000",
+                 "offsets.commit.timeout.ms": "2000", "offsets.topic.num.partitions": "1"}
+    with running_cluster(tmp_path, request, overrides) as c:
+        topic, group = "repl-wait", "repl-wait-group"
+        _create(c.bootstrap, topic, 1)
+        coordinator = _coordinator_of(c.bootstrap, group)
+        followers = [b for i, b in enumerate(c.brokers, 1) if i != coordinator]
+        with Connection.to(c.broker_for(coordinator).bootstrap, timeout_s=30) as conn:
+            a = uuid_mod.uuid4().hex
+            # answered once two in-sync replicas (min.insync.replicas) have the join
+            r = wait_until("a first member", lambda: (lambda r: r if r.error_code == 0 else None)(
+                _heartbeat(conn, group, a, 0, topic)), timeout_s=30)
+            assert r.member_epoch >= 1, r
+            for b in followers:
+                os.kill(b.pid, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                r = _heartbeat(conn, group, uuid_mod.uuid4().hex, 0, topic)
+                waited = time.monotonic() - started
+                assert r.error_code == ErrorCode.coordinator_not_available, r
+                assert waited >= 1.5, waited  # offsets.commit.timeout.ms, not at once
+                d = conn.call(69, 0, group_ids=(group,), include_authorized_operations=False).groups[0]
+                assert d.error_code == ErrorCode.coordinator_not_available, d
+            finally:
+                for b in followers:
+                    os.kill(b.pid, signal.SIGCONT)
+            def described() -> Any:
+                g = conn.call(69, 0, group_ids=(group,), include_authorized_operations=False).groups[0]
+                return g if g.error_code == 0 else None
+            g = wait_until("the group described once the followers caught up", described, timeout_s=30)
+            assert a in {m.member_id for m in g.members}
+            r = _heartbeat(conn, group, uuid_mod.uuid4().hex, 0, topic)
+            assert r.error_code == 0, r
+
+
+def _coordinator_of(bootstrap: str, group: str) -> int:
+    from shoal.client.connection import Connection
+
+    def find() -> int | None:
+        with Connection.to(bootstrap) as conn:
+            co = conn.call(10, 4, key_type=0, coordinator_keys=(group,)).coordinators[0]
+        return co.node_id if co.error_code == 0 and co.node_id >= 0 else None
+    return wait_until(f"the coordinator of {group}", find, timeout_s=30)
 
 
 def test_multi_group_offset_fetch_over_several_coordinators(cluster: LocalCluster) -> None:

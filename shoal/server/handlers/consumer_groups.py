@@ -58,11 +58,14 @@ def handle_consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
     if convert and result.records:
         result.records.insert(0, group_metadata_tombstone(group_id))
     svc.apply(p, result)
-    return as_version(result.response, ctx.response_type)
+    return svc.answer(p, as_version(result.response, ctx.response_type), wrote=bool(result.records))
 
 
 @api(69, 0, 1)
 def handle_consumer_group_describe(ctx: Any, request: Any) -> Any:
     svc = group_service(ctx.broker)
     groups = tuple(svc.describe(svc.consumer_groups, g) for g in request.group_ids)
-    return build_response(ctx.response_type, {"throttle_time": 0, "groups": tuple(_plain(g) for g in groups)})
+    return svc.answer_per_partition(
+        (svc.runtime.partition_for_group(g) for g in request.group_ids),
+        lambda errors: build_response(ctx.response_type, {"throttle_time": 0, "groups": tuple(
+            _plain(svc.with_error(g, errors)) for g in groups)}))

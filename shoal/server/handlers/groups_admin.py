@@ -39,7 +39,12 @@ def handle_describe_groups(ctx: Any, request: Any) -> Any:
             answers[g.group_id] = g if e is None else dataclasses.replace(g, error_code=e.error_code)
     if response is None:
         return make(ctx.response_type, throttle_time=0, groups=())
-    return dataclasses.replace(response, groups=tuple(answers[g] for g in request.groups))
+    done = response
+
+    def build(failed: dict[int, ApiError]) -> Any:
+        return dataclasses.replace(done, groups=tuple(svc.with_error(answers[g], failed) for g in request.groups))
+
+    return svc.answer_per_partition(by_partition, build)
 
 
 @api(16, 0, 5)
@@ -48,12 +53,21 @@ def handle_list_groups(ctx: Any, request: Any) -> Any:
     now = ctx.now_ms()
     groups: list[Any] = []
     response = None
-    for p in svc.owned_partitions():
+    owned = svc.owned_partitions()
+    for p in owned:
         response = svc.shard(p).handle_list_groups(request, now).response
         groups.extend(response.groups)
     if response is None:
         return make(ctx.response_type, throttle_time=0, error_code=ErrorCode.none, groups=())
-    return dataclasses.replace(response, groups=tuple(sorted(groups, key=lambda g: g.group_id)))
+    listed = dataclasses.replace(response, groups=tuple(sorted(groups, key=lambda g: g.group_id)))
+
+    def build(failed: dict[int, ApiError]) -> Any:
+        if failed:  # a partition's groups are not known to be replicated: the client asks again
+            e = next(iter(failed.values()))
+            return make(ctx.response_type, throttle_time=0, error_code=e.error_code, groups=())
+        return listed
+
+    return svc.answer_per_partition(owned, build)
 
 
 @api(42, 0, 2)
@@ -68,15 +82,16 @@ async def handle_delete_groups(ctx: Any, request: Any) -> Any:
         except ApiError as e:  # cluster mode: another broker coordinates this group
             results.append(make(rcls, group_id=group_id, error_code=e.error_code))
             continue
-        if svc.group_type(group_id) == "share":
-            code = await svc.delete_share_group(p, group_id)
-        else:
-            one = dataclasses.replace(request, groups_names=(group_id,))
-            try:
-                response = svc.apply(p, svc.shard(p).handle_delete_groups(one, ctx.now_ms())).response
-                code = response.results[0].error_code
-            except ApiError as e:  # the deletion could not be written: this group's result says so
-                code = e.error_code
+        try:
+            if svc.group_type(group_id) == "share":
+                code = await svc.delete_share_group(p, group_id)
+            else:
+                one = dataclasses.replace(request, groups_names=(group_id,))
+                result = svc.apply(p, svc.shard(p).handle_delete_groups(one, ctx.now_ms()))
+                code = result.response.results[0].error_code
+                await svc.wait_replicated(p, wrote=bool(result.records))
+        except ApiError as e:  # the deletion could not be written or replicated: this group's result says so
+            code = e.error_code
         if code is ErrorCode.none:
             try:
                 ctx.broker.dynamic_configs.delete_group(group_id)

@@ -52,11 +52,13 @@ async def handle_sync_group(ctx: Any, request: Any) -> Any:
 def handle_heartbeat(ctx: Any, request: Any) -> Any:
     svc = group_service(ctx.broker)
     p = svc.partition_for(request.group_id)
-    return _trace("Heartbeat", request, svc.apply(p, svc.shard(p).handle_heartbeat(request, ctx.now_ms())).response)
+    result = svc.apply(p, svc.shard(p).handle_heartbeat(request, ctx.now_ms()))
+    return svc.answer(p, _trace("Heartbeat", request, result.response), wrote=bool(result.records))
 
 
 @api(13, 0, 5)
 def handle_leave_group(ctx: Any, request: Any) -> Any:
     svc = group_service(ctx.broker)
     p = svc.partition_for(request.group_id)
-    return _trace("LeaveGroup", request, svc.apply(p, svc.shard(p).handle_leave_group(request, ctx.now_ms())).response)
+    result = svc.apply(p, svc.shard(p).handle_leave_group(request, ctx.now_ms()))
+    return svc.answer(p, _trace("LeaveGroup", request, result.response), wrote=bool(result.records))

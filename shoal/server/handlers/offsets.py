@@ -85,4 +85,5 @@ async def handle_offset_fetch(ctx: Any, request: Any) -> Any:
 def handle_offset_delete(ctx: Any, request: Any) -> Any:
     svc = group_service(ctx.broker)
     p = svc.partition_for(request.group_id)
-    return svc.apply(p, svc.shard(p).handle_offset_delete(request, ctx.now_ms())).response
+    result = svc.apply(p, svc.shard(p).handle_offset_delete(request, ctx.now_ms()))
+    return svc.answer(p, result.response, wrote=bool(result.records))

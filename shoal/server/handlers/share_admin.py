@@ -158,12 +158,14 @@ async def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
             plist.append(make(pcls, partition_index=idx, error_code=code, error_message=message))
         topics.append(make(tcls, topic_name=t.topic_name, topic_id=meta.topic_id if meta is not None else None,
                            partitions=tuple(plist)))
+    response = make(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, responses=tuple(topics))
     if groups is not None:
         p = groups.partition_for(request.group_id)
-        code = groups.apply(p, groups.share_groups(p).handle_alter_offsets(request.group_id, altered, names)).response
-        if code != ErrorCode.none:
-            return make(cls, throttle_time=0, error_code=code, error_message=None, responses=())
-    return make(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, responses=tuple(topics))
+        result = groups.apply(p, groups.share_groups(p).handle_alter_offsets(request.group_id, altered, names))
+        if result.response != ErrorCode.none:
+            response = make(cls, throttle_time=0, error_code=result.response, error_message=None, responses=())
+        return groups.answer(p, response, wrote=bool(result.records))
+    return response
 
 
 @api(92, 0, 0)
@@ -197,7 +199,9 @@ async def handle_delete_share_group_offsets(ctx: Any, request: Any) -> Any:
         topics.append(make(tcls, topic_name=t.topic_name, topic_id=meta.topic_id, error_code=code,
                            error_message=None))
     groups = ctx.broker.extensions.get("groups")
+    response = make(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, responses=tuple(topics))
     if groups is not None and deleted:
         p = groups.partition_for(request.group_id)
-        groups.apply(p, groups.share_groups(p).handle_delete_offsets(request.group_id, deleted))
-    return make(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, responses=tuple(topics))
+        result = groups.apply(p, groups.share_groups(p).handle_delete_offsets(request.group_id, deleted))
+        return groups.answer(p, response, wrote=bool(result.records))
+    return response

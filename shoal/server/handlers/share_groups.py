@@ -45,6 +45,7 @@ async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
         heartbeat_interval_ms=svc.group_config(group_id, "share.heartbeat.interval.ms"),
         max_size=broker.config["group.share.max.size"])
     svc.apply(p, result)
+    await svc.wait_replicated(p, wrote=bool(result.records))
     response = result.response
     if response.error_code is ErrorCode.none and request.member_epoch != -1:
         effects = result.after if isinstance(result.after, ShareEffects) else ShareEffects()
@@ -54,6 +55,7 @@ async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
             for tid, ps in retry.after.initialize.get(group_id, {}).items():
                 fresh[tid] = frozenset(fresh.get(tid, frozenset())) | frozenset(ps)
         await svc.initialize_share_partitions(p, group_id, fresh)
+        await svc.wait_replicated(p)
     return response
 
 
@@ -61,4 +63,6 @@ async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
 def handle_share_group_describe(ctx: Any, request: Any) -> Any:
     svc = group_service(ctx.broker)
     groups = tuple(svc.describe(svc.share_groups, g) for g in request.group_ids)
-    return make(ctx.response_type, throttle_time=0, groups=groups)
+    return svc.answer_per_partition(
+        (svc.runtime.partition_for_group(g) for g in request.group_ids),
+        lambda errors: make(ctx.response_type, throttle_time=0, groups=tuple(svc.with_error(g, errors) for g in groups)))
