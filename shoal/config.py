@@ -303,8 +303,10 @@ _DEFS: list[Definition] = [
     Definition("transactional.id.expiration.ms", int, 7 * DAY_MS, Scope.BROKER,
                "Forget idle producer ids after this long.", check=_ge(1)),
     # --- group coordinator (classic and consumer) -------------------------------
-    Definition("offsets.topic.num.partitions", int, 1, Scope.BROKER,
-               "Partitions of __consumer_offsets (fixed once the topic exists).", check=_ge(1), dynamic=False),
+    Definition("offsets.topic.num.partitions", int, 50, Scope.BROKER,
+               "Partitions of __consumer_offsets when it is created; an existing topic keeps its count "
+               "(which decides the partition, and so the coordinator, of every group).", check=_ge(1),
+               dynamic=False),
     Definition("offsets.topic.replication.factor", int, 3, Scope.BROKER,
                "Cluster mode: replication factor of __consumer_offsets, capped at the brokers registered "
                "when it is created.", check=_ge(1), dynamic=False),

@@ -331,7 +331,13 @@ class GroupCoordinatorService:
 
     # ------------------------------------------------------------ cluster mode
     def leadership_changed(self, topic: str, index: int, leader: bool) -> None:
-        if topic != OFFSETS_TOPIC or self._closed or not 0 <= index < len(self.runtime.shards):
+        if topic != OFFSETS_TOPIC or self._closed:
+            return
+        n = self.runtime.sync_partition_count()
+        for gone in [i for i in self._parts if i >= n]:
+            self._drop_partition(gone)
+            del self._parts[gone]
+        if not 0 <= index < n:
             return
         if leader:
             self._drop_partition(index)

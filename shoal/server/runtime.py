@@ -117,7 +117,8 @@ class CoordinatorRuntime(Generic[S]):
 
     def load(self) -> None:
         if self.follow_leadership:
-            n = self.broker.config[self._num_partitions_key]
+            meta = self.broker.store.get_topic(self.topic)  # the local copy of the cluster's topic, if any
+            n = meta.num_partitions if meta is not None else self.broker.config[self._num_partitions_key]
             self.shards = [self._new_shard(i) for i in range(n)]
             self.owned = set()
             return
@@ -170,6 +171,21 @@ class CoordinatorRuntime(Generic[S]):
         return total
 
     # -- cluster mode: shards follow the leadership of their partitions ---------------
+    def sync_partition_count(self) -> int:
+        """Cluster mode: one shard per partition of the topic as it exists (its partition count
+        decides where a key lives, whatever this broker's ``num_partitions_key`` says); returns
+        the count. Called before a leadership change of the topic is applied."""
+        meta = self.broker.store.get_topic(self.topic)
+        n = len(self.shards) if meta is None else meta.num_partitions
+        if n > len(self.shards):
+            self.shards.extend(self._new_shard(i) for i in range(len(self.shards), n))
+        elif n < len(self.shards):
+            del self.shards[n:]
+            if self.owned is not None:
+                self.owned = {p for p in self.owned if p < n}
+            self.loading = {p for p in self.loading if p < n}
+        return n
+
     def begin_load(self, partition: int) -> None:
         """Leadership gained: answer COORDINATOR_LOAD_IN_PROGRESS until ``load_partition``."""
         if self.owned is not None:

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(find_etcd() is None, reason="needs the etcd bina
 
 @pytest.fixture
 def cluster(tmp_path: Path, request: pytest.FixtureRequest):
-    with running_cluster(tmp_path, request, {"min.insync.replicas": "2", "offsets.topic.num.partitions": "6"}) as c:
+    with running_cluster(tmp_path, request, {"min.insync.replicas": "2"}) as c:  # __consumer_offsets: 50 partitions
         yield c
 
 

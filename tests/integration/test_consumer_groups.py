@@ -408,6 +408,41 @@ def test_groups_and_offsets_survive_restart(start_broker: Callable[..., BrokerPr
     assert sorted(after) == [b"v%06d" % i for i in range(120, 132)]
 
 
+def test_a_data_dir_with_one_offsets_partition_keeps_its_groups_under_the_default_of_50(
+        start_broker: Callable[..., BrokerProcess], topic_name: str) -> None:
+    """A data directory whose __consumer_offsets was created with one partition (shoal's old
+    default) restarts under Kafka's default of 50: the existing topic's count decides where a
+    group lives, so every group's offsets are still found, and new commits go on."""
+    b = start_broker({**BROKER_SETTINGS, "offsets.topic.num.partitions": "1"})
+    create_topic(b.bootstrap, topic_name, PARTITIONS)
+    groups = [f"old-layout-{i}" for i in range(12)]
+    admin = admin_client(b.bootstrap)
+    committed = {}
+    for n, g in enumerate(groups):
+        offsets = [TopicPartition(topic_name, p, n * 10 + p) for p in range(PARTITIONS)]
+        admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(g, offsets)])[g].result(10)
+        committed[g] = {p: n * 10 + p for p in range(PARTITIONS)}
+    b.stop()
+    b.overrides.pop("offsets.topic.num.partitions")  # the default, 50, from now on
+    b.start()
+    replays = [line for line in b.stderr_tail(400).splitlines() if "__consumer_offsets: replayed" in line]
+    assert len(replays) == 2 and replays[-1].endswith("into 1 shard(s)"), replays
+    admin = admin_client(b.bootstrap)
+    assert set(groups) <= {g.group_id for g in admin.list_consumer_groups().result(10).valid}
+    for g in groups:
+        got = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)])[g].result(10)
+        assert {tp.partition: tp.offset for tp in got.topic_partitions} == committed[g], g
+    # a group that did not exist before lives in the same single partition, and commits as usual
+    offsets = [TopicPartition(topic_name, 0, 7)]
+    admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions("new-after-upgrade", offsets)])[
+        "new-after-upgrade"].result(10)
+    got = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("new-after-upgrade")])[
+        "new-after-upgrade"].result(10)
+    assert [(tp.partition, tp.offset) for tp in got.topic_partitions] == [(0, 7)]
+    meta = admin.list_topics("__consumer_offsets", timeout=10).topics.get("__consumer_offsets")
+    assert meta is not None and len(meta.partitions) == 1
+
+
 def run_cli(bootstrap: str, *args: str) -> str:
     proc = subprocess.run([sys.executable, "-m", "shoal", "consumer-groups", "--bootstrap-server", bootstrap, *args],
                           capture_output=True, text=True, timeout=60)

@@ -231,3 +231,28 @@ def test_offsets_topic_segment_bytes_comes_from_the_broker_key_also_for_an_exist
         broker.store.close()
 
     asyncio.run(main())
+
+
+def test_cluster_mode_shards_follow_the_partition_count_of_the_existing_offsets_topic(tmp_path: Path) -> None:
+    """The cluster's __consumer_offsets decides where a group lives: a broker whose
+    offsets.topic.num.partitions differs takes the topic's count, at start (the local copy of
+    the topic) and when the topic appears (before its first leadership change is applied)."""
+    from shoal.coordinator.partitioning import coordinator_partition
+
+    broker = FakeBroker(tmp_path, **{"metadata.store": "etcd://127.0.0.1:2379", "offsets.topic.num.partitions": 50})
+    svc = GroupCoordinatorService(broker)
+    svc.load()
+    assert svc.runtime.follow_leadership and svc.runtime.num_partitions == 50
+    # the replica manager mirrors the cluster's topic, created elsewhere with 6 partitions
+    broker.store.create_topic("__consumer_offsets", 6, {"cleanup.policy": "compact"}, now_ms=broker.clock.now_ms())
+    svc.leadership_changed("__consumer_offsets", 2, False)
+    assert svc.runtime.num_partitions == 6 and sorted(svc._parts) == list(range(6))
+    groups = [f"g{i}" for i in range(40)]
+    assert [svc.runtime.partition_for_group(g) for g in groups] == [coordinator_partition(g, 6) for g in groups]
+    assert svc.owned_partitions() == []
+    svc.close()
+
+    restarted = GroupCoordinatorService(broker)  # a later start finds the local copy of the topic
+    restarted.load()
+    assert restarted.runtime.num_partitions == 6
+    restarted.close()
