@@ -2,9 +2,13 @@
 
 The options and output columns are those of Kafka's ``kafka-consumer-groups.sh``. The
 tool talks to any Kafka-compatible broker through confluent-kafka's AdminClient (a
-runtime dependency of this command only, imported when the command runs);
-``--delete-offsets`` uses shoal's own small client (OffsetDelete), sent to the broker
-given (shoal is its own group coordinator).
+runtime dependency of this command only, imported when the command runs), which, as
+Kafka's admin client, sends each group's requests to the group's coordinator (found with
+FindCoordinator) and lists groups by asking every broker. A request answered
+NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS or COORDINATOR_NOT_AVAILABLE (a coordinator
+that just moved) is sent again after a short backoff until ``--timeout``.
+``--delete-offsets`` uses shoal's own small client (OffsetDelete) through
+:class:`~shoal.cli.group_client.GroupClient`, which does the same.
 """
 
 from __future__ import annotations
@@ -12,10 +16,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .common import CliError, add_connection_options, add_output_options, emit, reach, timeout_s, tool_main, verbose
+from .group_client import BACKOFF_S
 from .main import command
 
 DRY_RUN_WARNING = ("WARN: No action will be performed as the --execute option is missing. "
@@ -95,6 +101,27 @@ class _Tool:
     def _table(self, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         emit(self.args, header, rows)
 
+    def _retrying(self, what: str, request: Any) -> Any:
+        """``request()`` (an AdminClient call and its result), again after a short backoff while it
+        fails with a coordinator that moved or is loading, until ``--timeout``."""
+        from confluent_kafka import KafkaError, KafkaException
+
+        retriable = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                     KafkaError.COORDINATOR_NOT_AVAILABLE}
+        deadline = time.monotonic() + self.t
+        attempt = 0
+        while True:
+            try:
+                return request()
+            except KafkaException as e:
+                err = e.args[0] if e.args else None
+                code = err.code() if hasattr(err, "code") else None
+                if code not in retriable or time.monotonic() >= deadline:
+                    raise
+                verbose(self.args, f"{what}: {err.name()}; asking again")
+            time.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
+            attempt += 1
+
     # -- helpers -----------------------------------------------------------------
     def _groups(self) -> list[str]:
         if self.args.all_groups:
@@ -104,16 +131,16 @@ class _Tool:
         return list(self.args.group)
 
     def _listed(self) -> list[Any]:
-        result = self.admin.list_consumer_groups(request_timeout=self.t).result(self.t)
+        result = self._retrying("list groups", lambda: self.admin.list_consumer_groups(
+            request_timeout=self.t).result(self.t))
         return list(result.valid)
 
     def _committed(self, group: str) -> dict[tuple[str, int], int]:
         from confluent_kafka import ConsumerGroupTopicPartitions
 
-        fut = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
-                                                     request_timeout=self.t)[group]
-        return {(tp.topic, tp.partition): tp.offset for tp in fut.result(self.t).topic_partitions
-                if tp.offset >= 0}
+        result = self._retrying(f"offsets of group {group}", lambda: self.admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group)], request_timeout=self.t)[group].result(self.t))
+        return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions if tp.offset >= 0}
 
     def _offsets(self, tps: Iterable[tuple[str, int]], spec: Any) -> dict[tuple[str, int], int]:
         from confluent_kafka import TopicPartition
@@ -126,11 +153,10 @@ class _Tool:
 
     def _describe(self, groups: list[str]) -> dict[str, Any]:
         """Descriptions of the groups that exist; each unknown one is reported as Kafka does."""
-        futs = self.admin.describe_consumer_groups(groups, request_timeout=self.t)
         out = {}
-        for g, f in futs.items():
+        for g in groups:
             try:
-                d = f.result(self.t)
+                d = self._describe_one(g)
             except Exception as e:
                 from .common import kafka_error_text
 
@@ -141,6 +167,10 @@ class _Tool:
                 continue
             out[g] = d
         return out
+
+    def _describe_one(self, group: str) -> Any:
+        return self._retrying(f"group {group}", lambda: self.admin.describe_consumer_groups(
+            [group], request_timeout=self.t)[group].result(self.t))
 
     def _topic_partitions(self, topic: str) -> list[int]:
         md = self.admin.list_topics(topic, timeout=self.t)
@@ -226,8 +256,7 @@ class _Tool:
         if not (a.dry_run or a.execute):
             print(DRY_RUN_WARNING, file=sys.stderr)
         groups = self._groups()
-        futs = self.admin.describe_consumer_groups(groups, request_timeout=self.t)
-        described = {g: f.result(self.t) for g, f in futs.items()}
+        described = {g: self._describe_one(g) for g in groups}
         rows = []
         for g in groups:
             state = described[g].state.name
@@ -263,7 +292,8 @@ class _Tool:
                 new[tp] = min(max(target, lo), hi)
             if a.execute and new:
                 req = ConsumerGroupTopicPartitions(g, [TopicPartition(t, p, o) for (t, p), o in sorted(new.items())])
-                result = self.admin.alter_consumer_group_offsets([req], request_timeout=self.t)[g].result(self.t)
+                result = self._retrying(f"offsets of group {g}", lambda g=g, req=req: self.admin.alter_consumer_group_offsets(
+                    [req], request_timeout=self.t)[g].result(self.t))
                 for tp in result.topic_partitions:
                     if tp.error is not None:
                         raise CliError(f"cannot reset {tp.topic}-{tp.partition} of {g}: {tp.error}")
@@ -274,11 +304,11 @@ class _Tool:
 
     def delete(self) -> int:
         groups = self._groups()
-        futs = self.admin.delete_consumer_groups(groups, request_timeout=self.t)
         failed = {}
-        for g, f in futs.items():
+        for g in groups:
             try:
-                f.result(self.t)
+                self._retrying(f"group {g}", lambda g=g: self.admin.delete_consumer_groups(
+                    [g], request_timeout=self.t)[g].result(self.t))
             except Exception as e:
                 failed[g] = e
         ok = [g for g in groups if g not in failed]
@@ -301,11 +331,19 @@ class _Tool:
         for spec in a.topic:
             name, parts = _parse_topic(spec)
             topics.append((name, parts if parts is not None else self._topic_partitions(name)))
-        with reach(a, "shoal-consumer-groups") as conn:
+        from .group_client import GroupClient
+
+        def send(conn: Any) -> Any:
             req = conn.request_type(47, 0)
             tcls, pcls = sub(req, "OffsetDeleteRequestTopic"), sub(req, "OffsetDeleteRequestPartition")
-            resp = conn.send(make(req, group_id=group, topics=tuple(
+            return conn.send(make(req, group_id=group, topics=tuple(
                 make(tcls, name=n, partitions=tuple(make(pcls, partition_index=p) for p in ps)) for n, ps in topics)))
+
+        client = GroupClient(a, "shoal-consumer-groups")
+        try:
+            resp = client.call(group, send, lambda r: r.error_code)
+        finally:
+            client.close()
         if resp.error_code != 0:
             raise CliError(f"cannot delete offsets of group {group}: {resp.error_code.name}")
         rows = []

@@ -4,6 +4,10 @@ Speaks the Kafka protocol through :mod:`shoal.client.connection` (confluent-kafk
 AdminClient has no share-group calls): ListGroups (type filter "share"),
 ShareGroupDescribe, DescribeShareGroupOffsets, AlterShareGroupOffsets (reset, only for
 an empty group), DeleteShareGroupOffsets, DeleteGroups and ListOffsets.
+
+Group requests go to each group's coordinator and ``--list`` asks every broker
+(:class:`~shoal.cli.group_client.GroupClient`); ListOffsets goes to each partition's
+leader. So the tool works against any broker of a cluster, also while a coordinator moves.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ import sys
 from typing import Any
 
 from ..protocol.entities import make, sub
-from .common import CliError, add_connection_options, add_output_options, emit, reach, tool_main, verbose
+from .common import CliError, add_connection_options, add_output_options, emit, tool_main, verbose
+from .group_client import GroupClient
 from .main import command
 
 LIST_OFFSETS, LIST_GROUPS, DELETE_GROUPS = 2, 16, 42
@@ -70,23 +75,30 @@ def _topic_args(values: list[str]) -> dict[str, list[int] | None]:
 
 class _Admin:
     def __init__(self, args: argparse.Namespace) -> None:
-        self.conn = reach(args, "shoal-share-groups")
+        self.groups = GroupClient(args, "shoal-share-groups")
+        self.conn = self.groups.bootstrap
+        self.coordinator_address = ""
+        """host:port of the coordinator that answered the last group request."""
 
     def close(self) -> None:
-        self.conn.close()
+        self.groups.close()
 
     def call(self, api_key: int, lo: int, hi: int, **fields: Any) -> Any:
         return self.conn.call(api_key, self.conn.version_for(api_key, lo, hi), **fields)
 
-    def build_and_send(self, api_key: int, lo: int, hi: int, fields: Any) -> Any:
-        version = self.conn.version_for(api_key, lo, hi)
-        cls = self.conn.request_type(api_key, version)
-        return self.conn.send(make(cls, **fields(cls)))
+    def group_call(self, group: str, api_key: int, lo: int, hi: int, fields: Any,
+                   error_of: Any = lambda r: r.error_code) -> Any:
+        """Request ``api_key`` (fields built by ``fields(request class)``) to ``group``'s coordinator."""
+        def send(conn: Any) -> Any:
+            self.coordinator_address = f"{conn.host}:{conn.port}"
+            version = conn.version_for(api_key, lo, hi)
+            cls = conn.request_type(api_key, version)
+            return conn.send(make(cls, **fields(cls)))
+        return self.groups.call(group, send, error_of)
 
     def share_groups(self) -> list[tuple[str, str]]:
-        resp = self.call(LIST_GROUPS, 0, 5, states_filter=(), types_filter=("share",))
         out = []
-        for g in resp.groups:
+        for g in self.groups.list_groups(states_filter=(), types_filter=("share",)):
             gtype = getattr(g, "group_type", None) or ""
             if gtype and gtype.lower() != "share":
                 continue
@@ -96,36 +108,51 @@ class _Admin:
         return sorted(out)
 
     def describe(self, group: str) -> Any:
-        resp = self.call(SHARE_GROUP_DESCRIBE, 1, 1, group_ids=(group,), include_authorized_operations=False)
+        resp = self.group_call(group, SHARE_GROUP_DESCRIBE, 1, 1, lambda cls: dict(
+            group_ids=(group,), include_authorized_operations=False), lambda r: r.groups[0].error_code)
         return resp.groups[0]
 
     def offsets(self, group: str) -> Any:
-        version = self.conn.version_for(DESCRIBE_OFFSETS, 0, 1)
-        req_cls = self.conn.request_type(DESCRIBE_OFFSETS, version)
-        req = make(req_cls, groups=(make(sub(req_cls, "DescribeShareGroupOffsetsRequestGroup"), group_id=group,
-                                         topics=None),))
-        return self.conn.send(req).groups[0]
+        resp = self.group_call(group, DESCRIBE_OFFSETS, 0, 1, lambda cls: dict(groups=(make(
+            sub(cls, "DescribeShareGroupOffsetsRequestGroup"), group_id=group, topics=None),)),
+            lambda r: r.groups[0].error_code)
+        return resp.groups[0]
 
-    def partitions(self, topic: str) -> int:
+    def _topic(self, topic: str) -> Any:
         resp = self.call(3, 10, 12, topics=None, allow_auto_topic_creation=False,
                          include_topic_authorized_operations=False)
         for t in resp.topics:
             if t.name == topic:
-                return len(t.partitions)
+                return resp, t
         raise CliError(f"Topic '{topic}' does not exist.")
 
+    def partitions(self, topic: str) -> int:
+        return len(self._topic(topic)[1].partitions)
+
     def list_offsets(self, topic: str, partitions: list[int], timestamp: int) -> dict[int, int]:
-        version = self.conn.version_for(LIST_OFFSETS, 1, 8)
-        cls = self.conn.request_type(LIST_OFFSETS, version)
-        req = make(cls, replica_id=-1, isolation_level=0, topics=(make(
-            sub(cls, "ListOffsetsTopic"), name=topic, partitions=tuple(
-                make(sub(cls, "ListOffsetsPartition"), partition_index=p, current_leader_epoch=-1,
-                     timestamp=timestamp) for p in partitions)),))
-        resp = self.conn.send(req)
+        """ListOffsets of ``partitions``, each asked of its leader (Metadata names them)."""
+        md, t = self._topic(topic)
+        brokers = {int(b.node_id): (b.host, int(b.port)) for b in md.brokers}
+        leaders = {int(p.partition_index): int(p.leader_id) for p in t.partitions}
+        by_leader: dict[tuple[str, int], list[int]] = {}
+        for p in partitions:
+            address = brokers.get(leaders.get(p, -1), (self.conn.host, self.conn.port))
+            by_leader.setdefault(address, []).append(p)
         out = {}
-        for t in resp.topics:
-            for p in t.partitions:
-                out[int(p.partition_index)] = int(p.offset)
+        for (host, port), parts in by_leader.items():
+            conn = self.groups.connection(host, port)
+            version = conn.version_for(LIST_OFFSETS, 1, 8)
+            cls = conn.request_type(LIST_OFFSETS, version)
+            req = make(cls, replica_id=-1, isolation_level=0, topics=(make(
+                sub(cls, "ListOffsetsTopic"), name=topic, partitions=tuple(
+                    make(sub(cls, "ListOffsetsPartition"), partition_index=p, current_leader_epoch=-1,
+                         timestamp=timestamp) for p in parts)),))
+            for rt in conn.send(req).topics:
+                for p in rt.partitions:
+                    if int(p.error_code) != 0:
+                        raise CliError(f"cannot list offsets of {topic}-{p.partition_index}: "
+                                       f"{_error_name(p.error_code)}")
+                    out[int(p.partition_index)] = int(p.offset)
         return out
 
 
@@ -163,9 +190,10 @@ def _run(args: argparse.Namespace) -> int:
         if args.reset_offsets:
             return _reset(admin, args)
         if args.delete:
-            resp = admin.call(DELETE_GROUPS, 0, 2, groups_names=tuple(args.group))
             rc = 0
-            for r in resp.results:
+            results = [admin.group_call(g, DELETE_GROUPS, 0, 2, lambda cls, g=g: dict(groups_names=(g,)),
+                                        lambda r: r.results[0].error_code).results[0] for g in args.group]
+            for r in results:
                 if int(r.error_code) == 0:
                     print(f"Deletion of share group '{r.group_id}' was successful.")
                 else:
@@ -176,8 +204,9 @@ def _run(args: argparse.Namespace) -> int:
             if not args.topic:
                 print("--topic is required with --delete-offsets", file=sys.stderr)
                 return 2
-            resp = admin.build_and_send(DELETE_OFFSETS, 0, 0, lambda cls: dict(group_id=args.group[0], topics=tuple(
-                make(sub(cls, "DeleteShareGroupOffsetsRequestTopic"), topic_name=t) for t in _topic_args(args.topic))))
+            resp = admin.group_call(args.group[0], DELETE_OFFSETS, 0, 0, lambda cls: dict(
+                group_id=args.group[0], topics=tuple(make(sub(cls, "DeleteShareGroupOffsetsRequestTopic"), topic_name=t)
+                                                    for t in _topic_args(args.topic))))
             if int(resp.error_code) != 0:
                 print(f"Error: {_error_name(resp.error_code)} {resp.error_message or ''}".rstrip())
                 return 1
@@ -203,7 +232,7 @@ def _describe(admin: _Admin, args: argparse.Namespace) -> int:
         if not d.members and not args.state and args.output != "json":
             print(f"Share group '{group}' has no active members.", file=sys.stderr)
         if args.state:
-            row = [group, f"{admin.conn.host}:{admin.conn.port}", d.group_state, len(d.members)]
+            row = [group, admin.coordinator_address, d.group_state, len(d.members)]
             header = ["GROUP", "COORDINATOR", "STATE", "#MEMBERS"]
             if args.verbose:
                 row[3:3] = [d.group_epoch, d.assignment_epoch]
@@ -276,7 +305,7 @@ def _reset(admin: _Admin, args: argparse.Namespace) -> int:
         plan[name] = found
     rows = [[group, name, p, off] for name, found in plan.items() for p, off in sorted(found.items())]
     if args.execute:
-        resp = admin.build_and_send(ALTER_OFFSETS, 0, 0, lambda cls: dict(group_id=group, topics=tuple(
+        resp = admin.group_call(group, ALTER_OFFSETS, 0, 0, lambda cls: dict(group_id=group, topics=tuple(
             make(sub(cls, "AlterShareGroupOffsetsRequestTopic"), topic_name=name, partitions=tuple(
                 make(sub(cls, "AlterShareGroupOffsetsRequestPartition"), partition_index=p, start_offset=off)
                 for p, off in sorted(found.items())))
