@@ -424,3 +424,108 @@ def _leaders(conn: Any, topic: str) -> dict[int, tuple[int, int]]:
                 return {p.partition_index: (p.leader_id, p.leader_epoch) for p in t.partitions}
         return None
     return wait_until("partition leaders", ask, timeout_s=30)
+
+
+def _tool(bootstrap: str, name: str, *args: str, timeout_ms: int = 30000) -> Any:
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "shoal", name, "--bootstrap-server", bootstrap,
+                           "--timeout", str(timeout_ms), *args], capture_output=True, text=True, timeout=120)
+
+
+def _ok(bootstrap: str, name: str, *args: str) -> str:
+    r = _tool(bootstrap, name, *args)
+    assert r.returncode == 0, (name, args, r.stdout, r.stderr)
+    return r.stdout
+
+
+def _rows(text: str) -> list[list[str]]:
+    return [line.split() for line in text.strip().splitlines() if line.strip()]
+
+
+def _group_on(bootstrap: str, prefix: str, want: Any) -> tuple[str, int]:
+    """The first ``prefix-N`` group whose coordinator satisfies ``want(node id)``."""
+    for i in range(200):
+        g = f"{prefix}-{i}"
+        node = _coordinator_of(bootstrap, g)
+        if want(node):
+            return g, node
+    raise AssertionError(f"no {prefix} group with the wanted coordinator")
+
+
+def _commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+    admin = admin_client(bootstrap)
+    req = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p, o) for p, o in offsets.items()])
+    wait_until(f"offsets of {group} committed", lambda: _try(lambda: admin.alter_consumer_group_offsets(
+        [req], request_timeout=10)[group].result(15)), timeout_s=30)
+
+
+def _try(fn: Any) -> Any:
+    try:
+        return fn() or True
+    except KafkaException:
+        return None
+
+
+def test_group_tools_work_against_any_broker_and_across_a_coordinator_failover(cluster: LocalCluster) -> None:
+    """consumer-groups and share-groups, given one broker, reach each group's coordinator
+    (FindCoordinator), list the groups of every broker, and after a kill -9 of a group's
+    coordinator describe and reset it from another broker once the new coordinator loaded."""
+    topic = "tools-cluster"
+    _create(cluster.bootstrap, topic, 3)
+    first = cluster.brokers[0]
+    bs = first.bootstrap  # one broker only: the tools must find the others themselves
+    away, away_node = _group_on(cluster.bootstrap, "tools-away", lambda n: n != 1)
+    home, _ = _group_on(cluster.bootstrap, "tools-home", lambda n: n == 1)
+    _commit(cluster.bootstrap, away, topic, {0: 1, 1: 2, 2: 3})
+    _commit(cluster.bootstrap, home, topic, {0: 4})
+    p = producer(cluster.bootstrap, acks="all")
+    for i in range(30):
+        p.produce(topic, f"{i}".encode(), partition=i % 3)
+    assert p.flush(20) == 0
+
+    # consumer-groups through broker 1
+    listed = _ok(bs, "consumer-groups", "--list").split()
+    assert away in listed and home in listed
+    rows = _rows(_ok(bs, "consumer-groups", "--describe", "--group", away))
+    assert [r[:6] for r in rows[1:]] == [[away, topic, "0", "1", "10", "9"], [away, topic, "1", "2", "10", "8"],
+                                         [away, topic, "2", "3", "10", "7"]]
+    state = _rows(_ok(bs, "consumer-groups", "--describe", "--group", away, "--state"))
+    # COORDINATOR (ID): the other broker
+    assert state[1][1:3] == [cluster.broker_for(away_node).bootstrap, f"({away_node})"], state
+    _ok(bs, "consumer-groups", "--reset-offsets", "--group", away, "--topic", topic, "--to-offset", "5", "--execute")
+    assert _committed(cluster.bootstrap, away, topic, 3) == {0: 5, 1: 5, 2: 5}
+    rows = _rows(_ok(bs, "consumer-groups", "--delete-offsets", "--group", away, "--topic", f"{topic}:2"))
+    assert rows[1] == [topic, "2", "Successful"]
+    assert _committed(cluster.bootstrap, away, topic, 3) == {0: 5, 1: 5, 2: -1001}
+    assert "was successful" in _ok(bs, "consumer-groups", "--delete", "--group", home)
+    assert home not in _ok(bs, "consumer-groups", "--list").split()
+
+    # share-groups through broker 1: a group created by --reset-offsets on its coordinator
+    share, share_node = _group_on(cluster.bootstrap, "tools-share", lambda n: n == away_node)
+    _ok(bs, "share-groups", "--reset-offsets", "--group", share, "--topic", topic, "--to-earliest", "--execute")
+    assert share in _ok(bs, "share-groups", "--list").split()
+    state = _rows(_ok(bs, "share-groups", "--describe", "--group", share, "--state"))
+    assert state[1][0] == share and state[1][1] == cluster.broker_for(share_node).bootstrap
+    rows = _rows(_ok(bs, "share-groups", "--describe", "--group", share))
+    assert [r[:4] for r in rows[1:]] == [[share, topic, str(q), "0"] for q in range(3)]
+
+    # the coordinator of `away` dies: the tools, given a survivor, wait for the new one
+    cluster.broker_for(away_node).kill()
+    survivor = next(b for b in cluster.brokers if b.is_alive())
+    rows = _rows(_ok(survivor.bootstrap, "consumer-groups", "--describe", "--group", away))
+    assert [r[:4] for r in rows[1:]] == [[away, topic, "0", "5"], [away, topic, "1", "5"]]
+    _ok(survivor.bootstrap, "consumer-groups", "--reset-offsets", "--group", away, "--topic", topic,
+        "--to-latest", "--execute")
+    assert _committed(survivor.bootstrap, away, topic, 3) == {0: 10, 1: 10, 2: 10}
+    assert away in _ok(survivor.bootstrap, "consumer-groups", "--list").split()
+    # the share group's membership came over too; its start offsets can be reset on the new coordinator
+    state = _rows(_ok(survivor.bootstrap, "share-groups", "--describe", "--group", share, "--state"))
+    assert state[1][0] == share and state[1][1] != cluster.broker_for(share_node).bootstrap
+    assert share in _ok(survivor.bootstrap, "share-groups", "--list").split()
+    rows = _rows(_ok(survivor.bootstrap, "share-groups", "--reset-offsets", "--group", share, "--topic", topic,
+                     "--to-latest", "--execute"))
+    assert [r[:4] for r in rows[1:]] == [[share, topic, str(q), "10"] for q in range(3)]
+    rows = _rows(_ok(survivor.bootstrap, "share-groups", "--describe", "--group", share))
+    assert [r[:4] for r in rows[1:]] == [[share, topic, str(q), "10"] for q in range(3)]
