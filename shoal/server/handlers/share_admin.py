@@ -164,7 +164,8 @@ async def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
         result = groups.apply(p, groups.share_groups(p).handle_alter_offsets(request.group_id, altered, names))
         if result.response != ErrorCode.none:
             response = make(cls, throttle_time=0, error_code=result.response, error_message=None, responses=())
-        return groups.answer(p, response, wrote=bool(result.records))
+        await groups.wait_replicated(p, wrote=bool(result.records))
+        return response
     return response
 
 
@@ -203,5 +204,6 @@ async def handle_delete_share_group_offsets(ctx: Any, request: Any) -> Any:
     if groups is not None and deleted:
         p = groups.partition_for(request.group_id)
         result = groups.apply(p, groups.share_groups(p).handle_delete_offsets(request.group_id, deleted))
-        return groups.answer(p, response, wrote=bool(result.records))
+        await groups.wait_replicated(p, wrote=bool(result.records))
+        return response
     return response
