@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ApiError, ErrorCode
@@ -57,6 +58,7 @@ log = logging.getLogger("shoal.cluster.replicas")
 LEADER, FOLLOWER, OFFLINE = "leader", "follower", "offline"
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__share_group_state"})
 EPOCH_FILE = "leader-epoch-checkpoint"
+_I64 = struct.Struct(">q")
 
 
 class Replica:
@@ -108,6 +110,7 @@ class ReplicaManager:
         self.replicas: dict[tuple[str, int], Replica] = {}
         self.fetchers: dict[int, Fetcher] = {}
         self._task: asyncio.Task[None] | None = None
+        self._emptying: set[tuple[str, int]] = set()
 
     # -- lookups used by the handlers --------------------------------------------------------
     def leader_replica(self, topic: str, index: int) -> Replica:
@@ -200,19 +203,42 @@ class ReplicaManager:
 
     def _empty_stray_log(self, key: tuple[str, int]) -> None:
         """Delete the records of a partition this broker is not a replica of (it was moved away,
-        maybe while this broker was down): the local log becomes empty, as on any non-replica."""
+        maybe while this broker was down): the local log becomes empty, as on any non-replica.
+
+        Done once the log's pending fsync (a follower's last fetch, a coordinator's last
+        write) has finished, and only if this broker is still not a replica by then."""
         try:
             plog = self.broker.store.partition(*key)
         except ApiError:
             return
-        if plog.log_end_offset == 0 and plog.log_start_offset == 0:
+        if (plog.log_end_offset == 0 and plog.log_start_offset == 0) or key in self._emptying:
             return
-        log.info("%s-%d is no longer a replica on this broker: deleting its log (end offset %d)",
-                 key[0], key[1], plog.log_end_offset)
-        try:
-            self.broker.store.empty_partition(*key, now_ms=self.broker.clock.now_ms())
-        except (ApiError, OSError) as e:
-            log.error("cannot delete the log of %s-%d: %s", key[0], key[1], e)
+        self._emptying.add(key)
+
+        async def empty() -> None:
+            try:
+                try:
+                    await self.broker.flusher.durable(plog, plog.log_end_offset)
+                except Exception:
+                    pass  # its records are deleted anyway
+                state = self.node.store.snapshot.state(*key)
+                if state is None or self.node_id in state.replicas or key in self.replicas:
+                    return
+                try:
+                    if self.broker.store.partition(*key) is not plog:
+                        return
+                except ApiError:
+                    return
+                log.info("%s-%d is no longer a replica on this broker: deleting its log (end offset %d)",
+                         key[0], key[1], plog.log_end_offset)
+                try:
+                    self.broker.store.empty_partition(*key, now_ms=self.broker.clock.now_ms())
+                except (ApiError, OSError) as e:
+                    log.error("cannot delete the log of %s-%d: %s", key[0], key[1], e)
+            finally:
+                self._emptying.discard(key)
+
+        asyncio.ensure_future(empty())
 
     def _drop_topic(self, name: str) -> None:
         for key in [k for k in self.replicas if k[0] == name]:
@@ -284,14 +310,21 @@ class ReplicaManager:
             r.save_epochs()
         return r.plog.log_end_offset
 
-    def restart_follower_at(self, key: tuple[str, int], leader_log_start: int) -> int | None:
+    def restart_follower_at(self, key: tuple[str, int], leader_log_start: int, *,
+                            allow_earlier: bool = False) -> int | None:
         """The follower's log ends before the leader's log starts (a new replica of an old
-        partition): start again with an empty log at the leader's log start. Returns the new LEO."""
+        partition): start again with an empty log at the leader's log start. Returns the new LEO.
+
+        ``allow_earlier``: the log is empty and the leader's first batch starts before it
+        (the leader's log start is inside that batch): start at the batch's base offset."""
         r = self.replicas.get(key)
-        if r is None or r.role != FOLLOWER or leader_log_start <= r.plog.log_end_offset:
+        if r is None or r.role != FOLLOWER:
             return None
-        log.info("%s-%d: the leader's log starts at %d, after this log's end %d: starting there", key[0], key[1],
-                 leader_log_start, r.plog.log_end_offset)
+        if leader_log_start <= r.plog.log_end_offset and not (
+                allow_earlier and r.plog.log_end_offset == r.plog.log_start_offset):
+            return None
+        log.info("%s-%d: restarting this log (end offset %d) empty at %d, where the leader's log starts", key[0],
+                 key[1], r.plog.log_end_offset, leader_log_start)
         try:
             r.plog = self.broker.store.empty_partition(*key, start_offset=leader_log_start,
                                                        now_ms=self.broker.clock.now_ms())
@@ -315,6 +348,14 @@ class ReplicaManager:
             return None
         plog = r.plog
         r.leader_hw = leader_hw
+        if records and len(records) >= 8 and plog.log_end_offset == plog.log_start_offset:
+            (base,) = _I64.unpack_from(records, 0)
+            if 0 <= base < plog.log_end_offset:
+                # an empty log started at the leader's log start, which is inside a batch:
+                # start at that batch instead (Kafka's follower does the same)
+                if self.restart_follower_at(key, base, allow_earlier=True) is None:
+                    return None
+                plog = r.plog
         if records:
             try:
                 epochs = plog.append_as_follower(records, self.broker.clock.now_ms())
@@ -338,18 +379,31 @@ class ReplicaManager:
         return plog.log_end_offset
 
     async def flush_followers(self, keys: list[tuple[str, int]]) -> None:
-        """fsync fetched records per the flush policy; a failed fsync halts the broker (as Kafka)."""
+        """fsync fetched records per the flush policy; a failed fsync halts the broker (as Kafka),
+        unless the log was replaced meanwhile (emptied: no longer a replica, or restarted at
+        the leader's log start), whose files are gone."""
         now = self.broker.clock.now_ms()
-        waits = []
+        logs = []
         for key in keys:
             r = self.replicas.get(key)
             if r is not None and r.plog.flush_due(now):
-                waits.append(self.broker.flusher.durable(r.plog, r.plog.log_end_offset))
-        if waits:
-            try:
-                await asyncio.gather(*waits)
-            except OSError as e:
-                self.broker.halt_on_storage_error(f"fsync of a follower log failed: {e}")
+                logs.append((key, r.plog))
+        if not logs:
+            return
+        results = await asyncio.gather(*(self.broker.flusher.durable(plog, plog.log_end_offset) for _, plog in logs),
+                                       return_exceptions=True)
+        for (key, plog), result in zip(logs, results):
+            if isinstance(result, OSError):
+                try:
+                    current = self.broker.store.partition(*key)
+                except ApiError:
+                    current = None
+                if current is plog:
+                    self.broker.halt_on_storage_error(f"fsync of a follower log failed: {result}")
+                    return
+                log.info("fsync of the replaced log of %s-%d failed (%s); ignored", key[0], key[1], result)
+            elif isinstance(result, BaseException):
+                raise result
 
     # -- leader side ----------------------------------------------------------------------------
     def on_follower_fetch(self, r: Replica, follower: int, fetch_offset: int, now_ms: int) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import TopicPartition as CTopicPartition
 from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
@@ -228,6 +229,10 @@ def test_reassignment_moves_data_and_leadership_and_can_be_cancelled(cluster: Lo
 
         wait_until("every broker registered again", lambda: len(admin_client(cluster.bootstrap)
                                                                .list_topics(timeout=5).brokers) == 3, timeout_s=20)
+        # records below 100 deleted: the new replica starts its log at the leader's log start
+        records_admin = admin_client(cluster.bootstrap)  # referenced until the result is in
+        deleted = records_admin.delete_records([CTopicPartition(topic, 0, 100)])
+        assert next(iter(deleted.values())).result(15).low_watermark == 100
         # the real move: the leader (o1) leaves, the paused broker joins and leads
         assert admin.alter_partition_reassignments({tp: [paused, o2]}) == {tp: None}
         wait_until("the reassignment completing", lambda: admin.list_partition_reassignments() == {}, timeout_s=30)
@@ -241,20 +246,19 @@ def test_reassignment_moves_data_and_leadership_and_can_be_cancelled(cluster: Lo
             c.subscribe([topic])
             got: list[bytes] = []
             deadline = time.monotonic() + 30
-            while len(got) < 300 and time.monotonic() < deadline:
+            while len(got) < 200 and time.monotonic() < deadline:
                 m = c.poll(0.5)
                 if m is not None and not m.error():
                     got.append(m.value())
-            assert got == [f"{i:05d}".encode() * 40 for i in range(300)]
+            assert got == [f"{i:05d}".encode() * 40 for i in range(100, 300)]
         finally:
             c.close()
 
         # DescribeLogDirs: each broker answers for its own directory; the removed one holds nothing
-        def settled():
-            d = _dir_partitions(admin.describe_log_dirs(), topic)
-            return d if set(d) == {paused, o2} and d[paused]["partition_size"] == d[o2]["partition_size"] else None
-        dirs = wait_until("the new replica's log the size of the leader's", settled, timeout_s=20)
-        assert dirs[paused]["partition_size"] > 300 * 200
+        dirs = wait_until("the partition on its two new replicas only",
+                          lambda: (lambda d: d if set(d) == {paused, o2} else None)(
+                              _dir_partitions(admin.describe_log_dirs(), topic)), timeout_s=20)
+        assert dirs[paused]["partition_size"] >= 200 * 200 and dirs[o2]["partition_size"] >= 300 * 200
         assert dirs[paused]["offset_lag"] == 0 and dirs[o2]["offset_lag"] == 0
         removed_dir = cluster.broker_for(o1).data_dir / f"{topic}-0"
         wait_until("the removed replica's records deleted",
@@ -264,3 +268,32 @@ def test_reassignment_moves_data_and_leadership_and_can_be_cancelled(cluster: Lo
             assert [Path(d["log_dir"]) for d in b["log_dirs"]] == [node.data_dir.resolve()]
     finally:
         admin.close()
+
+
+def test_a_broker_moved_off_a_partition_while_down_deletes_its_records_when_it_returns(cluster: LocalCluster) -> None:
+    topic = "moved-while-down"
+    controller = admin_client(cluster.bootstrap).list_topics(timeout=5).controller_id
+    down = next(n for n in (1, 2, 3) if n != controller)
+    keep, joining = controller, next(n for n in (1, 2, 3) if n not in (controller, down))
+    _create(cluster.bootstrap, topic, [[down, keep]])
+    p = producer(cluster.bootstrap, acks="all")
+    for i in range(50):
+        p.produce(topic, b"r" * 100, partition=0)
+    assert p.flush(20) == 0
+    stray = cluster.broker_for(down).data_dir / f"{topic}-0"
+    assert sum(f.stat().st_size for f in stray.glob("*.log")) > 50 * 100
+
+    cluster.broker_for(down).stop()  # controlled shutdown: leadership moves to `keep`
+    admin = KafkaAdminClient(bootstrap_servers=cluster.broker_for(controller).bootstrap, request_timeout_ms=20000)
+    try:
+        tp = TopicPartition(topic, 0)
+        assert admin.alter_partition_reassignments({tp: [keep, joining]}) == {tp: None}
+        wait_until("the reassignment completing", lambda: admin.list_partition_reassignments() == {}, timeout_s=30)
+    finally:
+        admin.close()
+    assert sum(f.stat().st_size for f in stray.glob("*.log")) > 50 * 100  # untouched while down
+    cluster.broker_for(down).start()
+    wait_until("the returned broker deleting the records", lambda: sum(
+        f.stat().st_size for f in stray.glob("*.log")) == 0, timeout_s=20)
+    leader, replicas, isr = _partitions(cluster.bootstrap, topic)[0]
+    assert (leader, replicas, sorted(isr)) == (keep, [keep, joining], sorted([keep, joining]))

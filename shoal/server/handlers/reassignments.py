@@ -50,7 +50,7 @@ async def handle_alter_partition_reassignments(ctx: Any, request: Any) -> Any:
             elif target is not None and not allow_rf_change and broker.cluster.clustered:
                 view = broker.cluster.partition(t.name, p.partition_index)
                 current = broker.cluster.reassignments().get(key)
-                rf = len(view.replicas) - len(current[1]) if current else len(view.replicas)
+                rf = (len(view.replicas) - len(current[1]) if current else len(view.replicas)) if view else len(target)
                 if len(target) != rf:
                     early[key] = ApiError(ErrorCode.invalid_replication_factor,
                                           f"the replication factor would change from {rf} to {len(target)}")
