@@ -202,13 +202,19 @@ def mutated_requests(draw):
     return batch
 
 
+WALKS = {"exact": (1 << 30, 1 << 30), "runs": (1, 1 << 30), "vectorized": (1 << 30, 1), "default": None}
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(mutated_requests(), st.booleans())
-def test_only_valid_batches_are_stored_and_every_valid_one_is(batch: bytes, vectorized: bool) -> None:
-    # Batches this small take the exact walk at the broker's threshold; half the examples
-    # lower it so the vectorized walk is judged by the same reference.
-    threshold = records.FAST_WALK_MIN_RECORDS
-    records.FAST_WALK_MIN_RECORDS = 1 if vectorized else threshold
+@given(mutated_requests(), st.sampled_from(sorted(WALKS)))
+def test_only_valid_batches_are_stored_and_every_valid_one_is(batch: bytes, walk: str) -> None:
+    # Batches this small take the exact walk at the broker's thresholds; the examples are
+    # spread over the walks (lowering one threshold and raising the other) so that each
+    # is judged by the same reference.
+    thresholds = records.RUN_WALK_MIN_RECORDS, records.FAST_WALK_MIN_RECORDS
+    if WALKS[walk] is not None:
+        records.RUN_WALK_MIN_RECORDS, records.FAST_WALK_MIN_RECORDS = WALKS[walk]
+    event(f"walk={walk}")
     with tempfile.TemporaryDirectory() as tmp:
         log = PartitionLog.open(Path(tmp) / "t-0", LogConfig())
         try:
@@ -228,4 +234,4 @@ def test_only_valid_batches_are_stored_and_every_valid_one_is(batch: bytes, vect
                 assert log.log_end_offset == 0
         finally:
             log.close()
-            records.FAST_WALK_MIN_RECORDS = threshold
+            records.RUN_WALK_MIN_RECORDS, records.FAST_WALK_MIN_RECORDS = thresholds

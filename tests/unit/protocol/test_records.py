@@ -247,3 +247,126 @@ def test_strided_chain_refuses_lengths_the_exact_walk_refuses():
             strided = R._chain_strided(body, np.frombuffer(body, dtype=np.uint8), 0, len(body), 4, len(body) - 1)
             if strided is not None:
                 assert strided.tolist() == strict_chain(body, 4), (i, v)
+
+
+# --- the run walk agrees with the exact one ---------------------------------------------
+
+def outcome(walk):
+    """What a walk says: ("ok", largest delta) or ("refused", record index, message)."""
+    try:
+        return ("ok", walk())
+    except RecordsError as e:
+        return ("refused", e.record_index, e.message)
+
+
+def agree(body: bytes, n: int, require_keys: bool = False) -> bool:
+    """The run walk gives the exact walk's answer (or None: it leaves the batch to the others).
+    Returns whether it answered."""
+    exact = outcome(lambda: walk_records(body, 0, len(body), n, require_keys=require_keys))
+    runs = outcome(lambda: R._walk_runs(body, 0, len(body), n, require_keys))
+    if runs == ("ok", None):
+        return False
+    assert runs == exact
+    return True
+
+
+shaped_run = st.tuples(st.integers(1, 90), st.one_of(st.none(), st.binary(min_size=0, max_size=3)),
+                       st.integers(0, 200), st.sampled_from([(), (("h", b"x"),), (("trace", b""), ("k", b"12"))]),
+                       st.sampled_from(["inc", "flat", "wide", "neg", "shuffled", "shuffled-wide"]))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(shaped_run, min_size=1, max_size=5), st.data())
+def test_run_walk_agrees_with_the_exact_walk(runs, data):
+    """Runs of records of one shape (key, value size, headers), with timestamps in order,
+    flat, spread over two- and three-byte deltas, falling or shuffled (more runs, as
+    the deltas' widths vary); sometimes a byte changed or
+    the count off by one. The run walk answers as the exact walk does, with the same
+    record index and message when it refuses."""
+    rnd = data.draw(st.randoms(use_true_random=False))
+    recs = []
+    for count, key, size, headers, ts in runs:
+        for j in range(count):
+            delta = {"inc": j, "flat": 5, "wide": 150 * j, "neg": -3 * j - 1, "shuffled": rnd.randrange(0, 60),
+                     "shuffled-wide": rnd.randrange(0, 8000) if j % 9 else rnd.randrange(0, 60)}[ts]
+            recs.append((key, b"v" * size, headers, TS + delta))
+    body = bytearray(build_batch(recs)[61:])
+    if data.draw(st.booleans()):
+        body[data.draw(st.integers(0, len(body) - 1))] = data.draw(st.integers(0, 255))
+    n = len(recs) + data.draw(st.sampled_from([0, 0, 0, -1, 1]))
+    answered = agree(bytes(body), max(n, 1), require_keys=data.draw(st.booleans()))
+    if len(runs) <= 2 and n == len(recs) and all(not r[4].startswith("shuffled") for r in runs) and bytes(body) == build_batch(recs)[61:]:
+        assert answered  # few shapes: no need of another walk
+
+
+def test_run_walk_agrees_after_every_one_byte_change():
+    """Every value of every byte of a small batch: two shapes (key, header, one- and
+    two-byte timestamp deltas out of order), with and without compacted-topic keys."""
+    recs = ([(b"kk", b"vvv", (("h", b"x"),), TS + 70 * i) for i in range(3)]
+            + [(b"kk", b"vvvv", (("h", b"x"),), TS + 3) for _ in range(2)] + [(None, b"", (), TS)])
+    orig = build_batch(recs)[61:]
+    answered = 0
+    for i in range(len(orig)):
+        for v in range(256):
+            body = bytearray(orig)
+            body[i] = v
+            answered += agree(bytes(body), len(recs), require_keys=i % 2 == 1)
+    assert answered == len(orig) * 256  # six records never take more runs than it tries
+
+
+@pytest.mark.parametrize("n,size,key,headers,spread", [
+    (8, 10, None, 0, 1), (10_000, 100, None, 0, 50), (950, 1024, None, 0, 1), (300, 1024, b"key", 2, 1),
+    (2000, 100, None, 0, 0.01), (20_000, 20, b"k", 1, 7)])
+def test_run_walk_proves_typical_batches(n, size, key, headers, spread):
+    """Producer-shaped batches (also with three-byte offset deltas past 8192 records and
+    two-byte timestamp deltas) take the run walk, whose cost is a few us per run."""
+    raw = build_batch([(key, b"x" * size, (("trace", b"abc"),) * headers, TS + int(i // spread)) for i in range(n)])
+    assert R._walk_runs(raw, 61, len(raw), n, False) == int((n - 1) // spread)
+
+
+def records_with_deltas(deltas: list[int], value: bytes = b"v") -> bytes:
+    """Record bytes (no key, no headers) with these timestamp deltas, negative ones too."""
+    from shoal.protocol.batch import _write_varint
+
+    body = bytearray()
+    for i, d in enumerate(deltas):
+        rec = bytearray(b"\x00")
+        _write_varint(rec, d)
+        _write_varint(rec, i)
+        rec += b"\x01"  # null key
+        _write_varint(rec, len(value))
+        rec += value + b"\x00"
+        _write_varint(body, len(rec))
+        body += rec
+    return bytes(body)
+
+
+@pytest.mark.parametrize("deltas", [[5, 60, 2, 7], [-1, -5, -64, -2], [100, 8000, 130, 7999], [300, -300, 200, 100],
+                                    [9000, 70000, 8200, 9001], [-90, -8000, -200, -100], [63, -64, 0, 62],
+                                    [130, 129, 140, 135], [130, 140, 129, 141]])
+def test_run_walk_finds_the_largest_timestamp_in_any_order(deltas):
+    """The last record's delta is only a guess: deltas out of order, negative, of one,
+    two or three bytes (each list of one width)."""
+    body = records_with_deltas(deltas * 4)
+    assert walk_records(body, 0, len(body), 16) == max(deltas)
+    assert R._walk_runs(body, 0, len(body), 16, False) == max(deltas)
+
+
+def test_a_corrupted_record_deep_in_a_large_batch_is_named():
+    """The run walk checks every record: a bad offset delta, length, header count or a
+    cut at record 250 of 300 is refused with index 250, whatever codec."""
+    recs = [(None, b"x" * 1024, (), TS + i // 10) for i in range(300)]
+    body = build_batch(recs)[61:]
+    size = len(body) // 300 + 1  # records 64 and later: 3 + 1 + 1 + 2 + 1 + 2 + 1024 + 1
+    at = 64 * (size - 1) + (250 - 64) * size
+    assert R._varint(body, at + 2 + 1 + 1, len(body), 5, 0) == (250, at + 2 + 1 + 1 + 2)
+    for offset, value in ((4, 0x02), (0, 0x10), (size - 1, 0x02)):
+        bad = bytearray(body)
+        bad[at + offset] = value
+        for codec in (Compression.NONE, Compression.ZSTD):
+            from shoal.protocol.batch import _compress
+            payload = bytes(bad) if codec == Compression.NONE else _compress(codec, bytes(bad))
+            e = refused(raw_batch(payload, 300, attributes=codec))
+            assert e.error_code == ErrorCode.invalid_record and e.record_index == 250, (offset, e.message)
+    e = refused(raw_batch(body[: at + 100], 300))
+    assert e.record_index == 250
