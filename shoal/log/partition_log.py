@@ -272,7 +272,7 @@ class PartitionLog:
     # --- append --------------------------------------------------------------------------
     def append(self, batches, now_ms: int, *, timestamp_type: int | None = None,
                check_producer: bool = True, defer_flush: bool = False,
-               leader_epoch: int | None = None) -> AppendResult:
+               leader_epoch: int | None = None, crc_checked: bool = False) -> AppendResult:
         """Validate, assign offsets to, and write a run of v2 batches; all or nothing.
 
         A ``bytearray`` argument is rewritten in place (offsets, LogAppendTime); other
@@ -280,6 +280,9 @@ class PartitionLog:
 
         ``timestamp_type`` defaults to the topic's ``message.timestamp.type``. ``leader_epoch``
         (cluster mode) is written into each batch's partition leader epoch field.
+        ``crc_checked`` says the caller has already checked (or itself computed) every
+        batch's CRC-32C over these very bytes (Produce: ``protocol/records.py``), so it
+        is not computed a second time; the framing is read again all the same.
         Raises ApiError with: corrupt_message (framing, magic, CRC, empty), invalid_record
         (offset delta inconsistent with the record count), message_too_large (a batch above
         max.message.bytes), record_list_too_large (the request above segment.bytes),
@@ -289,7 +292,7 @@ class PartitionLog:
         """
         if self.offline is not None:
             raise ApiError(ErrorCode.kafka_storage_error, self.offline)
-        headers = validate_batches(batches)
+        headers = validate_batches(batches, check_crc=not crc_checked)
         cfg = self.config
         total = len(batches)
         for h in headers:

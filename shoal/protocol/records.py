@@ -105,7 +105,7 @@ class RecordsError(ApiError):
 @dataclass(frozen=True, slots=True)
 class Validated:
     batch: bytes | bytearray
-    """The batch to append: the input object, or a rewritten copy."""
+    """The batch to append: the input (as bytes), or a rewritten copy (CRC-32C set)."""
     rewritten: bool
     """Whether ``batch`` differs from the input (max timestamp fixed, or recompressed)."""
 
@@ -798,8 +798,12 @@ def validate_produce_batch(records: bytes, *, target_codec: int | None = None,
     ``target_codec`` is the topic's ``compression.type`` as a codec id (None: keep the
     producer's); ``log_append_time`` skips the max-timestamp rewrite (the log stamps the
     batch).  Raises RecordsError / CorruptBatchError (both ApiError) for any fault;
-    nothing is rewritten in place.
+    nothing is rewritten in place.  The CRC-32C is checked here (and computed for a
+    rewritten batch), on bytes that cannot change afterwards (a buffer of another type
+    is copied to bytes first), so the log's append need not check it again.
     """
+    if not isinstance(records, bytes):
+        records = bytes(records)
     headers = validate_batches(records)
     if len(headers) != 1:
         raise RecordsError(ErrorCode.invalid_record, "more than one record batch for a partition")
@@ -808,7 +812,7 @@ def validate_produce_batch(records: bytes, *, target_codec: int | None = None,
     codec = h.compression
     payload_start = h.position + HEADER_SIZE
     if codec == Compression.NONE:
-        data = bytes(records) if not isinstance(records, bytes) else records
+        data = records
         start, end = payload_start, h.end
     else:
         data = decompress_bounded(codec, bytes(memoryview(records)[payload_start : h.end]))

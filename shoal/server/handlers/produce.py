@@ -4,9 +4,10 @@ Per partition: the topic and partition must exist and not be internal; the recor
 validated as Kafka's LogValidator does (``protocol/records.py``: one batch, every record
 walked, no control batch, a known codec, compressed payloads decompressed), and a
 refused partition is answered with CORRUPT_MESSAGE or INVALID_RECORD (v8+: the index of
-the record at fault in ``record_errors``) and nothing of it is written. The log then
-checks framing, CRC-32C, size and producer sequence, assigns offsets and, for
-LogAppendTime topics, the timestamp.
+the record at fault in ``record_errors``) and nothing of it is written. The validation
+checks the CRC-32C (or computes it for a batch it rewrites), so the log's append does
+not compute it again; the log then checks framing, size and producer sequence, assigns
+offsets and, for LogAppendTime topics, the timestamp.
 
 A compressed batch is decompressed, walked (and, for a topic whose compression.type
 differs, recompressed) in a worker thread, so the event loop keeps serving meanwhile.
@@ -177,12 +178,13 @@ def _append(broker: Any, plog: Any, key: tuple[str, int], batch: Any, now_ms: in
             if acks == -1 and len(replica.state.isr) < replicas.min_insync_replicas(key[0]):
                 raise ApiError(ErrorCode.not_enough_replicas,
                                f"ISR {list(replica.state.isr)} is smaller than min.insync.replicas")
-            result = plog.append(batch, now_ms, defer_flush=True, leader_epoch=replica.leader_epoch)
+            result = plog.append(batch, now_ms, defer_flush=True, leader_epoch=replica.leader_epoch,
+                                 crc_checked=True)
             replicas.maybe_advance_hw(replica)
             if acks == -1:
                 isr_waits.append((r, replica, result.last_offset + 1))
         else:
-            result = plog.append(batch, now_ms, defer_flush=True)
+            result = plog.append(batch, now_ms, defer_flush=True, crc_checked=True)
     except OSError as e:  # the fsync of the segment a roll sealed
         broker.storage_errors.failed(key, f"fsync failed: {e}")
         raise ApiError(ErrorCode.kafka_storage_error, f"append failed: {e}") from e

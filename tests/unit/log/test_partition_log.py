@@ -60,6 +60,22 @@ def test_bad_request_writes_nothing(tmp_path):
     assert log.log_end_offset == 1 and log.size_bytes == len(batch(1))
 
 
+def test_crc_checked_appends_skip_only_the_crc(tmp_path):
+    """Produce checks the CRC while validating records and says so: the append does not
+    compute it again, but still reads the framing."""
+    log = open_log(tmp_path)
+    bad = bytearray(batch(2))
+    bad[-1] ^= 1
+    assert log.append(bytes(bad), 0, crc_checked=True).record_count == 2
+    with pytest.raises(ApiError) as ei:
+        log.append(bytes(bad), 0)
+    assert ei.value.error_code == ErrorCode.corrupt_message
+    with pytest.raises(ApiError) as ei:
+        log.append(batch(2)[:-1], 0, crc_checked=True)
+    assert ei.value.error_code == ErrorCode.corrupt_message
+    assert log.log_end_offset == 2
+
+
 def test_size_limits(tmp_path):
     log = open_log(tmp_path, max_message_bytes=1000, segment_bytes=3000)
     with pytest.raises(ApiError) as ei:
