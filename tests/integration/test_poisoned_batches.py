@@ -265,3 +265,56 @@ def test_a_connection_closed_during_validation_does_not_block_the_partition(shar
         resp = conn.request(produce_request("closed-early", valid([b"after"])), correlation_id=2)
         assert resp.responses[0].partition_responses[0].error_code == ErrorCode.none
     assert log_end_offset(bs, "closed-early") == 5001
+
+
+def record_start(payload: bytes, index: int) -> int:
+    """Where record ``index`` starts in uncompressed record bytes (lengths of one or two bytes)."""
+    pos = 0
+    for _ in range(index):
+        b = payload[pos]
+        length, width = (b >> 1, 1) if b < 0x80 else ((((b & 0x7F) | (payload[pos + 1] << 7)) >> 1), 2)
+        pos += width + length
+    return pos
+
+
+def test_a_bad_record_deep_in_one_partition_of_a_multi_partition_request(shared_broker: BrokerProcess) -> None:
+    """One Produce request, four partitions of 300 producer-shaped records each (the shape
+    the run walk checks a byte column at a time): a wrong offset delta at record 250 of
+    one partition and a value length that overruns record 120 of another are found and
+    named by index; those two partitions store nothing, the other two everything."""
+    bs = shared_broker.bootstrap
+    topic = "multi-batch"
+    create_topic(bs, topic, 4)
+    now = int(time.time() * 1000)
+    good = build_batch([(None, b"v" * 200, (), now + i // 40) for i in range(300)])
+    payload = good[61:]
+    bad_offset = bytearray(payload)
+    at = record_start(payload, 250)
+    # [length: 2 bytes][attributes][timestamp delta: 1 byte][offset delta: 2 bytes from 64]
+    assert bad_offset[at + 4 : at + 6] == bytes([(500 & 0x7F) | 0x80, 500 >> 7])
+    bad_offset[at + 4] = (502 & 0x7F) | 0x80
+    bad_value = bytearray(payload)
+    at = record_start(payload, 120)
+    # then [key length: null][value length: 200, two bytes]
+    assert bad_value[at + 6 : at + 9] == bytes([1, (400 & 0x7F) | 0x80, 400 >> 7])
+    bad_value[at + 7] = (404 & 0x7F) | 0x80
+    batches = {0: good, 1: raw_batch(bytes(bad_offset), 300, base_timestamp=now, max_timestamp=now + 7),
+               2: raw_batch(bytes(bad_value), 300, base_timestamp=now, max_timestamp=now + 7), 3: good}
+    request = produce9.ProduceRequest(
+        transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
+        topic_data=(produce9.TopicProduceData(name=topic, partition_data=tuple(
+            produce9.PartitionProduceData(index=i, records=b) for i, b in batches.items())),),
+    )
+    with RawConnection(bs) as conn:
+        resp = conn.request(request)
+    got = {pr.index: pr for pr in resp.responses[0].partition_responses}
+    assert [got[i].error_code for i in range(4)] == [ErrorCode.none, ErrorCode.invalid_record,
+                                                     ErrorCode.invalid_record, ErrorCode.none]
+    assert [e.batch_index for e in got[1].record_errors] == [250]
+    assert [e.batch_index for e in got[2].record_errors] == [120]
+    c = consumer(bs)
+    try:
+        ends = [c.get_watermark_offsets(TopicPartition(topic, i), timeout=T)[1] for i in range(4)]
+    finally:
+        c.close()
+    assert ends == [300, 0, 0, 300]
