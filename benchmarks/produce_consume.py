@@ -161,8 +161,8 @@ def run_cases(name: str, bootstrap: str, pid: int, cases: list[tuple[int, int, i
         rows.append((name, value_size, partitions, count, count / tp, mb / tp, (c1 - c0) / count * 1e6,
                      count / tc, mb / tc, (c2 - c1) / count * 1e6))
         print(f"{name:6} value={value_size:5}B partitions={partitions} records={count:8}  "
-              f"produce {count / tp:10.0f} msg/s {mb / tp:7.1f} MB/s (broker {((c1 - c0) / count * 1e6):5.1f} cpu-s/M)  "
-              f"consume {count / tc:10.0f} msg/s {mb / tc:7.1f} MB/s (broker {((c2 - c1) / count * 1e6):5.1f} cpu-s/M)",
+              f"produce {count / tp:10.0f} msg/s {mb / tp:7.1f} MB/s (broker {((c1 - c0) / count * 1e6):5.2f} cpu-s/M)  "
+              f"consume {count / tc:10.0f} msg/s {mb / tc:7.1f} MB/s (broker {((c2 - c1) / count * 1e6):5.2f} cpu-s/M)",
               flush=True)
     return rows
 

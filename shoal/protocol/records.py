@@ -32,12 +32,17 @@ payload and the header's codec bits, length and CRC change).
 
 Cost: decompression is done by the codec libraries (C, releasing the GIL) and bounded
 (``MAX_DECOMPRESSED_BYTES``); the shell runs the compressed case in a worker thread.
-Batches of 16 records or more are walked with numpy (:func:`_walk_fast`): the record
-boundaries are found by stride when records come in runs of one size (else by a short
-Python loop over the length varints), then every field of every record is decoded and
-checked as arrays.  Any doubt sends the batch to the exact walk (:func:`walk_records`,
-plain Python), which is the reference and names the record at fault.  Figures:
-``benchmarks/records_bench.py``.  This module is pure: no files, clock or sockets.
+Three walks make the same checks.  Batches of ``RUN_WALK_MIN_RECORDS`` records or more
+first take the run walk (:func:`_walk_runs`): producers write records of one shape
+(values of one size, the same key and header lengths, only the timestamp and offset
+deltas change), so the first record of a run is parsed and every later one is checked
+against it a byte column at a time (a bytes slice with a step per field byte, compared
+or translated in C): a few us per run and a few ns per record.  Records of more shapes
+than it tries, in batches of ``FAST_WALK_MIN_RECORDS`` or more, are walked with numpy
+(:func:`_walk_fast`).  Anything else, and any record that is not plain or not valid,
+takes the exact walk (:func:`walk_records`, plain Python), which is the reference and
+names the record at fault.  Figures: ``benchmarks/records_bench.py``.  This module is
+pure: no files, clock or sockets.
 """
 
 from __future__ import annotations
@@ -501,8 +506,8 @@ except ImportError:  # pragma: no cover
     _np = None
 
 FAST_WALK_MIN_RECORDS = 192
-"""Batches with fewer records take the exact walk: the vectorized walk costs about 100 us
-per batch in numpy calls whatever its size, and the exact walk 0.8 us per record, so they
+"""Of the batches the run walk leaves (records of many shapes), those with fewer records
+take the exact walk: the vectorized walk costs about 100 us per batch in numpy calls whatever its size, and the exact walk 0.8 us per record, so they
 cross near 190 records (measured for 100 B and 1 KiB values)."""
 _MAX_FAST_HEADERS = 16
 
