@@ -55,8 +55,11 @@ partition only while this broker leads it (``on_leadership_change``): becoming l
 schedules the replay of the partition into a fresh shard (COORDINATOR_LOAD_IN_PROGRESS
 meanwhile); losing it drops the shard, its timers and its parked JoinGroup/SyncGroup
 requests (NOT_COORDINATOR). ``partition_for`` raises NOT_COORDINATOR for a group whose
-partition this broker does not serve. OffsetCommit and OffsetFetch, and JoinGroup/SyncGroup
-answers, wait for the partition's high watermark (every in-sync replica has the records).
+partition this broker does not serve. Every answer waits for the partition's high
+watermark to cover what the partition held when it was computed (``answer``,
+``answer_per_partition``, ``wait_replicated``; OffsetCommit and OffsetFetch through
+``runtime.wait_durable``): a write's own records, and anything an earlier write or a
+timer appended. On one broker these return at once.
 
 Event loop only.
 """
