@@ -25,7 +25,8 @@ def command(name: str, help: str) -> Callable[..., Callable[[argparse.Namespace]
 def _load_commands() -> None:
     from . import serve  # noqa: F401
 
-    for optional in ("topics", "configs", "console", "consumer_groups", "share_groups", "dev_cluster"):
+    for optional in ("topics", "configs", "console", "consumer_groups", "share_groups", "dev_cluster",
+                     "reassign_partitions"):
         try:
             __import__(f"{__package__}.{optional}")
         except ModuleNotFoundError as e:

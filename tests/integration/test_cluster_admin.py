@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -297,3 +299,49 @@ def test_a_broker_moved_off_a_partition_while_down_deletes_its_records_when_it_r
         f.stat().st_size for f in stray.glob("*.log")) == 0, timeout_s=20)
     leader, replicas, isr = _partitions(cluster.bootstrap, topic)[0]
     assert (leader, replicas, sorted(isr)) == (keep, [keep, joining], sorted([keep, joining]))
+
+
+def _tool(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "shoal", "reassign-partitions", "--bootstrap-server",
+                           cluster.bootstrap, *args], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[2])
+
+
+def test_the_reassign_partitions_tool_generates_executes_and_verifies(cluster: LocalCluster, tmp_path: Path) -> None:
+    topic = "moved-by-tool"
+    _create(cluster.bootstrap, topic, [[1, 2], [2, 1]])
+    topics_file = tmp_path / "topics.json"
+    topics_file.write_text(json.dumps({"version": 1, "topics": [{"topic": topic}]}))
+    r = _tool(cluster, "--generate", "--topics-to-move-json-file", str(topics_file), "--broker-list", "2,3")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "Current partition replica assignment"
+    assert json.loads(lines[1])["partitions"] == [
+        {"topic": topic, "partition": 0, "replicas": [1, 2], "log_dirs": ["any", "any"]},
+        {"topic": topic, "partition": 1, "replicas": [2, 1], "log_dirs": ["any", "any"]}]
+    proposed = json.loads(lines[lines.index("Proposed partition reassignment configuration") + 1])
+    targets = {p["partition"]: p["replicas"] for p in proposed["partitions"]}
+    assert sorted(targets) == [0, 1] and all(sorted(r) == [2, 3] for r in targets.values())
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(proposed))
+    r = _tool(cluster, "--execute", "--reassignment-json-file", str(plan))
+    assert r.returncode == 0, r.stderr
+    assert "Save this to use as the --reassignment-json-file option during rollback" in r.stdout
+    assert f"Successfully started partition reassignments for {topic}-0,{topic}-1" in r.stdout
+
+    def verified():
+        v = _tool(cluster, "--verify", "--reassignment-json-file", str(plan))
+        return v if v.returncode == 0 else None
+    v = wait_until("--verify reporting completion", verified, timeout_s=30, interval_s=0.5)
+    assert v.stdout.splitlines() == ["Status of partition reassignment:",
+                                     f"Reassignment of partition {topic}-0 is completed.",
+                                     f"Reassignment of partition {topic}-1 is completed."]
+    assert {p: r[1] for p, r in _partitions(cluster.bootstrap, topic).items()} == targets
+    assert _tool(cluster, "--list").stdout == "No partition reassignments found.\n"
+    r = _tool(cluster, "--cancel", "--reassignment-json-file", str(plan))
+    assert r.returncode == 0 and "None of the specified partition reassignments are active" in r.stdout
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [9]}]}))
+    r = _tool(cluster, "--execute", "--reassignment-json-file", str(bad))
+    assert r.returncode == 1 and f"{topic}-0: INVALID_REPLICA_ASSIGNMENT" in r.stdout
