@@ -439,10 +439,12 @@ class ShareService:
             leader_epoch=leader_epoch, **config,
         )
 
-    async def load_partitions(self, group_id: str, keys: Iterable[tuple[uuid.UUID, int]]) -> None:
+    async def load_partitions(self, group_id: str, keys: Iterable[tuple[uuid.UUID, int]],
+                              timeout_s: float | None = None) -> None:
         """Cluster mode: load every share-partition of ``keys`` this broker leads and has not
-        loaded, concurrently; a failure is kept for the next :meth:`get_partition`. One
-        broker: nothing to do (``get_partition`` loads)."""
+        loaded, concurrently; a failure is kept for the next :meth:`get_partition`. Returns
+        after ``timeout_s`` at the latest (the loads go on). One broker: nothing to do
+        (``get_partition`` loads)."""
         if self.persister.remote is None:
             return
         replicas = self.broker.replicas
@@ -463,7 +465,7 @@ class ShareService:
                 fut = self._loading[pid] = asyncio.ensure_future(self._load(pid))
             waits.append(fut)
         if waits:
-            await asyncio.gather(*(asyncio.shield(f) for f in waits), return_exceptions=True)
+            await asyncio.wait(waits, timeout=timeout_s)
 
     async def drop_if_reset(self, group_id: str, keys: Iterable[tuple[uuid.UUID, int]]) -> None:
         """Cluster mode: drop the loaded share-partitions of ``keys`` whose state was reset

@@ -295,8 +295,7 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
     # (and a new session checks that no offsets reset happened behind their back).
     if epoch == INITIAL_EPOCH and outcome.partitions:
         await svc.drop_if_reset(group_id, [(_uuid(t), p) for t, p in outcome.partitions])
-    await svc.load_partitions(group_id, [*_ack_keys(request.topics),
-                                         *((_uuid(t), p) for t, p in (outcome.partitions or ()))])
+    await svc.load_partitions(group_id, _ack_keys(request.topics))
     acks = apply_acknowledgements(ctx, svc, group_id, member_id, request.topics)
     if outcome.closed or outcome.replaced or outcome.forgotten:
         # Settle the acknowledgements before releasing: a write that fails leaves its
@@ -335,7 +334,10 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
         remaining_records = max_records
         budget = max_bytes
         while True:
-            await svc.load_partitions(group_id, [k for k in order if k not in errors])  # after a failover
+            # Cluster mode: load (or, after a failover, reload) what is not loaded yet, for at
+            # most the fetch's wait; a share-partition still loading is served next time.
+            await svc.load_partitions(group_id, [k for k in order if k not in errors],
+                                      max(0.0, deadline - broker.clock.now_ms()) / 1000)
             for key in order:
                 if key in errors or remaining_records <= 0 or budget <= 0:
                     continue
