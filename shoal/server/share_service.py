@@ -107,7 +107,7 @@ class Persister:
         self.remote: RemoteStates | None = None
         """Cluster mode: the operations on keys other brokers coordinate go over the network."""
         if runtime.follow_leadership:
-            self.remote = RemoteStates(runtime.broker, lambda: runtime.num_partitions)
+            self.remote = RemoteStates(runtime.broker, runtime.sync_partition_count)
 
     def partition_of(self, key: SharePartitionKey) -> int:
         return partition_for(key, self.runtime.num_partitions)
@@ -148,9 +148,10 @@ class Persister:
         return partition, result.response
 
     async def durable(self, partition: int) -> PartitionOutcome | None:
-        """Wait until every write appended to ``partition`` is fsynced; None, or the failure."""
+        """Wait until every write appended to ``partition`` is fsynced (in cluster mode: and
+        replicated to the in-sync replicas); None, or the failure."""
         try:
-            await self.runtime.wait_durable(partition)
+            await self.runtime.wait_durable(partition, wrote=True)
         except ApiError as e:
             return PartitionOutcome(e.error_code, str(e), None)
         return None
@@ -215,10 +216,12 @@ class Persister:
             self.runtime.check_owner(partition)
         except ApiError as e:
             return PartitionOutcome(e.error_code, str(e), None)
+        plog = self.runtime.broker.store.partition(self.runtime.topic, partition)
+        before = plog.log_end_offset
         outcome = self._local_now(op)
         if outcome.ok:
             try:
-                await self.runtime.wait_durable(partition)
+                await self.runtime.wait_durable(partition, wrote=plog.log_end_offset > before)
             except ApiError as e:
                 return PartitionOutcome(e.error_code, str(e), None)
         return outcome
@@ -993,7 +996,10 @@ class ShareService:
         (NOT_COORDINATOR). Share-partitions whose state it holds are not touched: their
         next writes go to the new coordinator.
         """
-        if self._closed or not 0 <= index < self.runtime.num_partitions:
+        if self._closed:
+            return
+        # The cluster's topic decides the partition count, whatever this broker's setting says.
+        if not 0 <= index < self.runtime.sync_partition_count():
             return
         if not leader:
             self.runtime.unload_partition(index)

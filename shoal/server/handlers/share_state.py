@@ -55,6 +55,7 @@ async def _route(ctx: Any, request: Any, method: str,
     answers: list[tuple[Any, list[Any]]] = []
     touched: dict[int, list[tuple[Any, Any, int]]] = {}
     """state partition -> (topic, partition request, index in its topic's answers) of its writes."""
+    wrote: set[int] = set()
     response = None
     for topic in request.topics:
         parts: list[Any] = []
@@ -72,12 +73,14 @@ async def _route(ctx: Any, request: Any, method: str,
             response = result.response
             parts.append(response.results[0].partitions[0])
             touched.setdefault(shard_index, []).append((topic, p, len(parts) - 1))
+            if result.records:
+                wrote.add(shard_index)
         answers.append((topic, parts))
     for shard_index, written in touched.items():
         try:
             runtime.flush_now(shard_index)
             if runtime.owned is not None:  # cluster mode: answered once every in-sync replica has it
-                await runtime.wait_durable(shard_index)
+                await runtime.wait_durable(shard_index, wrote=shard_index in wrote)
         except ApiError as e:
             for topic, p, i in written:
                 parts = next(ps for t, ps in answers if t is topic)
