@@ -31,10 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import AcknowledgeType
+from confluent_kafka import AcknowledgeType, TopicCollection
 from confluent_kafka.admin import NewTopic
 
 from shoal.client.connection import Connection
+from shoal.protocol.entities import make, sub
 from tests.integration.conftest import running_cluster
 from tests.integration.test_share_consumer import set_group_configs, share_consumer
 from tests.support.clients import admin_client, producer, wait_until
@@ -49,7 +50,7 @@ PARTITIONS = 3
 PER_PARTITION = 300
 CONSUMERS = 8
 LIMIT = 3
-FIND_COORDINATOR, METADATA, DESCRIBE_SHARE_GROUP_OFFSETS = 10, 3, 90
+FIND_COORDINATOR, DESCRIBE_SHARE_GROUP_OFFSETS = 10, 90
 KEY_GROUP, KEY_SHARE = 0, 2
 
 
@@ -73,10 +74,9 @@ def _any_live(cluster: LocalCluster) -> Connection:
 
 
 def _topic_id(cluster: LocalCluster, topic: str) -> str:
-    with _any_live(cluster) as conn:
-        v = conn.version_for(METADATA, 10, 12)
-        t = conn.call(METADATA, v, topics=({"name": topic},), allow_auto_topic_creation=False).topics[0]
-        return str(t.topic_id)
+    admin = admin_client(cluster.bootstrap)
+    desc = admin.describe_topics(TopicCollection([topic]), request_timeout=10)[topic].result(15)
+    return str(desc.topic_id)  # base64, as Kafka writes a topic id in a share coordinator key
 
 
 def _coordinator(cluster: LocalCluster, key_type: int, key: str) -> int | None:
@@ -106,9 +106,11 @@ def _start_offsets(cluster: LocalCluster, topic: str) -> dict[int, int]:
     try:
         with Connection.to(cluster.broker_for(node).bootstrap, timeout_s=5) as conn:
             v = conn.version_for(DESCRIBE_SHARE_GROUP_OFFSETS, 0, 1)
-            resp = conn.call(DESCRIBE_SHARE_GROUP_OFFSETS, v, groups=({
-                "group_id": GROUP,
-                "topics": ({"topic_name": topic, "partitions": tuple(range(PARTITIONS))},)},))
+            req = conn.request_type(DESCRIBE_SHARE_GROUP_OFFSETS, v)
+            resp = conn.send(make(req, groups=(make(
+                sub(req, "DescribeShareGroupOffsetsRequestGroup"), group_id=GROUP, topics=(make(
+                    sub(req, "DescribeShareGroupOffsetsRequestTopic"), topic_name=topic,
+                    partitions=tuple(range(PARTITIONS))),)),)))
     except (OSError, ConnectionError):
         return {}
     g = resp.groups[0]
@@ -124,7 +126,9 @@ def cluster(tmp_path: Path, request: pytest.FixtureRequest):
         "min.insync.replicas": "2",
         "offsets.topic.num.partitions": "3",
         "share.coordinator.state.topic.num.partitions": "3",
+        "group.share.min.session.timeout.ms": "1000",
         "group.share.session.timeout.ms": "6000",
+        "group.share.min.heartbeat.interval.ms": "500",
         "group.share.heartbeat.interval.ms": "1000",
         "group.share.record.lock.duration.ms": "15000",
     }) as c:
