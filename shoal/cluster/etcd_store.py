@@ -11,6 +11,9 @@ Keys, under ``/shoal/`` (values are JSON):
   absent (a lease-backed election: whoever creates it leads until its lease goes);
 * ``topics/<name>``: ``{topic_id, num_partitions, configs}``; created only if absent, then
   changed (partitions added, configs altered) by compare-and-swap on its mod revision;
+* ``group_configs/<group id, percent-encoded>``: a group's config overrides (KIP-848 and
+  KIP-932 group configs), changed by compare-and-swap on the key's mod revision and
+  applied by every broker from its watch;
 * ``partitions/<name>/<index>``: a :class:`PartitionState`. Every write of one compares
   the key's mod revision with the one its writer read, in one transaction, so a writer
   that decided on stale state changes nothing (compare-and-swap on the partition epoch).
@@ -31,6 +34,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote, unquote
 
 from .partition_state import PartitionState
 
@@ -83,6 +87,8 @@ class Snapshot:
     topics: dict[str, TopicRecord] = field(default_factory=dict)
     partitions: dict[tuple[str, int], tuple[PartitionState, int]] = field(default_factory=dict)
     """(topic, index) -> (state, the key's mod revision)."""
+    group_configs: dict[str, tuple[dict[str, str], int]] = field(default_factory=dict)
+    """group id -> (its config overrides, the key's mod revision)."""
 
     def live(self) -> dict[int, int]:
         """node id -> registration epoch of every registered broker."""
@@ -331,6 +337,8 @@ class EtcdStore:
                 d = json.loads(kv.value)
                 snap.topics[parts[1]] = TopicRecord(parts[1], uuid.UUID(d["topic_id"]), int(d["num_partitions"]),
                                                     dict(d.get("configs", {})), kv.mod_revision)
+            elif parts[0] == "group_configs" and len(parts) == 2:
+                snap.group_configs[unquote(parts[1])] = (dict(json.loads(kv.value)), kv.mod_revision)
             elif parts[0] == "partitions" and len(parts) == 3:
                 snap.partitions[(parts[1], int(parts[2]))] = (PartitionState.from_json(kv.value), kv.mod_revision)
         except (ValueError, KeyError, TypeError) as e:
@@ -400,6 +408,22 @@ class EtcdStore:
         ok, _ = await c.transaction(
             compare=[c.transactions.mod(key) == topic.mod_revision],
             success=[c.transactions.put(key, _topic_value(topic.topic_id, topic.num_partitions, configs))],
+            failure=[],
+        )
+        if ok:
+            self._stale.set()
+        return bool(ok)
+
+    async def set_group_configs(self, group_id: str, configs: dict[str, str], mod_revision: int) -> bool:
+        """Replace a group's config overrides (none: delete the key) iff the key still has
+        ``mod_revision`` (0: it must not exist)."""
+        c = self.client
+        key = _key("group_configs", quote(group_id, safe=""))
+        change = (c.transactions.put(key, json.dumps(configs, sort_keys=True).encode()) if configs
+                  else c.transactions.delete(key))
+        ok, _ = await c.transaction(
+            compare=[c.transactions.mod(key) == mod_revision] if mod_revision else [c.transactions.create(key) == 0],
+            success=[change],
             failure=[],
         )
         if ok:

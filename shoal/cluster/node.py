@@ -161,6 +161,7 @@ class ClusterNode:
     # -- snapshots --------------------------------------------------------------------------
     async def _on_snapshot(self, snap: Snapshot) -> None:
         self.replicas.apply(snap)
+        self.broker.dynamic_configs.adopt_groups({g: c for g, (c, _rev) in snap.group_configs.items()})
         if snap.revision != self._metadata_revision:
             # Brokers, leaders or ISRs may have changed: cached Metadata responses are stale.
             self._metadata_revision = snap.revision
@@ -364,6 +365,28 @@ class ClusterNode:
                     ADMIN_TIMEOUT_S)
                 return dict(rec.configs), new
         raise ApiError(ErrorCode.request_timed_out, f"the configs of {name} kept changing; retry")
+
+    async def alter_group_configs(self, group_id: str, change: Callable[[dict[str, str]], dict[str, str]], *,
+                                  validate_only: bool) -> tuple[dict[str, str], dict[str, str]]:
+        """Set a group's config overrides to ``change(current)`` in etcd; returns (old, new).
+
+        Group configs are the cluster's, as in Kafka's metadata: the share-partition leaders
+        read ``share.auto.offset.reset`` or ``share.delivery.count.limit`` on whichever broker
+        leads a partition. A compare-and-swap on the group's key (retried when another change
+        came first); every broker applies it from its metadata watch, this one before it
+        answers. Raises ApiError (``change`` raises for invalid configs).
+        """
+        for _ in range(10):
+            await self.store.reload()
+            current, rev = self.store.snapshot.group_configs.get(group_id, ({}, 0))
+            new = change(dict(current))
+            if validate_only or new == current:
+                return dict(current), new
+            if await self.store.set_group_configs(group_id, new, rev):
+                await self.store.wait_for(
+                    lambda s: self.broker.dynamic_configs.groups.get(group_id, {}) == new, ADMIN_TIMEOUT_S)
+                return dict(current), new
+        raise ApiError(ErrorCode.request_timed_out, f"the configs of group {group_id} kept changing; retry")
 
     async def elect_preferred(self, topic: str, index: int) -> None:
         """Make the preferred replica lead (ElectLeaders). Raises ApiError when it cannot or need not."""

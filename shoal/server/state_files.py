@@ -75,6 +75,10 @@ class DynamicConfigs:
             return parse_value(name, raw)
         return config.resolve(name)
 
+    def adopt_groups(self, groups: dict[str, dict[str, str]]) -> None:
+        """Cluster mode: the group overrides are the cluster's (from etcd), held in memory only."""
+        self.groups = {g: dict(c) for g, c in groups.items()}
+
     def delete_group(self, group_id: str) -> None:
         """Drop a deleted group's overrides. Raises ApiError(kafka_storage_error) (nothing changed)."""
         if group_id in self.groups:

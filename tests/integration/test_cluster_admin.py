@@ -1,7 +1,8 @@
 """Topic administration across a three-broker cluster, with real clients.
 
 Topic configs altered through one broker apply on every broker (DescribeConfigs asked of
-each broker, and max.message.bytes refusing a produce on a leader elsewhere); Metadata
+each broker, and max.message.bytes refusing a produce on a leader elsewhere), and so do
+group configs; Metadata
 creates unknown topics through etcd for a producer; two brokers creating one topic at
 once cannot both succeed; CreatePartitions places new partitions on explicit replicas;
 a reassignment (kafka-python's admin client) moves a partition, its data and its
@@ -123,6 +124,49 @@ def test_topic_configs_altered_through_one_broker_apply_on_every_broker(cluster:
         wait_until(f"replaced configs on {b.bootstrap}",
                    lambda b=b: (lambda c: c["retention.ms"] == "7200000" and c["max.message.bytes"] != "2000")(
                        _topic_configs(b.bootstrap, topic, ["retention.ms", "max.message.bytes"])))
+
+
+def _group_configs(broker_bootstrap: str, group: str, keys: list[str]) -> dict[str, str]:
+    """DescribeConfigs of one group (resource type 32), asked of one broker."""
+    with RawConnection(broker_bootstrap) as conn:
+        r = conn.request(DescribeConfigsRequest(
+            resources=(DescribeConfigsResource(resource_type=32, resource_name=group, configuration_keys=tuple(keys)),),
+            include_synonyms=False, include_documentation=False))
+    res = r.results[0]
+    assert res.error_code == ErrorCode.none, res.error_message
+    return {c.name: c.value for c in res.configs}
+
+
+def test_group_configs_altered_through_one_broker_apply_on_every_broker(cluster: LocalCluster) -> None:
+    group = "configured/share group"  # a '/' and a space: the group id is a key component in etcd
+    keys = ["share.auto.offset.reset", "share.delivery.count.limit"]
+    admin = admin_client(cluster.broker_for(2).bootstrap)
+    res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(15)
+    for b in cluster.brokers:
+        wait_until(f"group configs on {b.bootstrap}",
+                   lambda b=b: _group_configs(b.bootstrap, group, keys) == {
+                       "share.auto.offset.reset": "earliest", "share.delivery.count.limit": "5"})
+
+    # an incremental change through another broker keeps the first one's setting
+    admin = admin_client(cluster.broker_for(3).bootstrap)
+    res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+        ConfigEntry("share.delivery.count.limit", "3", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(15)
+    for b in cluster.brokers:
+        wait_until(f"both group configs on {b.bootstrap}",
+                   lambda b=b: _group_configs(b.bootstrap, group, keys) == {
+                       "share.auto.offset.reset": "earliest", "share.delivery.count.limit": "3"})
+
+    # an invalid value is refused whichever broker receives it, and changes nothing
+    res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+        ConfigEntry("share.delivery.count.limit", "1", incremental_operation=AlterConfigOpType.SET)])
+    admin = admin_client(cluster.broker_for(1).bootstrap)
+    with pytest.raises(KafkaException) as refused:
+        admin.incremental_alter_configs([res])[res].result(15)
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert _group_configs(cluster.broker_for(1).bootstrap, group, keys)["share.delivery.count.limit"] == "3"
 
 
 def test_metadata_creates_unknown_topics_through_etcd(cluster: LocalCluster) -> None:

@@ -4,7 +4,8 @@ Resources: TOPIC (2), BROKER (4) and GROUP (32, KIP-848/KIP-932 group configs). 
 overrides live with the topic metadata in the log store (in cluster mode they are changed
 in etcd, compare-and-swap on the topic key, and every broker applies them from its
 metadata watch; the receiving broker answers once it has); broker and group overrides in
-``broker.dynamic_configs`` (persisted in the data directory). Every value is checked
+``broker.dynamic_configs`` (persisted in the data directory; in cluster mode group
+overrides are the cluster's, changed in etcd and applied from the watch as topic ones). Every value is checked
 against ``shoal.config`` before anything is stored; a resource's changes apply all or
 none.
 """
@@ -270,11 +271,30 @@ async def _alter_topic_in_cluster(broker: Any, name: str, ops: list[tuple[str, i
         _log_change("topic", name, old, new)
 
 
+def _new_group_configs(broker: Any, current: dict[str, str], ops: list[tuple[str, int, str | None]],
+                       replace: bool) -> dict[str, str]:
+    new = _apply_ops({} if replace else current, ops)
+    for k, v in new.items():
+        check_group_config(broker, k, v)
+    _check_group_configs_together(broker, new)
+    return new
+
+
+async def _alter_group_in_cluster(broker: Any, name: str, ops: list[tuple[str, int, str | None]],
+                                  validate_only: bool, replace: bool) -> None:
+    """Cluster mode: the group's configs change in etcd; every broker applies them from its watch."""
+    old, new = await broker.cluster.alter_group_configs(
+        name, lambda current: _new_group_configs(broker, current, ops, replace), validate_only=validate_only)
+    if not validate_only:
+        _log_change("group", name, old, new)
+
+
 def alter_resource(broker: Any, resource_type: int, name: str, ops: list[tuple[str, int, str | None]],
                    validate_only: bool, replace: bool = False) -> Any:
     """Apply config operations to one resource, all or nothing. Raises ApiError.
 
-    Returns an awaitable for a topic in cluster mode (the change goes through etcd), else None.
+    Returns an awaitable for a topic or group in cluster mode (the change goes through
+    etcd), else None.
     """
     if resource_type == TOPIC and broker.cluster.clustered:
         return _alter_topic_in_cluster(broker, name, ops, validate_only, replace)
@@ -302,10 +322,9 @@ def alter_resource(broker: Any, resource_type: int, name: str, ops: list[tuple[s
     elif resource_type == GROUP:
         if not name:
             raise ApiError(ErrorCode.invalid_group_id)
-        new = _apply_ops({} if replace else dict(broker.dynamic_configs.groups.get(name, {})), ops)
-        for k, v in new.items():
-            check_group_config(broker, k, v)
-        _check_group_configs_together(broker, new)
+        if broker.cluster.clustered:
+            return _alter_group_in_cluster(broker, name, ops, validate_only, replace)
+        new = _new_group_configs(broker, dict(broker.dynamic_configs.groups.get(name, {})), ops, replace)
         if not validate_only:
             old = dict(broker.dynamic_configs.groups.get(name, {}))
             broker.dynamic_configs.set_group(name, new)
@@ -361,7 +380,7 @@ def handle_describe_configs(ctx: Any, request: Any) -> Any:
 
 
 def _alter_response(ctx: Any, request: Any, incremental: bool) -> Any:
-    if ctx.broker.cluster.clustered and any(res.resource_type == TOPIC for res in request.resources):
+    if ctx.broker.cluster.clustered and any(res.resource_type in (TOPIC, GROUP) for res in request.resources):
         return _alter_response_async(ctx, request, incremental)
     cls = ctx.response_type
     rcls = sub(cls, "AlterConfigsResourceResponse")

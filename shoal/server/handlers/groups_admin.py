@@ -94,7 +94,10 @@ async def handle_delete_groups(ctx: Any, request: Any) -> Any:
             code = e.error_code
         if code is ErrorCode.none:
             try:
-                ctx.broker.dynamic_configs.delete_group(group_id)
+                if not ctx.broker.cluster.clustered:
+                    ctx.broker.dynamic_configs.delete_group(group_id)
+                elif group_id in ctx.broker.dynamic_configs.groups:  # the cluster's, in etcd
+                    await ctx.broker.cluster.alter_group_configs(group_id, lambda _current: {}, validate_only=False)
             except ApiError as e:
                 code = e.error_code
         results.append(make(rcls, group_id=group_id, error_code=code))

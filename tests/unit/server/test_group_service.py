@@ -16,6 +16,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from shoal.cluster.metadata import LocalMetadata
 from shoal.config import BrokerConfig
 from shoal.log.store import LogStore
 from shoal.protocol.codec import codec_for
@@ -43,6 +44,7 @@ class FakeBroker:
         self.storage_errors = StorageErrors()
         self.extensions: dict[str, Any] = {}
         self.metrics: Any = None
+        self.cluster = LocalMetadata(self)
 
 
 class FakeShare:
