@@ -281,12 +281,12 @@ def _heartbeat(conn: Any, group: str, member: str, epoch: int, topic: str) -> An
 
 
 def test_group_writes_and_reads_wait_for_the_in_sync_replicas(tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    """With both followers of the group's partition frozen (SIGSTOP, sessions long enough that
-    nobody is declared dead), a ConsumerGroupHeartbeat that adds a member is not answered
-    with success: the join cannot reach the in-sync replicas, so after
-    offsets.commit.timeout.ms the answer is COORDINATOR_NOT_AVAILABLE, and a describe, which
-    would show the member, is not answered from that state either. Once the followers run
-    again both succeed."""
+    """With both followers of the group's partition frozen (SIGSTOP, broker sessions long
+    enough that nobody is declared dead), no answer shows what the replicas do not have:
+    a member's session expiry (a timer's write, answered to nobody) is not shown by
+    ConsumerGroupDescribe, which answers COORDINATOR_NOT_AVAILABLE after
+    offsets.commit.timeout.ms instead, and a ConsumerGroupHeartbeat that adds a member is
+    not answered with success either. Once the followers run again both succeed."""
     import os
     import signal
     import uuid as uuid_mod
@@ -294,13 +294,17 @@ def test_group_writes_and_reads_wait_for_the_in_sync_replicas(tmp_path: Path, re
     from shoal.client.connection import Connection
 
     overrides = {"min.insync.replicas": "2", "broker.session.timeout.ms": "30000", "replica.lag.time.max.ms": "30000",
-                 "offsets.commit.timeout.ms": "2000", "offsets.topic.num.partitions": "1"}
+                 "offsets.commit.timeout.ms": "2000", "offsets.topic.num.partitions": "1",
+                 "group.consumer.session.timeout.ms": "3000"}
     with running_cluster(tmp_path, request, overrides) as c:
         topic, group = "repl-wait", "repl-wait-group"
         _create(c.bootstrap, topic, 1)
         coordinator = _coordinator_of(c.bootstrap, group)
         followers = [b for i, b in enumerate(c.brokers, 1) if i != coordinator]
         with Connection.to(c.broker_for(coordinator).bootstrap, timeout_s=30) as conn:
+            def describe() -> Any:
+                return conn.call(69, 0, group_ids=(group,), include_authorized_operations=False).groups[0]
+
             a = uuid_mod.uuid4().hex
             # answered once two in-sync replicas (min.insync.replicas) have the join
             r = wait_until("a first member", lambda: (lambda r: r if r.error_code == 0 else None)(
@@ -309,21 +313,26 @@ def test_group_writes_and_reads_wait_for_the_in_sync_replicas(tmp_path: Path, re
             for b in followers:
                 os.kill(b.pid, signal.SIGSTOP)
             try:
+                # `a` sends no more heartbeats: its session expires on the coordinator within 3 s
+                def until_refused() -> Any:
+                    d = describe()
+                    if d.error_code == 0:
+                        assert a in {m.member_id for m in d.members}, "the expiry was shown before it was replicated"
+                        return None
+                    return d
+                d = wait_until("a describe that must wait for the expiry's replication", until_refused, timeout_s=30)
+                assert d.error_code == ErrorCode.coordinator_not_available, d
                 started = time.monotonic()
                 r = _heartbeat(conn, group, uuid_mod.uuid4().hex, 0, topic)
                 waited = time.monotonic() - started
                 assert r.error_code == ErrorCode.coordinator_not_available, r
                 assert waited >= 1.5, waited  # offsets.commit.timeout.ms, not at once
-                d = conn.call(69, 0, group_ids=(group,), include_authorized_operations=False).groups[0]
-                assert d.error_code == ErrorCode.coordinator_not_available, d
             finally:
                 for b in followers:
                     os.kill(b.pid, signal.SIGCONT)
-            def described() -> Any:
-                g = conn.call(69, 0, group_ids=(group,), include_authorized_operations=False).groups[0]
-                return g if g.error_code == 0 else None
-            g = wait_until("the group described once the followers caught up", described, timeout_s=30)
-            assert a in {m.member_id for m in g.members}
+            g = wait_until("the group described once the followers caught up",
+                           lambda: (lambda g: g if g.error_code == 0 else None)(describe()), timeout_s=30)
+            assert a not in {m.member_id for m in g.members}
             r = _heartbeat(conn, group, uuid_mod.uuid4().hex, 0, topic)
             assert r.error_code == 0, r
 
@@ -344,7 +353,10 @@ def test_multi_group_offset_fetch_over_several_coordinators(cluster: LocalCluste
 
     topic = "cg-many"
     _create(cluster.bootstrap, topic, 3)
-    groups = [f"many-{i}" for i in range(8)]
+    groups: list[str] = []
+    for node in (1, 2, 3):  # two groups coordinated by each broker
+        for _ in range(2):
+            groups.append(_group_on(cluster.bootstrap, "many", lambda n, node=node: n == node, exclude=groups)[0])
     expected: dict[str, dict[int, int]] = {}
     for n, g in enumerate(groups):
         c = consumer(cluster.bootstrap, **{"group.id": g, "enable.auto.commit": False})
@@ -363,7 +375,23 @@ def test_multi_group_offset_fetch_over_several_coordinators(cluster: LocalCluste
         finally:
             c.close()
     coordinators = {g: _coordinator(cluster.bootstrap, g) for g in groups}
-    assert len(set(coordinators.values())) >= 2, f"all groups on one coordinator: {coordinators}"
+    assert set(coordinators.values()) == {1, 2, 3}, f"groups not on every coordinator: {coordinators}"
+
+    # one OffsetFetch v8 for every group, sent to broker 1: it answers for its own groups
+    # and NOT_COORDINATOR for the others (which a client sends to their coordinators)
+    from shoal.client.connection import Connection
+    from shoal.protocol.entities import make, sub
+    with Connection.to(cluster.brokers[0].bootstrap) as conn:
+        gcls = sub(conn.request_type(9, 8), "OffsetFetchRequestGroup")
+        r = conn.call(9, 8, groups=tuple(make(gcls, group_id=g, topics=None) for g in groups), require_stable=False)
+    answered = {g.group_id: g for g in r.groups}
+    for g in groups:
+        if coordinators[g] == 1:
+            assert answered[g].error_code == 0, answered[g]
+            assert {p.partition_index: p.committed_offset for t in answered[g].topics
+                    for p in t.partitions} == expected[g]
+        else:
+            assert answered[g].error_code == ErrorCode.not_coordinator, answered[g]
 
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap.split(","), request_timeout_ms=15000)
     try:
@@ -444,10 +472,12 @@ def _rows(text: str) -> list[list[str]]:
     return [line.split() for line in text.strip().splitlines() if line.strip()]
 
 
-def _group_on(bootstrap: str, prefix: str, want: Any) -> tuple[str, int]:
-    """The first ``prefix-N`` group whose coordinator satisfies ``want(node id)``."""
+def _group_on(bootstrap: str, prefix: str, want: Any, exclude: Any = ()) -> tuple[str, int]:
+    """The first ``prefix-N`` group (not in ``exclude``) whose coordinator satisfies ``want(node id)``."""
     for i in range(200):
         g = f"{prefix}-{i}"
+        if g in exclude:
+            continue
         node = _coordinator_of(bootstrap, g)
         if want(node):
             return g, node
