@@ -42,7 +42,7 @@ from confluent_kafka import Producer, ShareConsumer  # noqa: E402
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,  # noqa: E402
                                    ResourceType)
 
-QUIET = {"log_level": 3}
+QUIET = {"log_level": 0}
 GROUP = "bench-share"
 TOPIC = "bench"
 
