@@ -389,3 +389,46 @@ def test_the_reassign_partitions_tool_generates_executes_and_verifies(cluster: L
     bad.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [9]}]}))
     r = _tool(cluster, "--execute", "--reassignment-json-file", str(bad))
     assert r.returncode == 1 and f"{topic}-0: INVALID_REPLICA_ASSIGNMENT" in r.stdout
+
+
+def test_auto_creation_and_reassignment_refusals(cluster: LocalCluster) -> None:
+    from kio.schema.alter_partition_reassignments.v1.request import (
+        AlterPartitionReassignmentsRequest,
+        ReassignablePartition,
+        ReassignableTopic,
+    )
+    from kio.schema.incremental_alter_configs.v1.request import (
+        AlterableConfig,
+        AlterConfigsResource,
+        IncrementalAlterConfigsRequest,
+    )
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+    def set_rf(conn: RawConnection, value: str | None) -> None:
+        r = conn.request(IncrementalAlterConfigsRequest(validate_only=False, resources=(AlterConfigsResource(
+            resource_type=4, resource_name="1", configs=(AlterableConfig(
+                name="default.replication.factor", config_operation=0 if value else 1, value=value),)),)))
+        assert r.responses[0].error_code == ErrorCode.none
+
+    with RawConnection(cluster.broker_for(1).bootstrap) as conn:
+        set_rf(conn, "4")  # more replicas than brokers: Kafka refuses the creation
+        try:
+            r = conn.request(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name="never-created"),),
+                                             allow_auto_topic_creation=True, include_topic_authorized_operations=False))
+            assert r.topics[0].error_code == ErrorCode.invalid_replication_factor
+        finally:
+            set_rf(conn, None)
+        assert "never-created" not in admin_client(cluster.bootstrap).list_topics(timeout=5).topics
+
+        topic = "kept-rf"
+        _create(cluster.bootstrap, topic, [[1, 2]])
+        r = conn.request(AlterPartitionReassignmentsRequest(allow_replication_factor_change=False, topics=(
+            ReassignableTopic(name=topic, partitions=(ReassignablePartition(partition_index=0, replicas=(1, 2, 3)),
+                                                      ReassignablePartition(partition_index=1, replicas=(1,)))),
+            ReassignableTopic(name="no-such-topic", partitions=(ReassignablePartition(partition_index=0,
+                                                                                     replicas=(1,)),)))))
+        codes = {(t.name, p.partition_index): p.error_code for t in r.responses for p in t.partitions}
+        assert codes == {(topic, 0): ErrorCode.invalid_replication_factor,
+                         (topic, 1): ErrorCode.unknown_topic_or_partition,
+                         ("no-such-topic", 0): ErrorCode.unknown_topic_or_partition}
+        assert _partitions(cluster.bootstrap, topic)[0][1] == [1, 2]
