@@ -470,14 +470,16 @@ class ShareService:
         if waits:
             await asyncio.wait(waits, timeout=timeout_s)
 
-    async def drop_if_reset(self, group_id: str, keys: Iterable[tuple[uuid.UUID, int]]) -> None:
+    async def drop_if_reset(self, group_id: str, keys: Iterable[tuple[uuid.UUID, int]],
+                            timeout_s: float | None = None) -> None:
         """Cluster mode: drop the loaded share-partitions of ``keys`` whose state was reset
         or deleted since they loaded it (AlterShareGroupOffsets or DeleteShareGroupOffsets
         through another broker's group coordinator); the next use reloads the new state.
 
         Called when a share session starts (ShareFetch epoch 0): those admin calls need
         an empty group, so a consumer coming after them opens a new session. One broker:
-        nothing to do (the group coordinator drops them itself).
+        nothing to do (the group coordinator drops them itself). A share-partition whose
+        state cannot be read within ``timeout_s`` is kept.
         """
         if self.persister.remote is None:
             return
@@ -485,9 +487,13 @@ class ShareService:
                   if (sp := self.partitions.get(pid := (group_id, topic_id, partition))) is not None]
         if not loaded:
             return
-        outcomes = await asyncio.gather(*(
-            self.persister.read_state_summary(SharePartitionKey.of(group_id, pid[1], pid[2])) for pid, _sp in loaded))
-        for (pid, sp), o in zip(loaded, outcomes):
+        tasks = [asyncio.ensure_future(self.persister.read_state_summary(
+            SharePartitionKey.of(group_id, pid[1], pid[2]))) for pid, _sp in loaded]
+        await asyncio.wait(tasks, timeout=timeout_s)
+        for (pid, sp), task in zip(loaded, tasks):
+            if not task.done():
+                continue  # the check goes on in the background; its answer is dropped
+            o = task.result()
             reset = (o.ok and o.state is not None and o.state.state_epoch > sp.state_epoch) or (
                 o.error_code == ErrorCode.unknown_topic_or_partition)
             if reset and self.partitions.get(pid) is sp:

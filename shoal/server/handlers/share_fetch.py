@@ -294,7 +294,8 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
     # Cluster mode: the share-partitions' state may have to come from another broker first
     # (and a new session checks that no offsets reset happened behind their back).
     if epoch == INITIAL_EPOCH and outcome.partitions:
-        await svc.drop_if_reset(group_id, [(_uuid(t), p) for t, p in outcome.partitions])
+        await svc.drop_if_reset(group_id, [(_uuid(t), p) for t, p in outcome.partitions],
+                                max(1.0, request.max_wait.total_seconds()))
     await svc.load_partitions(group_id, _ack_keys(request.topics))
     acks = apply_acknowledgements(ctx, svc, group_id, member_id, request.topics)
     if outcome.closed or outcome.replaced or outcome.forgotten:
