@@ -128,9 +128,17 @@ def test_create_partitions(shared_broker, topic_name):
     assert error_of(fut).code() == KafkaError.INVALID_PARTITIONS
     fut = admin.create_partitions([NewPartitions(topic_name + "-none", 3)], request_timeout=T)[topic_name + "-none"]
     assert error_of(fut).code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    # Explicit assignments: only this broker.
+    node = admin.describe_cluster(request_timeout=T).result(timeout=T).nodes[0].id
+    fut = admin.create_partitions([NewPartitions(topic_name, 6, replica_assignment=[[node + 1]])],
+                                  request_timeout=T)[topic_name]
+    assert error_of(fut).code() == KafkaError.INVALID_REPLICA_ASSIGNMENT
+    admin.create_partitions([NewPartitions(topic_name, 6, replica_assignment=[[node]])],
+                            request_timeout=T)[topic_name].result(timeout=T)
+    assert len(admin.list_topics(topic_name, timeout=T).topics[topic_name].partitions) == 6
     # Old and new partitions all work.
     produce_all(producer(bs), topic_name, [{"partition": p, "value": b"after-%d" % p} for p in range(5)])
-    got = records_of(bs, topic_name, 5, 7)
+    got = records_of(bs, topic_name, 6, 7)
     assert sorted((r.partition, r.offset, r.value) for r in got) == [
         (0, 0, b"before-0"), (0, 1, b"after-0"), (1, 0, b"before-1"), (1, 1, b"after-1"),
         (2, 0, b"after-2"), (3, 0, b"after-3"), (4, 0, b"after-4"),

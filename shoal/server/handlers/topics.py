@@ -174,6 +174,15 @@ def handle_create_partitions(ctx: Any, request: Any) -> Any:
             if t.count <= meta.num_partitions:
                 raise ApiError(ErrorCode.invalid_partitions,
                                f"topic has {meta.num_partitions} partitions; a new count must be larger")
+            if t.assignments:
+                if len(t.assignments) != t.count - meta.num_partitions:
+                    raise ApiError(ErrorCode.invalid_replica_assignment,
+                                   f"{len(t.assignments)} assignments for {t.count - meta.num_partitions} "
+                                   "new partitions")
+                bad = [list(a.broker_ids) for a in t.assignments if list(a.broker_ids) != [broker.node_id]]
+                if bad:
+                    raise ApiError(ErrorCode.invalid_replica_assignment,
+                                   f"the only broker is {broker.node_id}; cannot place replicas on {bad[0]}")
             if not request.validate_only:
                 broker.create_partitions(t.name, t.count)
         except ApiError as e:
