@@ -131,9 +131,23 @@ class _Tool:
         return list(self.args.group)
 
     def _listed(self) -> list[Any]:
-        result = self._retrying("list groups", lambda: self.admin.list_consumer_groups(
-            request_timeout=self.t).result(self.t))
-        return list(result.valid)
+        """Every broker's groups; asked again (until ``--timeout``) while a broker answers an error,
+        so that no group is left out silently."""
+        from .common import kafka_error_text
+
+        deadline = time.monotonic() + self.t
+        attempt = 0
+        while True:
+            result = self._retrying("list groups", lambda: self.admin.list_consumer_groups(
+                request_timeout=self.t).result(self.t))
+            if not result.errors:
+                return list(result.valid)
+            if time.monotonic() >= deadline:
+                raise CliError("cannot list the groups of every broker: "
+                               + "; ".join(kafka_error_text(Exception(e)) for e in result.errors))
+            verbose(self.args, f"list groups: {len(result.errors)} broker(s) answered an error; asking again")
+            time.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
+            attempt += 1
 
     def _committed(self, group: str) -> dict[tuple[str, int], int]:
         from confluent_kafka import ConsumerGroupTopicPartitions
