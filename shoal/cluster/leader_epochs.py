@@ -5,7 +5,8 @@ Theory of operation
 Entries ``(epoch, start_offset)`` in growing order of both: epoch ``e`` wrote the offsets
 from its start offset up to the next entry's start (the last one: up to the log end). A
 leader adds ``(its epoch, its log end offset)`` when it takes over; a follower adds an
-entry when a fetched batch carries a newer partition leader epoch. Truncating the log at
+entry when a fetched batch carries another partition leader epoch than the latest (an
+older one replaces the newer entries its log does not hold: :meth:`LeaderEpochCache.follow`). Truncating the log at
 ``offset`` drops the entries that start at or after it.
 
 :meth:`LeaderEpochCache.end_offset_for` is OffsetsForLeaderEpoch's rule: for a requested
@@ -48,6 +49,26 @@ class LeaderEpochCache:
             self.entries.pop()
         if self.entries and self.entries[-1][0] >= epoch:
             return False
+        self.entries.append((epoch, start_offset))
+        return True
+
+    def follow(self, epoch: int, start_offset: int) -> bool:
+        """A follower appended a batch of ``epoch`` at ``start_offset``; returns whether the cache changed.
+
+        The batch is the truth: entries of newer epochs that the log does not hold (this
+        broker led them without writing, then truncated back to where they started) are
+        dropped, and the batch's epoch continues where it started or begins here.
+        """
+        if epoch < 0:
+            return False
+        changed = False
+        while self.entries and (self.entries[-1][0] > epoch or self.entries[-1][1] > start_offset):
+            self.entries.pop()
+            changed = True
+        if self.entries and self.entries[-1][0] == epoch:
+            return changed
+        if self.entries and self.entries[-1][1] == start_offset:
+            self.entries.pop()
         self.entries.append((epoch, start_offset))
         return True
 

@@ -364,7 +364,7 @@ class ReplicaManager:
                 return None
             changed = False
             for epoch, base in epochs:
-                changed |= r.epochs.assign(epoch, base)
+                changed |= r.epochs.follow(epoch, base)
             if changed:
                 r.save_epochs()
             self.broker.append_waiters.notify(*key)

@@ -49,3 +49,21 @@ def test_follower_cuts_the_tail_the_new_leader_never_had():
     assert divergence_offset(same, *leader.end_offset_for(1, 25), 24) == 20
     assert divergence_offset(same, 1, 30, 24) == 24
     assert divergence_offset(same, -1, -1, 24) == 0
+
+
+def test_a_follower_takes_the_epochs_of_the_batches_it_appends():
+    c = LeaderEpochCache([(0, 0), (2, 10)])
+    assert not c.follow(2, 15)  # the same epoch continues
+    assert c.follow(3, 20)
+    assert c.entries == [(0, 0), (2, 10), (3, 20)]
+    # it led epoch 4 from 30 without writing; the next leader had epoch-3 batches there
+    c = LeaderEpochCache([(0, 0), (3, 20), (4, 30)])
+    assert c.follow(3, 30)
+    assert c.entries == [(0, 0), (3, 20)]
+    assert c.follow(5, 35)
+    assert c.entries == [(0, 0), (3, 20), (5, 35)]
+    # an entry where nothing was written is replaced by the batch's epoch at the same offset
+    c = LeaderEpochCache([(0, 0), (4, 30)])
+    assert c.follow(1, 30)
+    assert c.entries == [(0, 0), (1, 30)]
+    assert not LeaderEpochCache().follow(-1, 0)
