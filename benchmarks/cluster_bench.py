@@ -1,7 +1,8 @@
 """Cluster throughput, produce latency and leader failover, with confluent-kafka.
 
 Usage:
-    python benchmarks/cluster_bench.py [--records N] [--quick] [--no-failover]
+    python benchmarks/cluster_bench.py [--records N] [--quick] [--no-failover] [--cases 1,3,2]
+        [--profile DIR] [-o KEY=VALUE ...]
 
 Three clusters on this machine, each on its own etcd (started from the environment's
 ``bin/`` or PATH), all with Kafka's default broker settings:
@@ -15,11 +16,16 @@ Per case one Producer (acks=all, linger.ms=5, idempotence on) sends N records of
 round-robin over the partitions as fast as it can; the latency of each record is the
 time from ``produce()`` to its delivery report (so it includes client-side queueing under
 full load, as Kafka's producer-perf-test reports it). Then one Consumer assigned to every
-partition reads them back. Printed: produce and consume MB/s, p50/p99 produce latency.
+partition reads them back. Printed: produce and consume MB/s, p50/p99 produce latency,
+and the CPU time (user + system) all brokers of the case used while the producer ran: on
+a machine shared with other work this varies much less than the throughput.
 
 Failover (RF=3 cluster, default ``broker.session.timeout.ms``=9000): a producer sends a
 record to partition 0 every 20 ms; the leader of partition 0 is killed with SIGKILL; the
 time from the kill to the first acknowledged record sent after it is printed.
+
+``--profile DIR`` samples every broker with py-spy (``pip install py-spy``) while the
+producer runs and writes collapsed stacks to ``DIR/<case>-b<node>.txt``.
 """
 
 from __future__ import annotations
@@ -175,6 +181,17 @@ def consume(bootstrap: str, topic: str, count: int) -> float:
     return elapsed
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU time the processes used so far (from /proc/PID/stat)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
 def pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(q * len(s)))] * 1000
@@ -208,12 +225,34 @@ def failover(cluster: Cluster, topic: str) -> float:
     return acked_after[0] - killed_at[0]
 
 
+class Profiler:
+    """py-spy attached to every broker of a cluster, writing collapsed stacks when stopped."""
+
+    def __init__(self, out: Path, case: str, cluster: Cluster) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        spy = Path(sys.executable).parent / "py-spy"
+        tag = case.replace(" ", "").replace(",", "-").replace("=", "")
+        self.procs = [subprocess.Popen([str(spy if spy.exists() else "py-spy"), "record", "--pid", str(proc.pid),
+                                        "--rate", "200", "--format", "raw", "--nonblocking",
+                                        "--output", str(out / f"{tag}-b{node}.txt")],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                      for node, (proc, _) in cluster.brokers.items()]
+        time.sleep(1.0)  # py-spy attaches
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.send_signal(signal.SIGINT)
+        for p in self.procs:
+            p.wait(30)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--quick", action="store_true", help="20,000 records per case")
     ap.add_argument("--no-failover", action="store_true")
     ap.add_argument("--cases", default="1,3,2", help="which cases, by broker count: 1, 3 and/or 2 (default all)")
+    ap.add_argument("--profile", type=Path, metavar="DIR", help="sample the brokers with py-spy while producing")
     ap.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker configuration for every broker of every case")
     args = ap.parse_args()
@@ -229,19 +268,27 @@ def main() -> int:
         cluster = Cluster(root, brokers, args.override).start()
         try:
             create_topic(cluster.bootstrap, "bench", rf, configs)
-            p_s, lat = produce(cluster.bootstrap, "bench", count)
+            profiler = Profiler(args.profile, name, cluster) if args.profile else None
+            pids = [proc.pid for proc, _ in cluster.brokers.values()]
+            cpu0 = cpu_seconds(pids)
+            try:
+                p_s, lat = produce(cluster.bootstrap, "bench", count)
+            finally:
+                if profiler is not None:
+                    profiler.stop()
+            cpu = cpu_seconds(pids) - cpu0
             c_s = consume(cluster.bootstrap, "bench", count)
             mb = count * VALUE / 1e6
-            rows.append((name, mb / p_s, mb / c_s, pct(lat, 0.5), pct(lat, 0.99)))
+            rows.append((name, mb / p_s, mb / c_s, pct(lat, 0.5), pct(lat, 0.99), cpu))
             if rf == 3 and not args.no_failover:
                 fail_s = failover(cluster, "bench")
         finally:
             cluster.stop()
             shutil.rmtree(root, ignore_errors=True)
     print(f"{count} records of {VALUE} B, {PARTITIONS} partitions, acks=all")
-    print(f"{'case':<18} {'produce MB/s':>13} {'consume MB/s':>13} {'p50 ms':>8} {'p99 ms':>8}")
-    for name, pm, cm, p50, p99 in rows:
-        print(f"{name:<18} {pm:>13.1f} {cm:>13.1f} {p50:>8.1f} {p99:>8.1f}")
+    print(f"{'case':<18} {'produce MB/s':>13} {'consume MB/s':>13} {'p50 ms':>8} {'p99 ms':>8} {'broker CPU s':>13}")
+    for name, pm, cm, p50, p99, cpu in rows:
+        print(f"{name:<18} {pm:>13.1f} {cm:>13.1f} {p50:>8.1f} {p99:>8.1f} {cpu:>13.2f}")
     if fail_s is not None:
         print(f"leader failover (kill -9 to first acks=all ack, broker.session.timeout.ms=9000): {fail_s:.2f} s")
     return 0
