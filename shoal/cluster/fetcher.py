@@ -12,9 +12,10 @@ leader epoch, and removes it when that changes again. The fetcher's loop:
 3. sends one Fetch (v12, replica id set, current leader epoch per partition) for every
    partition, waits at most ``replica.fetch.wait.max.ms`` at the leader, appends what comes
    back through the replica manager and repeats. The fsync the flush policy asks for runs
-   while the next Fetch is out (one at a time): the leader may count a follower's records
-   one fsync before they are on the follower's disk (they are in its page cache, so a
-   killed process loses nothing; Kafka's followers never fsync).
+   in the background, one pass at a time per fetcher, and the loop never waits for it:
+   rounds fetched during a pass are covered by the next one. The leader may count a
+   follower's records before they are on the follower's disk (they are in its page
+   cache, so a killed process loses nothing; Kafka's followers do not fsync by default).
 
 A partition whose fetch offset is below the leader's log start (a new replica of a
 partition whose old records were deleted) starts again with an empty log at the leader's
@@ -65,6 +66,7 @@ class Fetcher:
         self._wake = asyncio.Event()
         self._conn = PeerConnection(host, port, f"shoal-replica-{manager.node_id}")
         self._flushing: asyncio.Future[None] | None = None
+        self._dirty: set[tuple[str, int]] = set()
         self.closed = False
 
     # -- membership -------------------------------------------------------------------
@@ -194,11 +196,23 @@ class Fetcher:
                     appended.append(key)
                 st.fetch_offset = new_leo
         if appended:
-            # One fsync in flight while the next Fetch goes out (depth-1 pipelining): the
-            # previous round's fsync must have finished before this round's starts.
-            if self._flushing is not None:
-                await self._flushing
-            self._flushing = asyncio.ensure_future(self.manager.flush_followers(appended))
+            self._dirty.update(appended)
+            if self._flushing is None:
+                self._flushing = asyncio.ensure_future(self._flush_dirty())
+
+    async def _flush_dirty(self) -> None:
+        """fsync the partitions appended to, in the background, one pass at a time.
+
+        The fetch loop never waits for it: rounds fetched while a pass runs are covered by
+        the next pass, so under load one fsync covers many rounds (the disk's pace, not
+        the leader's) and a slow fsync does not hold back the followers' progress.
+        """
+        try:
+            while self._dirty and not self.closed:
+                keys, self._dirty = list(self._dirty), set()
+                await self.manager.flush_followers(keys)
+        finally:
+            self._flushing = None
 
     def _on_error(self, key: tuple[str, int], st: FetchState, code: int) -> None:
         if code == ErrorCode.offset_out_of_range:

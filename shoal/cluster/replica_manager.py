@@ -390,7 +390,8 @@ class ReplicaManager:
                 logs.append((key, r.plog))
         if not logs:
             return
-        results = await asyncio.gather(*(self.broker.flusher.durable(plog, plog.log_end_offset) for _, plog in logs),
+        results = await asyncio.gather(*(self.broker.flusher.durable(plog, plog.log_end_offset, background=True)
+                                         for _, plog in logs),
                                        return_exceptions=True)
         for (key, plog), result in zip(logs, results):
             if isinstance(result, OSError):
