@@ -73,9 +73,42 @@ def decode_body(entity_type: type, data: bytes) -> Any:
     return value
 
 
+LARGE_VALUE = 16 * 1024
+"""Byte values at least this large (record batches) go into a response's pieces as they are."""
+
+
+class _Pieces:
+    """A write-only buffer for kio's writers that keeps large ``bytes`` values as pieces of
+    their own instead of copying them (a Fetch response's records: a follower's or a
+    consumer's megabyte is written to the socket from the bytes the log read)."""
+
+    __slots__ = ("pieces", "_small")
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+        self._small = bytearray()
+
+    def write(self, value: Any) -> int:
+        n = len(value)
+        if n >= LARGE_VALUE and type(value) is bytes:
+            if self._small:
+                self.pieces.append(bytes(self._small))
+                self._small.clear()
+            self.pieces.append(value)
+        else:
+            self._small += value
+        return n
+
+    def done(self) -> list[bytes]:
+        if self._small:
+            self.pieces.append(bytes(self._small))
+            self._small.clear()
+        return self.pieces
+
+
 def encode_response(codec: Codec, api_key: int, correlation_id: int, entity: Any) -> list[bytes]:
     if type(entity) is EncodedBody:
         return frame(response_header(api_key, correlation_id, codec.flexible), entity.body)
-    buf = io.BytesIO()
+    buf = _Pieces()
     codec.write_response(buf, entity)
-    return frame(response_header(api_key, correlation_id, codec.flexible), buf.getvalue())
+    return frame(response_header(api_key, correlation_id, codec.flexible), *buf.done())
