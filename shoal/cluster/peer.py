@@ -17,7 +17,6 @@ from typing import Any
 from kio.serial import entity_reader, entity_writer
 
 from ..protocol.codec import codec_for
-from ..protocol.framing import FrameDecoder
 from ..protocol.header import read_uvarint
 
 __all__ = ["PeerConnection"]
@@ -26,6 +25,10 @@ CONNECT_TIMEOUT_S = 5.0
 _HDR = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+MAX_FRAME = 1 << 30
+READ_BUFFER = 4 << 20
+"""The stream's buffer limit: a Fetch response of a few megabytes arrives in a few reads
+(the default 64 KiB pauses the socket every 128 KiB)."""
 
 
 class PeerConnection:
@@ -34,7 +37,6 @@ class PeerConnection:
         self._client_id = client_id.encode()
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
-        self._decoder = FrameDecoder(1 << 30)
         self._cid = 0
 
     @property
@@ -44,8 +46,7 @@ class PeerConnection:
     async def connect(self) -> None:
         if self._writer is None:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), CONNECT_TIMEOUT_S)
-            self._decoder = FrameDecoder(1 << 30)
+                asyncio.open_connection(self.host, self.port, limit=READ_BUFFER), CONNECT_TIMEOUT_S)
 
     async def call(self, api_key: int, version: int, request: Any) -> Any:
         """Send ``request`` (a kio entity of a flexible version); return the response entity.
@@ -64,14 +65,13 @@ class PeerConnection:
         payload = header + body.getvalue()
         self._writer.write(_I32.pack(len(payload)) + payload)
         await self._writer.drain()
-        while True:
-            frame = self._decoder.next_frame()
-            if frame is not None:
-                break
-            chunk = await self._reader.read(1 << 20)
-            if not chunk:
-                raise ConnectionError(f"broker {self.host}:{self.port} closed the connection")
-            self._decoder.feed(chunk)
+        try:  # the size, then the whole frame in one piece (no reassembly copies)
+            (size,) = _I32.unpack(await self._reader.readexactly(4))
+            if not 4 <= size <= MAX_FRAME:
+                raise ConnectionError(f"response frame of {size} bytes from {self.host}:{self.port}")
+            frame = await self._reader.readexactly(size)
+        except asyncio.IncompleteReadError as e:
+            raise ConnectionError(f"broker {self.host}:{self.port} closed the connection") from e
         (cid,) = _I32.unpack_from(frame, 0)
         if cid != self._cid:
             raise ConnectionError(f"correlation id {cid}, expected {self._cid}")
@@ -88,4 +88,3 @@ class PeerConnection:
         if self._writer is not None:
             self._writer.close()
         self._reader = self._writer = None
-        self._decoder = FrameDecoder(1 << 30)
