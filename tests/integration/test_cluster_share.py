@@ -114,7 +114,9 @@ def _pick_group(cluster: LocalCluster, tid: uuid.UUID, leaders: dict[int, int],
 
 
 def _set_group_config(cluster: LocalCluster, group: str, name: str, value: str) -> None:
-    """IncrementalAlterConfigs of a group config on every broker (group configs are per broker)."""
+    """IncrementalAlterConfigs of a group config, sent to every broker: each answers once its
+    own copy of the cluster's group configs has the value, so every share-partition leader
+    uses it from then on."""
     for b in cluster.brokers:
         with _conn(b) as c:
             req_cls = c.request_type(44, 1)
