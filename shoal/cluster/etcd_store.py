@@ -401,6 +401,15 @@ class EtcdStore:
             self._stale.set()
         return bool(ok)
 
+    async def read_topic(self, name: str) -> TopicRecord | None:
+        """The topic's record as etcd has it now (one key read, not the whole prefix)."""
+        got = await self.client.get(_key("topics", name))
+        if got is None:
+            return None
+        d = json.loads(got.value)
+        return TopicRecord(name, uuid.UUID(d["topic_id"]), int(d["num_partitions"]), dict(d.get("configs", {})),
+                           got.mod_revision)
+
     async def set_topic_configs(self, topic: TopicRecord, configs: dict[str, str]) -> bool:
         """Replace a topic's config overrides iff its key still has ``topic.mod_revision``."""
         c = self.client

@@ -351,8 +351,7 @@ class ClusterNode:
         Raises ApiError (``change`` raises for invalid configs).
         """
         for _ in range(10):
-            await self.store.reload()
-            rec = self.store.snapshot.topics.get(name)
+            rec = await self.store.read_topic(name)
             if rec is None:
                 raise ApiError(ErrorCode.unknown_topic_or_partition)
             new = change(dict(rec.configs))
