@@ -542,17 +542,28 @@ def test_group_tools_work_against_any_broker_and_across_a_coordinator_failover(c
     assert [r[:4] for r in rows[1:]] == [[share, topic, str(q), "0"] for q in range(3)]
 
     # the coordinator of `away` dies: the tools, given a survivor, wait for the new one
+    import subprocess
+    import sys
+
     cluster.broker_for(away_node).kill()
     survivor = next(b for b in cluster.brokers if b.is_alive())
-    rows = _rows(_ok(survivor.bootstrap, "consumer-groups", "--describe", "--group", away))
+    # both tools start at once, while the dead broker is still named coordinator or the new
+    # one is loading: they find the coordinator again until it answers
+    during = [subprocess.Popen([sys.executable, "-m", "shoal", tool, "--bootstrap-server", survivor.bootstrap,
+                                "--timeout", "30000", "--describe", "--group", g, *extra],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for tool, g, extra in (("consumer-groups", away, ()), ("share-groups", share, ("--state",)))]
+    (cg_out, cg_err), (sg_out, sg_err) = (proc.communicate(timeout=120) for proc in during)
+    assert [proc.returncode for proc in during] == [0, 0], (cg_err, sg_err)
+    rows = _rows(cg_out)
     assert [r[:4] for r in rows[1:]] == [[away, topic, "0", "5"], [away, topic, "1", "5"]]
+    state = _rows(sg_out)
+    assert state[1][0] == share and state[1][1] != cluster.broker_for(share_node).bootstrap
     _ok(survivor.bootstrap, "consumer-groups", "--reset-offsets", "--group", away, "--topic", topic,
         "--to-latest", "--execute")
     assert _committed(survivor.bootstrap, away, topic, 3) == {0: 10, 1: 10, 2: 10}
     assert away in _ok(survivor.bootstrap, "consumer-groups", "--list").split()
-    # the share group's membership came over too; its start offsets can be reset on the new coordinator
-    state = _rows(_ok(survivor.bootstrap, "share-groups", "--describe", "--group", share, "--state"))
-    assert state[1][0] == share and state[1][1] != cluster.broker_for(share_node).bootstrap
+    # the share group came over too; its start offsets can be reset on the new coordinator
     assert share in _ok(survivor.bootstrap, "share-groups", "--list").split()
     rows = _rows(_ok(survivor.bootstrap, "share-groups", "--reset-offsets", "--group", share, "--topic", topic,
                      "--to-latest", "--execute"))
