@@ -134,6 +134,9 @@ class FlushTicket:
     while it waits, and at most one per fsync thread is open at a time."""
     end_offset: int
     messages: int
+    truncations: int = 0
+    """The log's truncation count when the ticket was taken: a ticket from before a
+    truncation covers offsets that no longer hold the same records."""
 
     def sync(self) -> None:
         """Open the file, fdatasync it and close it (safe in a worker thread).  Raises OSError.
@@ -172,6 +175,10 @@ class PartitionLog:
         """The recovery point last read or written (None: no checkpoint file)."""
         self.compaction_state: tuple | None = None
         """What the last compaction pass saw and when a kept tombstone expires (compaction.py)."""
+        self.durable_offset = 0
+        """Every offset below this one is fsynced (within this process's life); lowered
+        when the log is truncated below it."""
+        self._truncations = 0
         self.offline: str | None = None
         """Why appends are refused until a restart (:meth:`fsync_failed`), or None."""
 
@@ -420,6 +427,8 @@ class PartitionLog:
                                           h.base_offset, h.last_offset, h.max_timestamp)
         if self.replicated_high_watermark is not None:
             self.replicated_high_watermark = min(self.replicated_high_watermark, self.log_end_offset)
+        self._truncations += 1
+        self.durable_offset = min(self.durable_offset, self.log_end_offset)
         return self.log_end_offset
 
     def roll(self) -> Segment:
@@ -474,10 +483,15 @@ class PartitionLog:
         meanwhile does not affect it: the file stays where it is). Run ``ticket.sync()``
         anywhere, then call :meth:`end_flush` on the event loop.
         """
-        return FlushTicket(self.segments[-1].log_path, self.log_end_offset, self._unflushed_messages)
+        return FlushTicket(self.segments[-1].log_path, self.log_end_offset, self._unflushed_messages,
+                           self._truncations)
 
     def end_flush(self, ticket: FlushTicket, now_ms: int) -> None:
-        """Account for a completed ticket: everything before ``ticket.end_offset`` is durable."""
+        """Account for a completed ticket: everything before ``ticket.end_offset`` is durable
+        (unless the log was truncated since the ticket was taken: what then stands at those
+        offsets was written after it)."""
+        if ticket.truncations == self._truncations:
+            self.durable_offset = max(self.durable_offset, ticket.end_offset)
         self._unflushed_messages = max(0, self._unflushed_messages - ticket.messages)
         self._last_flush_ms = now_ms
         active = self.segments[-1] if self.segments else None
@@ -512,6 +526,7 @@ class PartitionLog:
             self.fsync_failed(exc)
             raise
         self._unflushed_messages = 0
+        self.durable_offset = self.log_end_offset
         if now_ms is not None:
             self._last_flush_ms = now_ms
 

@@ -87,7 +87,6 @@ class Flusher:
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
-        self._durable: dict[int, int] = {}
         self._running: dict[int, asyncio.Task[None]] = {}
         self._waiters: dict[int, list[tuple[int, asyncio.Future[None]]]] = {}
         self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="shoal-fsync")
@@ -103,9 +102,9 @@ class Flusher:
         (followers' logs, which nobody answers after) runs it in a thread of its own, so
         that it never queues in front of the fsyncs a produce waits for.
         """
-        key = id(plog)
-        if self._durable.get(key, -1) >= end_offset:
+        if plog.durable_offset >= end_offset:
             return
+        key = id(plog)  # unique while a flush or waiter holds plog
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(key, []).append((end_offset, waiter))
         if key not in self._running:
@@ -122,14 +121,13 @@ class Flusher:
                 await asyncio.get_running_loop().run_in_executor(
                     self._background if background else self._executor, ticket.sync)
             plog.end_flush(ticket, self._clock.now_ms())
-            self._durable[key] = max(self._durable.get(key, -1), ticket.end_offset)
         except BaseException as e:  # OSError from the sync; CancelledError at shutdown
             error = e
             if isinstance(e, FsyncError):
                 plog.fsync_failed(e)  # no more appends: see PartitionLog.fsync_failed
         finally:
             self._running.pop(key, None)
-        durable = self._durable.get(key, -1)
+        durable = plog.durable_offset
         left: list[tuple[int, asyncio.Future[None]]] = []
         for end_offset, waiter in self._waiters.pop(key, ()):
             if waiter.done():
@@ -149,9 +147,6 @@ class Flusher:
             self._running[key] = asyncio.ensure_future(self._flush(plog, key, inline, background))
         if isinstance(error, asyncio.CancelledError):
             raise error
-
-    def forget(self, plog: Any) -> None:
-        self._durable.pop(id(plog), None)
 
     def waiting(self) -> int:
         """Callers waiting for an fsync now (the Produce purgatory's size, for the metrics)."""
@@ -483,8 +478,6 @@ class Broker:
                 hook(self, meta)
             except Exception:
                 log.exception("topic deletion hook failed")
-        for i in range(meta.num_partitions):
-            self.flusher.forget(self.store.partition(name, i))
         self.store.delete_topic(name)
         self.fetch_sessions.remove_topic(name)
         log.info("deleted topic %s", name)

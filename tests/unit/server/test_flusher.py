@@ -112,3 +112,57 @@ def test_an_fsync_that_cannot_open_the_file_loses_nothing(tmp_path: Path, monkey
         plog.close()
 
     asyncio.run(body())
+
+
+def test_records_written_again_after_a_truncation_are_synced_again(tmp_path: Path) -> None:
+    """A follower's log cut back (a divergent tail) and refilled: the new records at the old
+    offsets are not durable just because the old ones were."""
+    async def body() -> None:
+        CountingLog.syncs = 0
+        plog = CountingLog.open(tmp_path / "t-0", LogConfig())
+        flusher = Flusher(Clock())
+        for _ in range(3):
+            plog.append(_batch(2), 0, defer_flush=True)
+        await flusher.durable(plog, 6)
+        assert (CountingLog.syncs, plog.durable_offset) == (1, 6)
+        assert plog.truncate_to(2) == 2
+        assert plog.durable_offset == 2
+        plog.append(_batch(2), 0, defer_flush=True)
+        await flusher.durable(plog, 4)
+        assert (CountingLog.syncs, plog.durable_offset) == (2, 4)
+        flusher.close()
+        plog.close()
+
+    asyncio.run(body())
+
+
+def test_a_flush_taken_before_a_truncation_does_not_cover_what_follows_it(tmp_path: Path) -> None:
+    plog = PartitionLog.open(tmp_path / "t-0", LogConfig())
+    for _ in range(3):
+        plog.append(_batch(2), 0, defer_flush=True)
+    ticket = plog.begin_flush()  # covers offsets below 6, as they were
+    plog.truncate_to(2)
+    plog.append(_batch(4), 0, defer_flush=True)  # offsets 2-5 again, not synced by that ticket
+    ticket.sync()
+    plog.end_flush(ticket, 0)
+    assert plog.durable_offset == 0
+    plog.close()
+
+
+def test_a_new_log_object_is_not_durable_because_an_old_one_was(tmp_path: Path) -> None:
+    """Durability is the log's own, not the flusher's memory of an object id (ids are reused)."""
+    async def body() -> None:
+        flusher = Flusher(Clock())
+        plog = CountingLog.open(tmp_path / "t-0", LogConfig())
+        plog.append(_batch(5), 0, defer_flush=True)
+        await flusher.durable(plog, 5)
+        plog.close()
+        CountingLog.syncs = 0
+        fresh = CountingLog.open(tmp_path / "u-0", LogConfig())
+        fresh.append(_batch(5), 0, defer_flush=True)
+        await flusher.durable(fresh, 5)
+        assert CountingLog.syncs == 1
+        flusher.close()
+        fresh.close()
+
+    asyncio.run(body())
