@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 
 from ..cluster.peer import PeerConnection
 from ..errors import ErrorCode
-from ..share.coordinator import PartitionOutcome
+from ..share.coordinator import PartitionOutcome, partition_for
 from ..share.state_rpc import (
     StateOp,
     answer_for,
@@ -130,13 +130,12 @@ class RemoteStates:
 
     def coordinator(self, op: StateOp) -> int | None:
         """The node id of ``op``'s share coordinator in the current metadata, or None."""
-        node = self.broker.cluster
         n = self._num_partitions()
-        leaders = {}
-        for i in range(n):
-            view = node.partition(SHARE_STATE_TOPIC, i)
-            leaders[i] = view.leader if view is not None else -1
-        return coordinator_of(op.key, n, leaders)
+        if n < 1:
+            return None
+        i = partition_for(op.key, n)
+        view = self.broker.cluster.partition(SHARE_STATE_TOPIC, i)
+        return coordinator_of(op.key, n, {i: view.leader if view is not None else -1})
 
     async def call(self, op: StateOp, local: Callable[[StateOp], Awaitable[PartitionOutcome]]) -> PartitionOutcome:
         attempt = 0

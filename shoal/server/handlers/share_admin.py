@@ -4,7 +4,8 @@
 The start offset of a share-partition is its persisted SPSO. Lag follows Kafka
 (KIP-1226): high watermark - SPSO - records at or above the SPSO already in a terminal
 state (acknowledged or archived), never below 0; -1 when the partition has no
-initialized state. A group id that is no share group is GROUP_ID_NOT_FOUND, except for
+initialized state. In cluster mode the high watermark is the leader's (ListOffsets to
+it when another broker leads the partition). A group id that is no share group is GROUP_ID_NOT_FOUND, except for
 AlterShareGroupOffsets, which creates an unknown group, empty, with the offsets given
 (KIP-932: ``--reset-offsets`` before the first consumer). Alter and delete need an empty
 group, one without members (NON_EMPTY_GROUP otherwise); share sessions still open by
@@ -17,14 +18,22 @@ with OFFSET_OUT_OF_RANGE for that partition. Delete removes the share-partitions
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import uuid
 from typing import Any
 
+from ...cluster.peer import PeerConnection
 from ...errors import ErrorCode
+from ...protocol.codec import codec_for
 from ...protocol.entities import make, sub
 from ...share.coordinator import UNINITIALIZED_START_OFFSET, SharePartitionKey
 from ..dispatch import api
 from ..share_service import ShareService, share_service
+
+log = logging.getLogger("shoal.share")
+
+LIST_OFFSETS, LIST_OFFSETS_VERSION = 2, 7
 
 
 def _group_error(ctx: Any, group_id: str, *, create: bool = False) -> ErrorCode | None:
@@ -54,15 +63,59 @@ def _group_is_empty(ctx: Any, svc: ShareService, group_id: str) -> bool:
     return True
 
 
-async def lag_of(ctx: Any, svc: ShareService, key: SharePartitionKey, topic_name: str) -> tuple[int, int, ErrorCode]:
-    """(start_offset, lag, error) of one share-partition."""
+async def high_watermarks(ctx: Any, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """The high watermark of each partition, from its leader.
+
+    One broker: the local logs. Cluster mode: this broker's log where it leads the
+    partition, else one ListOffsets (latest) per leader broker, as Kafka's group coordinator
+    asks the leaders; a leader that cannot be asked leaves the local replica's value.
+    """
+    b = ctx.broker
+    local = {(t, p): b.store.partition(t, p).high_watermark for t, p in wanted}
+    if getattr(b, "replicas", None) is None:
+        return local
+    by_leader: dict[int, list[tuple[str, int]]] = {}
+    for t, p in wanted:
+        view = b.cluster.partition(t, p)
+        if view is not None and view.leader >= 0 and view.leader != b.node_id:
+            by_leader.setdefault(view.leader, []).append((t, p))
+    out = dict(local)
+    for leader, parts in by_leader.items():
+        endpoint = next((e for e in b.cluster.brokers() if e.node_id == leader), None)
+        if endpoint is None:
+            continue
+        conn = PeerConnection(endpoint.host, endpoint.port, f"shoal-group-coordinator-{b.node_id}")
+        try:
+            req_cls = codec_for(LIST_OFFSETS, LIST_OFFSETS_VERSION).request_type  # type: ignore[union-attr]
+            tcls, pcls = sub(req_cls, "ListOffsetsTopic"), sub(req_cls, "ListOffsetsPartition")
+            topics: dict[str, list[Any]] = {}
+            for t, p in parts:
+                topics.setdefault(t, []).append(make(pcls, partition_index=p, current_leader_epoch=-1, timestamp=-1))
+            request = make(req_cls, replica_id=-1, isolation_level=0,
+                           topics=tuple(make(tcls, name=t, partitions=tuple(ps)) for t, ps in topics.items()))
+            response = await asyncio.wait_for(conn.call(LIST_OFFSETS, LIST_OFFSETS_VERSION, request), 10)
+            for t in response.topics:
+                for p in t.partitions:
+                    if p.error_code == ErrorCode.none and (t.name, int(p.partition_index)) in out:
+                        out[(t.name, int(p.partition_index))] = int(p.offset)
+        except Exception as e:  # the leader is unreachable: the local replica's high watermark
+            log.info("ListOffsets to broker %d for share-group lag failed: %s", leader, e)
+        finally:
+            conn.close()
+    return out
+
+
+async def lag_of(ctx: Any, svc: ShareService, key: SharePartitionKey, topic_name: str,
+                 hw: int | None = None) -> tuple[int, int, ErrorCode]:
+    """(start_offset, lag, error) of one share-partition (``hw``: its high watermark, if known)."""
     o = await svc.persister.read_state_summary(key)
     if not o.ok or o.state is None:
         return UNINITIALIZED_START_OFFSET, -1, ErrorCode.none
     st = o.state
     if st.start_offset == UNINITIALIZED_START_OFFSET:
         return UNINITIALIZED_START_OFFSET, -1, ErrorCode.none
-    hw = ctx.broker.store.partition(topic_name, key.partition).high_watermark
+    if hw is None:
+        hw = ctx.broker.store.partition(topic_name, key.partition).high_watermark
     if o.delivery_complete_count >= 0:  # read over the network: the coordinator counted
         done = o.delivery_complete_count
     else:
@@ -95,6 +148,9 @@ async def handle_describe_share_group_offsets(ctx: Any, request: Any) -> Any:
             for t in g.topics:
                 wanted.setdefault(t.topic_name, []).extend(int(p) for p in t.partitions)
         topics = []
+        hws = await high_watermarks(ctx, {(name, p) for name, parts in wanted.items()
+                                          if (meta := store.get_topic(name)) is not None
+                                          for p in set(parts) if 0 <= p < meta.num_partitions})
         for name, parts in wanted.items():
             meta = store.get_topic(name)
             plist = []
@@ -103,7 +159,8 @@ async def handle_describe_share_group_offsets(ctx: Any, request: Any) -> Any:
                     plist.append(make(pcls, partition_index=p, start_offset=-1, leader_epoch=-1, lag=-1,
                                       error_code=ErrorCode.unknown_topic_or_partition, error_message=None))
                     continue
-                start, lag, code = await lag_of(ctx, svc, SharePartitionKey.of(g.group_id, meta.topic_id, p), name)
+                start, lag, code = await lag_of(ctx, svc, SharePartitionKey.of(g.group_id, meta.topic_id, p), name,
+                                                hws.get((name, p)))
                 plist.append(make(pcls, partition_index=p, start_offset=start, leader_epoch=0, lag=lag,
                                   error_code=code, error_message=None))
             topics.append(make(tcls, topic_name=name, topic_id=meta.topic_id if meta is not None else None,
