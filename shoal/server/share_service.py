@@ -264,7 +264,8 @@ class ShareService:
         self._timers: dict[PartitionId, tuple[int, asyncio.TimerHandle]] = {}
         self._retry: dict[PartitionId, asyncio.TimerHandle] = {}
         self._prune_timer: asyncio.TimerHandle | None = None
-        self._loading: dict[PartitionId, asyncio.Future[SharePartition]] = {}
+        self._loading: dict[PartitionId, asyncio.Future[SharePartition | None]] = {}
+        """Cluster mode: share-partitions whose state is being read (``_load``)."""
         self._queued: dict[int, dict[SharePartition, None]] = {}
         """Per ``__share_group_state`` partition: share-partitions waiting for its next commit round."""
         self._state_partitions: dict[SharePartition, int] = {}

@@ -184,8 +184,7 @@ def test_not_coordinator_is_retried_against_the_coordinator_resolved_again() -> 
         cluster = FakeCluster({1: 1, 2: old.port, 3: new.port}, leader=2)
         remote = RemoteStates(FakeBroker(cluster), lambda: 3)
         old.fail_with = ErrorCode.not_coordinator
-        new.shard.initialize(_key(0), 0, 7)  # the new coordinator replayed the state
-        for rec in new.shard.initialize(_key(0), 0, 7).records:
+        for rec in new.shard.initialize(_key(0), 0, 7).records:  # the new coordinator has the state
             new.shard.replay(rec, 0)
         try:
             call = asyncio.ensure_future(remote.call(StateOp(Rpc.READ, _key(0)), _local_never))
