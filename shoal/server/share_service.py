@@ -471,6 +471,10 @@ class ShareService:
         if waits:
             await asyncio.wait(waits, timeout=timeout_s)
 
+    def is_loading(self, group_id: str, topic_id: uuid.UUID, partition: int) -> bool:
+        """Cluster mode: whether the share-partition's state is being read right now."""
+        return (group_id, topic_id, partition) in self._loading
+
     async def drop_if_reset(self, group_id: str, keys: Iterable[tuple[uuid.UUID, int]],
                             timeout_s: float | None = None) -> None:
         """Cluster mode: drop the loaded share-partitions of ``keys`` whose state was reset
@@ -540,6 +544,7 @@ class ShareService:
                 log.info("share-partition %s-%s-%d loaded at SPSO %d (state epoch %d, leader epoch %d; state %s)",
                          group_id, name, partition, sp.start_offset, outcome.state.state_epoch, leader_epoch,
                          "in process" if coordinator == self.broker.node_id else f"on broker {coordinator}")
+                self.wake(sp)  # ShareFetches parked while it loaded
             self._load_errors.pop(pid, None)
             return sp
         except ApiError as e:

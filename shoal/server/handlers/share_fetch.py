@@ -336,12 +336,14 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
         budget = max_bytes
         while True:
             # Cluster mode: load (or, after a failover, reload) what is not loaded yet, for at
-            # most the fetch's wait; a share-partition still loading is served next time.
+            # most the fetch's wait; a share-partition still loading gives nothing this time.
             await svc.load_partitions(group_id, [k for k in order if k not in errors],
                                       max(0.0, deadline - broker.clock.now_ms()) / 1000)
             for key in order:
                 if key in errors or remaining_records <= 0 or budget <= 0:
                     continue
+                if svc.is_loading(group_id, key[0], key[1]):
+                    continue  # nothing to acquire yet; its load wakes this fetch when done
                 try:
                     data, acquired = _acquire_one(ctx, svc, group_id, member_id, key[0], key[1], remaining_records,
                                                   budget, mode, batch_size)
