@@ -198,3 +198,40 @@ def test_large_values_near_the_size_limit(shared_broker, topic_name):
     produce_all(producer(bs, **{"linger.ms": 0}), topic_name, [{"value": v} for v in values])
     got = records_of(bs, topic_name, [0], 3)
     assert [r.value for r in got] == values
+
+
+def minor_faults(pid: int) -> int:
+    return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[7])
+
+
+def test_megabyte_produces_do_not_fault_their_buffers_in_again(shared_broker, topic_name):
+    """Each 1 MB Produce passes through a few buffers of its size; with glibc's adaptive
+    malloc thresholds a broker could map them afresh (or trim them away) on every request
+    and fault 500-700 pages back in per request (twice the CPU per record). ``shoal
+    serve`` fixes the thresholds: after a few requests, no request faults much."""
+    import datetime
+
+    from kio.schema.produce.v9 import request as produce9
+
+    from shoal.protocol.batch import build_batch
+    from tests.support.wire import RawConnection
+
+    bs = shared_broker.bootstrap
+    create_topic(bs, topic_name, 1)
+    batch = build_batch([(None, b"x" * 1024, (), int(time.time() * 1000)) for _ in range(960)])
+
+    def produce_once(conn, i):
+        resp = conn.request(produce9.ProduceRequest(
+            transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=10),
+            topic_data=(produce9.TopicProduceData(name=topic_name, partition_data=(
+                produce9.PartitionProduceData(index=0, records=batch),)),)), correlation_id=i)
+        assert resp.responses[0].partition_responses[0].error_code == 0
+
+    with RawConnection(bs) as conn:
+        for i in range(10):
+            produce_once(conn, i)
+        before = minor_faults(shared_broker.pid)
+        for i in range(30):
+            produce_once(conn, 100 + i)
+        faults = minor_faults(shared_broker.pid) - before
+    assert faults < 30 * 64, f"{faults} page faults for 30 produces of {len(batch)} bytes"
