@@ -16,8 +16,8 @@ order, and every acknowledgement the broker confirmed in a successful ``commit_s
 The checker then reads the outcome from what the clients saw:
 
 * every partition's share-partition start offset reached the log end (every record is
-  accepted or archived), and every acknowledged record was delivered at least once, with
-  the value it was produced with;
+  accepted or archived), every record of the log was delivered, every acknowledged record
+  is in the log exactly once, at the offset its acknowledgement named;
 * no record was delivered again after its ACCEPT or REJECT was confirmed;
 * per record, delivery counts never went down and never passed the limit;
 * the always-released records were archived by their delivery count: delivered (at least
@@ -34,14 +34,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import AcknowledgeType, TopicCollection
+from confluent_kafka import AcknowledgeType, TopicCollection, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from shoal.client.connection import Connection
 from shoal.protocol.entities import make, sub
 from tests.integration.conftest import running_cluster
 from tests.integration.test_share_consumer import set_group_configs, share_consumer
-from tests.support.clients import admin_client, producer, wait_until
+from tests.support.clients import admin_client, consumer, producer, wait_until
 from tests.support.cluster import LocalCluster
 from tests.support.etcd import find_etcd
 
@@ -100,6 +100,15 @@ def _leader(cluster: LocalCluster, topic: str, partition: int) -> int | None:
     return p.leader if p is not None and p.leader >= 0 else None
 
 
+def _log_ends(cluster: LocalCluster, topic: str) -> dict[int, int]:
+    """Each partition's high watermark, as a consumer sees it."""
+    c = consumer(cluster.bootstrap, **{"group.id": "checker-watermarks"})
+    try:
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS)}
+    finally:
+        c.close()
+
+
 def _start_offsets(cluster: LocalCluster, topic: str) -> dict[int, int]:
     """The share-partition start offsets of GROUP, asked of its coordinator; {} while unavailable."""
     node = _coordinator(cluster, KEY_GROUP, GROUP)
@@ -149,7 +158,7 @@ def test_share_group_survives_kill_9_of_leader_state_coordinator_and_group_coord
 
     lock = threading.Lock()
     clock = [0]
-    acked: dict[tuple[int, int], int] = {}  # (partition, offset) -> value, from the producer's delivery reports
+    acked: dict[int, int | None] = {}  # value -> offset, from the producer's delivery reports (None: not told)
     deliveries: list[tuple[int, int, int, int, int]] = []  # (seq, partition, offset, delivery count, value)
     confirmed: dict[tuple[int, int], tuple[int, str]] = {}  # (partition, offset) -> (seq, "accept"/"reject")
     confirmed_twice: list[tuple[int, int]] = []
@@ -167,7 +176,7 @@ def test_share_group_survives_kill_9_of_leader_state_coordinator_and_group_coord
         def report(err: Any, msg: Any) -> None:
             if err is None:
                 with lock:
-                    acked[(msg.partition(), msg.offset())] = int(msg.value())
+                    acked[int(msg.value())] = msg.offset()
         n = 0
         while not stop_producing.is_set():
             p.produce(topic_name, value=b"%d" % n, partition=n % PARTITIONS, on_delivery=report)
@@ -254,7 +263,7 @@ def test_share_group_survives_kill_9_of_leader_state_coordinator_and_group_coord
         producer_thread.join(150)
         assert not producer_thread.is_alive()
 
-        ends = {part: 1 + max(o for (q, o) in acked if q == part) for part in range(PARTITIONS)}
+        ends = _log_ends(cluster, topic_name)
         wait_until("every record accepted or archived", lambda: _start_offsets(cluster, topic_name) == ends,
                    timeout_s=120, interval_s=1)
     finally:
@@ -263,24 +272,35 @@ def test_share_group_survives_kill_9_of_leader_state_coordinator_and_group_coord
         for t in threads:
             t.join(30)
 
-    print(f"killed {killed}; {len(acked)} records, {len(deliveries)} deliveries, {len(confirmed)} confirmed")
-    seen = {(part, o) for _s, part, o, _c, _v in deliveries}
-    missing = sorted(set(acked) - seen)
-    assert not missing, f"acknowledged records never delivered: {missing[:10]}"
+    print(f"killed {killed}; {len(acked)} records acknowledged ({sum(o is None for o in acked.values())} "
+          f"without an offset), {len(deliveries)} deliveries, {len(confirmed)} confirmed")
+    value_at: dict[tuple[int, int], int] = {}
+    for _s, part, o, _c, v in deliveries:
+        assert value_at.setdefault((part, o), v) == v, f"{part}:{o} delivered as {value_at[(part, o)]} and {v}"
+    assert set(value_at) == {(part, o) for part in range(PARTITIONS) for o in range(ends[part])}, \
+        "records of the log never delivered"
+    where: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for k, v in value_at.items():
+        where[v].append(k)
+    twice = {v: ks for v, ks in where.items() if len(ks) > 1}
+    assert not twice, f"records stored twice: {list(twice.items())[:10]}"
+    lost = [v for v in acked if v not in where]
+    assert not lost, f"acknowledged records missing from the log: {lost[:10]}"
+    moved = [(v, o, where[v]) for v, o in acked.items() if o is not None and where[v][0] != (v % PARTITIONS, o)]
+    assert not moved, f"records found elsewhere than their acknowledged offset: {moved[:10]}"
     assert not confirmed_twice, f"acknowledgements confirmed twice: {confirmed_twice[:10]}"
     late = [(part, o, c) for s, part, o, c, _v in deliveries
             if (part, o) in confirmed and s > confirmed[(part, o)][0]]
     assert not late, f"records delivered again after their acknowledgement was confirmed: {late[:10]}"
     counts: dict[tuple[int, int], int] = {}
-    for _s, part, o, c, v in sorted(deliveries):
-        assert acked.get((part, o), v) == v, f"{part}:{o} delivered as {v}, produced as {acked[(part, o)]}"
+    for _s, part, o, c, _v in sorted(deliveries):
         assert c >= counts.get((part, o), 0), f"delivery count of {part}:{o} went down to {c}"
         assert c <= LIMIT, f"{part}:{o} delivered with count {c} above the limit {LIMIT}"
         counts[(part, o)] = c
     # An always-released record is archived when a release (or a lock expiry) finds its
     # delivery count at the limit. A delivery whose response a killed broker never sent
     # counts without the client seeing it, so a few may show one less.
-    always_released = [k for k, v in acked.items() if _kind(v) == "release-always"]
+    always_released = [k for k, v in value_at.items() if _kind(v) == "release-always"]
     assert len(always_released) > 20
     at_limit = [k for k in always_released if counts[k] == LIMIT]
     assert len(at_limit) >= 0.8 * len(always_released), \
