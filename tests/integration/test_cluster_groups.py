@@ -427,9 +427,18 @@ def test_share_fetch_to_a_broker_not_leading_a_partition_names_its_leader(cluste
         tid = topic_metadata(conn, [topic])[topic].topic_id
         wait_until("all three partitions assigned",
                    lambda: (m.heartbeat(conn), sorted(m.assignment.get(tid, ())) == [0, 1, 2])[1], timeout_s=30)
-        r = raw_fetch(conn, m, 0, {0: [], 1: [], 2: []}, tid)
-        assert r.error_code == 0
-        got = {p.partition_index: p for t in r.responses for p in t.partitions}
+        loading = (ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress)
+
+        def fetched() -> Any:
+            # The first fetch of a share-partition this broker leads loads its state from the
+            # share coordinator (on the state topic's first use, while it is being created);
+            # until that is done the partition answers a retriable error, as clients expect.
+            r = raw_fetch(conn, m, 0, {0: [], 1: [], 2: []}, tid)
+            assert r.error_code == 0
+            got = {p.partition_index: p for t in r.responses for p in t.partitions}
+            return None if any(got.get(p) is not None and got[p].error_code in loading
+                               for p in range(3) if p not in not_led) else (r, got)
+        r, got = wait_until("the led partitions' state loaded", fetched, timeout_s=30, interval_s=0.2)
         endpoints = {e.node_id: (e.host, e.port) for e in r.node_endpoints}
         for p in range(3):
             if p in not_led:
