@@ -183,17 +183,32 @@ class KafkaPythonMember:
     while the application was outside ``poll()`` (``ensure_active_group`` discards a
     completed join task). Several consumers polled in turn from one thread therefore
     keep rebalancing; a thread per consumer keeps every consumer inside ``poll()``.
+
+    The member knows the topic's partitions before its first JoinGroup. kafka-python
+    3.0.12 joins as soon as ``poll()`` runs, before its first Metadata for a subscribed
+    topic arrives; a leader in that state assigns nothing ("No partition metadata for
+    topic") and rejoins when the metadata comes. That rejoin only flips the metadata
+    snapshots (``rejoin_needed`` stays False, unlike the Java client, which requests a
+    rejoin, KAFKA-9815, and also counts a pending join), and the leader's assignment
+    makes the snapshots equal again. So when its SyncGroup answer comes after ``poll()``
+    gave up waiting (a loaded machine), ``need_rejoin()`` is False, the finished join is
+    never collected, heartbeats stay disabled, the session expires and the consumer sits
+    outside the group for good. Any broker does the same with this client; asking for
+    the topic's partitions first (``partitions_for_topic`` after ``subscribe``) keeps the
+    leader from ever assigning without them.
     """
 
-    def __init__(self, bootstrap: str, topic: str, seen: list[bytes], lock: threading.Lock) -> None:
+    def __init__(self, bootstrap: str, topic: str, seen: list[bytes], lock: threading.Lock,
+                 poll_ms: int = 200) -> None:
         from kafka import KafkaConsumer
 
         self.consumer = KafkaConsumer(
             bootstrap_servers=bootstrap, group_id="kp-g", auto_offset_reset="earliest", enable_auto_commit=False,
             session_timeout_ms=3000, heartbeat_interval_ms=200, fetch_max_wait_ms=100, metadata_max_age_ms=1000)
         self.consumer.subscribe([topic])
+        assert self.consumer.partitions_for_topic(topic) == set(range(PARTITIONS))
         self.assigned: frozenset[int] = frozenset()
-        self._seen, self._lock = seen, lock
+        self._seen, self._lock, self._poll_ms = seen, lock, poll_ms
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -201,7 +216,7 @@ class KafkaPythonMember:
     def _run(self) -> None:
         c = self.consumer
         while not self._stop.is_set():
-            batch = [r.value for recs in c.poll(timeout_ms=200, max_records=500).values() for r in recs]
+            batch = [r.value for recs in c.poll(timeout_ms=self._poll_ms, max_records=500).values() for r in recs]
             if batch:
                 c.commit()
                 with self._lock:
@@ -255,6 +270,23 @@ def test_kafka_python_group(start_broker: Callable[..., BrokerProcess], topic_na
         members[0].close()
     with lock:
         assert set(seen[start:]) == expected and len(seen) - start == 60
+
+
+def test_kafka_python_member_polled_briefly_gets_every_partition(start_broker: Callable[..., BrokerProcess],
+                                                                 topic_name: str) -> None:
+    """A lone member whose ``poll()`` returns after 5 ms, so that a join+sync outlasts it.
+
+    It must not assign before it knows the topic's partitions (see KafkaPythonMember):
+    a rejoin forced by the metadata arriving late would be lost and the member would sit
+    outside the group with nothing (no heartbeats, session expired), on any broker.
+    """
+    b = start_broker(BROKER_SETTINGS)
+    create_topic(b.bootstrap, topic_name, PARTITIONS)
+    member = KafkaPythonMember(b.bootstrap, topic_name, [], threading.Lock(), poll_ms=5)
+    try:
+        wait_until("the lone member to own every partition", lambda: member.assigned == set(range(PARTITIONS)), 15)
+    finally:
+        member.close()
 
 
 def commit_offsets(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
