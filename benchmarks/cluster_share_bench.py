@@ -38,6 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cluster_bench import PARTITIONS, Cluster, create_topic  # noqa: E402
+from share_consume import _worker as share_worker  # noqa: E402
 from confluent_kafka import Producer, ShareConsumer  # noqa: E402
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,  # noqa: E402
                                    ResourceType)
@@ -73,23 +74,6 @@ def setup(bootstrap: str, rf: int, count: int) -> None:
         raise RuntimeError("backlog not acknowledged")
 
 
-def _worker(bootstrap: str, slots: list[int], counts: Any, stop: Any) -> None:
-    def run(i: int) -> None:
-        c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "max.poll.records": 500, **QUIET})
-        c.subscribe([TOPIC])
-        try:
-            while not stop.is_set():
-                counts[i] += sum(1 for m in c.poll(0.2) if m.error() is None)
-        finally:
-            c.close()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in slots]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-
-
 def throughput(cluster: Cluster, consumers: int, count: int) -> tuple[float, float]:
     """Records/s from the first record received until all ``count`` were, and the brokers' CPU (1.0 = one core)."""
     # Spawned, not forked: this process already runs librdkafka clients, whose threads a
@@ -99,8 +83,8 @@ def throughput(cluster: Cluster, consumers: int, count: int) -> tuple[float, flo
     stop = ctx.Event()
     procs = 2
     pids = [proc.pid for proc, _ in cluster.brokers.values()]
-    workers = [ctx.Process(target=_worker, args=(cluster.bootstrap, list(range(i, consumers, procs)), counts, stop),
-                           daemon=True) for i in range(procs)]
+    workers = [ctx.Process(target=share_worker, args=(cluster.bootstrap, GROUP, TOPIC, list(range(i, consumers, procs)),
+                                                      counts, stop, 0, 500), daemon=True) for i in range(procs)]
     for w in workers:
         w.start()
     try:

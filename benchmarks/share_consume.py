@@ -200,7 +200,8 @@ def _worker(bs: str, group: str, topic: str, slots: list[int], counts: Any, stop
             while not stop.is_set():
                 for m in c.poll(0.2):
                     if m.error() is None:
-                        time.sleep(work_ms / 1000)
+                        if work_ms:
+                            time.sleep(work_ms / 1000)
                         counts[i] += 1
         finally:
             c.close()

@@ -94,6 +94,12 @@ class ClusterNode:
         self.replicas.start()
         if self.config["auto.leader.rebalance.enable"]:
             self._tasks.append(asyncio.ensure_future(self._rebalance_timer()))
+        # Serve clients only once the metadata lists this broker and a controller (as a Kafka
+        # broker enables its listeners once registered): a Metadata answer without them makes
+        # clients such as librdkafka's admin client wait, for their whole timeout, for one.
+        timeout_s = self.config["broker.session.timeout.ms"] / 1000
+        if not await self.store.wait_for(lambda s: b.node_id in s.brokers and s.controller >= 0, timeout_s):
+            log.warning("no controller elected within %.0f s; serving clients anyway", timeout_s)
         log.info("node %d joined cluster %s (registration %d)", b.node_id, self.store.snapshot.cluster_id,
                  self.registration)
 

@@ -284,7 +284,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         self.memory_pool = MemoryPool(self.config["queued.max.request.bytes"], loop.call_soon)
         self._server = Listener(self, self._new_connection)
-        await self._server.start(self.host, self.port)
+        await self._server.start(self.host, self.port, accept=node is None)
         sock = self._server.sockets[0]
         self.host, self.port = sock.getsockname()[:2]
         adv = self.config["advertised.listeners"]
@@ -299,6 +299,7 @@ class Broker:
             self.cluster = node
             self.replicas = node.replicas
             await node.start()
+            self._server.enable()
         if self.metrics is not None:
             from ..observe.http import ObserveServer
 

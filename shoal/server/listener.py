@@ -83,6 +83,7 @@ class Listener:
         self._socks: list[socket.socket] = []
         self._loop = asyncio.get_running_loop()
         self._accepting = False
+        self._enabled = False
         self._paused_until = 0.0
         self._open = 0
         self._per_ip: dict[str, int] = {}
@@ -91,9 +92,13 @@ class Listener:
         """Connections closed at once because their address had its maximum."""
 
     # -- listening ----------------------------------------------------------------------
-    async def start(self, host: str, port: int, backlog: int = 1024) -> None:
+    async def start(self, host: str, port: int, backlog: int = 1024, *, accept: bool = True) -> None:
         """Listen on every address ``host`` resolves to (all interfaces when empty), as
-        ``loop.create_server`` does. Raises OSError when an address cannot be bound."""
+        ``loop.create_server`` does. Raises OSError when an address cannot be bound.
+
+        ``accept=False`` binds and listens without accepting yet (the kernel queues
+        connections) until :meth:`enable`: a cluster broker knows its port at once but
+        serves clients only once it is registered and sees itself in the metadata."""
         infos = await self._loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         seen: set[tuple[int, Any]] = set()
         socks: list[socket.socket] = []
@@ -115,9 +120,15 @@ class Listener:
                 sock.close()
             raise
         self._socks = socks
+        self._enabled = accept
         self._resume_accepting()
         if self._idle_ms > 0:
             self._schedule_sweep()
+
+    def enable(self) -> None:
+        """Start accepting connections (after ``start(..., accept=False)``)."""
+        self._enabled = True
+        self._resume_accepting()
 
     @property
     def sockets(self) -> list[socket.socket]:
@@ -138,7 +149,7 @@ class Listener:
         self._socks = []
 
     def _resume_accepting(self) -> None:
-        if self._accepting or not self._socks or self._broker.shutting_down:
+        if self._accepting or not self._enabled or not self._socks or self._broker.shutting_down:
             return
         if self._open >= self._max_connections or self._loop.time() < self._paused_until:
             return

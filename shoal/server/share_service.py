@@ -722,21 +722,7 @@ class ShareService:
             task.add_done_callback(self._rounds.discard)
             return
         round_started = perf_counter()
-        queued = self._queued.pop(partition, {})
-        appended: list[tuple[SharePartition, StateWrite]] = []
-        for sp in queued:
-            started = self._start_write(sp)
-            if started is None:
-                self._wake_settled(sp, True)
-                continue
-            w, state_partition, outcome = started
-            if state_partition is None:
-                sp.rollback(w, self.broker.clock.now_ms())
-                self._wake_settled(sp, False)
-            elif outcome is not None and not outcome.ok:
-                self._settle(sp, w, outcome)
-            else:
-                appended.append((sp, w))
+        appended = self._take_writes(self._queued.pop(partition, {}), True)
         if not appended:
             return
         failure = self.persister.flush(partition)

@@ -21,7 +21,7 @@ from confluent_kafka.admin import NewTopic
 
 from tests.integration.conftest import running_cluster
 from tests.support.clients import admin_client, consumer, producer, wait_until
-from tests.support.cluster import LocalCluster
+from tests.support.cluster import LocalCluster, partition_states as _partitions
 from tests.support.replica_check import assert_replicas_identical, high_watermarks
 from tests.support.etcd import find_etcd
 
@@ -32,14 +32,6 @@ pytestmark = pytest.mark.skipif(find_etcd() is None, reason="needs the etcd bina
 def cluster(tmp_path: Path, request: pytest.FixtureRequest):
     with running_cluster(tmp_path, request, {"min.insync.replicas": "2"}) as c:
         yield c
-
-
-def _partitions(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
-    md = admin_client(bootstrap).list_topics(topic, timeout=5)
-    t = md.topics.get(topic)
-    if t is None or t.error is not None:
-        return {}
-    return {p.id: (p.leader, list(p.replicas), list(p.isrs)) for p in t.partitions.values()}
 
 
 def _create(bootstrap: str, topic: str, partitions: int, rf: int) -> None:
@@ -495,3 +487,39 @@ def test_delete_records_goes_to_the_leader_and_followers_follow(cluster: LocalCl
         assert low == 4
     finally:
         c.close()
+
+
+def test_a_starting_broker_serves_clients_only_once_the_metadata_names_it_and_a_controller(tmp_path: Path) -> None:
+    """A client that connects the moment the port opens (benchmarks do) is answered only once
+    the broker is registered: its first Metadata names the broker and a controller. Before,
+    such a Metadata listed no broker and controller -1, and librdkafka's admin client waited
+    its whole timeout for a controller."""
+    import subprocess
+    import sys
+
+    from kio.schema.metadata.v12.request import MetadataRequest
+
+    from tests.support.etcd import EtcdProcess, free_port
+    from tests.support.wire import RawConnection
+
+    with EtcdProcess(tmp_path / "etcd") as etcd:
+        port = free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "shoal", "serve", "--host", "127.0.0.1", "--port", str(port), "--data-dir",
+             str(tmp_path / "b1"), "-o", f"metadata.store={etcd.url}", "-o", "node.id=1"],
+            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "b1.stderr", "wb"))
+        try:
+            def connected() -> RawConnection | None:
+                try:
+                    return RawConnection(f"127.0.0.1:{port}", timeout_s=30)
+                except OSError:
+                    return None
+            conn = wait_until("the port open", connected, timeout_s=30, interval_s=0.005)
+            with conn:
+                md = conn.request(MetadataRequest(topics=(), allow_auto_topic_creation=False,
+                                                  include_topic_authorized_operations=False))
+            assert [b.node_id for b in md.brokers] == [1]
+            assert md.controller_id == 1
+        finally:
+            proc.terminate()
+            proc.wait(30)

@@ -42,7 +42,7 @@ from kio.schema.errors import ErrorCode
 
 from tests.integration import conftest
 from tests.support.clients import admin_client, consumer, producer, wait_until
-from tests.support.cluster import LocalCluster
+from tests.support.cluster import LocalCluster, partition_states as _partitions
 from tests.support.etcd import find_etcd
 from tests.support.wire import RawConnection
 
@@ -62,14 +62,6 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     finally:
         c.stop()
         conftest._started.pop(key, None)
-
-
-def _partitions(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
-    md = admin_client(bootstrap).list_topics(topic, timeout=5)
-    t = md.topics.get(topic)
-    if t is None or t.error is not None:
-        return {}
-    return {p.id: (p.leader, list(p.replicas), list(p.isrs)) for p in t.partitions.values()}
 
 
 def _create(bootstrap: str, topic: str, assignment: list[list[int]], config: dict[str, str] | None = None) -> None:

@@ -18,9 +18,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tests.support.broker import BrokerProcess
+from tests.support.clients import admin_client
 from tests.support.etcd import EtcdProcess
 
-__all__ = ["LocalCluster", "TEST_OVERRIDES"]
+__all__ = ["LocalCluster", "TEST_OVERRIDES", "partition_states"]
 
 TEST_OVERRIDES = {
     "broker.session.timeout.ms": "2000",
@@ -77,3 +78,12 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def partition_states(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
+    """partition -> (leader, replicas, ISR) from a Metadata request; {} while the topic is unknown."""
+    md = admin_client(bootstrap).list_topics(topic, timeout=5)
+    t = md.topics.get(topic)
+    if t is None or t.error is not None:
+        return {}
+    return {p.id: (p.leader, list(p.replicas), list(p.isrs)) for p in t.partitions.values()}
