@@ -1,7 +1,7 @@
 """Cluster throughput, produce latency and leader failover, with confluent-kafka.
 
 Usage:
-    python benchmarks/cluster_bench.py [--records N] [--quick] [--no-failover] [--cases 1,3,2]
+    python benchmarks/cluster_bench.py [--records N] [--quick] [--no-failover] [--raw] [--cases 1,3,2] [--cases 1,3,2]
         [--profile DIR] [-o KEY=VALUE ...]
 
 Three clusters on this machine, each on its own etcd (started from the environment's
@@ -19,6 +19,11 @@ full load, as Kafka's producer-perf-test reports it). Then one Consumer assigned
 partition reads them back. Printed: produce and consume MB/s, p50/p99 produce latency,
 and the CPU time (user + system) all brokers of the case and the client used while the
 producer ran: on a machine shared with other work this varies much less than the throughput.
+
+``--raw`` produces with a load generator instead (``raw_produce``): one connection per
+leader broker sending the same prebuilt batches of 512 records in pipelined Produce
+requests, costing the client almost no CPU, so that the brokers set the pace; the
+latency is then per request, and nothing is consumed.
 
 Failover (RF=3 cluster, default ``broker.session.timeout.ms``=9000): a producer sends a
 record to partition 0 every 20 ms; the leader of partition 0 is killed with SIGKILL; the
@@ -176,6 +181,82 @@ def produce(bootstrap: str, topic: str, count: int) -> tuple[float, list[float],
     return elapsed, latencies, cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime
 
 
+def raw_produce(bootstrap: str, topic: str, total_bytes: int, records_per_batch: int = 512,
+                in_flight: int = 8) -> tuple[float, list[float], float]:
+    """Produce ``total_bytes`` of 1 KiB records with a load generator that costs almost no CPU.
+
+    One connection per leader broker, each Produce (v8, acks=all) carrying one prebuilt
+    batch of ``records_per_batch`` records for every partition that broker leads, with up
+    to ``in_flight`` requests pipelined. The same bytes are sent again and again (no
+    producer id, so the broker appends each copy), so the client spends its time in
+    ``sendall`` and the brokers set the pace. Returns (seconds, request latencies in
+    seconds, client CPU seconds).
+    """
+    import datetime
+    import io
+    import struct
+    import threading
+    from collections import deque
+
+    from kio.schema.produce.v8.request import PartitionProduceData, ProduceRequest, TopicProduceData
+    from kio.serial import entity_writer
+    from shoal.protocol.batch import build_batch
+
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    address = {b.id: (b.host, b.port) for b in md.brokers.values()}
+    led: dict[tuple[str, int], list[int]] = {}
+    for p in md.topics[topic].partitions.values():
+        led.setdefault(address[p.leader], []).append(p.id)
+    value = os.urandom(VALUE)
+    batch = build_batch([(None, value, [], int(time.time() * 1000)) for _ in range(records_per_batch)])
+    latencies: list[float] = []
+    lock = threading.Lock()
+
+    def run(addr: tuple[str, int], partitions: list[int]) -> None:
+        request = ProduceRequest(transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30), topic_data=(
+            TopicProduceData(name=topic, partition_data=tuple(
+                PartitionProduceData(index=p, records=batch) for p in partitions)),))
+        body = io.BytesIO()
+        entity_writer(ProduceRequest)(body, request)
+        header = struct.pack(">hhih", 0, 8, 0, 3) + b"raw"
+        frame = struct.pack(">i", len(header) + body.tell()) + header + body.getvalue()
+        count = max(1, total_bytes * len(partitions) // PARTITIONS // (len(batch) * len(partitions)))
+        sent_at: deque[float] = deque()
+        mine: list[float] = []
+        with socket.create_connection(addr) as sock:
+            received = 0
+            pending = b""
+            while received < count:
+                while len(sent_at) < in_flight and received + len(sent_at) < count:
+                    sent_at.append(time.perf_counter())
+                    sock.sendall(frame)
+                pending += sock.recv(1 << 20)
+                while len(pending) >= 4:
+                    (size,) = struct.unpack_from(">i", pending)
+                    if len(pending) < 4 + size:
+                        break
+                    error = struct.unpack_from(">h", pending, 4 + 4 + 4 + 2 + len(topic) + 4 + 4)[0]
+                    if error:
+                        raise RuntimeError(f"produce to {addr} failed with error {error}")
+                    pending = pending[4 + size:]
+                    mine.append(time.perf_counter() - sent_at.popleft())
+                    received += 1
+        with lock:
+            latencies.extend(mine)
+
+    cpu0 = time.process_time()
+    start = time.perf_counter()
+    threads = [threading.Thread(target=run, args=(addr, parts)) for addr, parts in led.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    sent = sum(max(1, total_bytes * len(ps) // PARTITIONS // (len(batch) * len(ps))) * len(batch) * len(ps)
+               for ps in led.values())
+    return elapsed * total_bytes / sent, latencies, time.process_time() - cpu0
+
+
 def consume(bootstrap: str, topic: str, count: int) -> float:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-unused", "enable.auto.commit": False,
                   "fetch.queue.backoff.ms": 1})
@@ -265,6 +346,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="20,000 records per case")
     ap.add_argument("--no-failover", action="store_true")
     ap.add_argument("--cases", default="1,3,2", help="which cases, by broker count: 1, 3 and/or 2 (default all)")
+    ap.add_argument("--raw", action="store_true",
+                    help="produce with a pipelined load generator of prebuilt batches instead of confluent-kafka's "
+                         "producer, so that the brokers, not the client, set the pace")
     ap.add_argument("--profile", type=Path, metavar="DIR", help="sample the brokers with py-spy while producing")
     ap.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker configuration for every broker of every case")
@@ -285,12 +369,15 @@ def main() -> int:
             pids = [proc.pid for proc, _ in cluster.brokers.values()]
             cpu0 = cpu_seconds(pids)
             try:
-                p_s, lat, client_cpu = produce(cluster.bootstrap, "bench", count)
+                if args.raw:
+                    p_s, lat, client_cpu = raw_produce(cluster.bootstrap, "bench", count * VALUE)
+                else:
+                    p_s, lat, client_cpu = produce(cluster.bootstrap, "bench", count)
             finally:
                 if profiler is not None:
                     profiler.stop()
             cpu = cpu_seconds(pids) - cpu0
-            c_s = consume(cluster.bootstrap, "bench", count)
+            c_s = consume(cluster.bootstrap, "bench", count) if not args.raw else float("nan")
             mb = count * VALUE / 1e6
             rows.append((name, mb / p_s, mb / c_s, pct(lat, 0.5), pct(lat, 0.99), cpu, client_cpu))
             if rf == 3 and not args.no_failover:
@@ -298,7 +385,8 @@ def main() -> int:
         finally:
             cluster.stop()
             shutil.rmtree(root, ignore_errors=True)
-    print(f"{count} records of {VALUE} B, {PARTITIONS} partitions, acks=all")
+    print(f"{count} records of {VALUE} B, {PARTITIONS} partitions, acks=all"
+          + (", raw load generator (latency per request of 512 records a partition)" if args.raw else ""))
     print(f"{'case':<18} {'produce MB/s':>13} {'consume MB/s':>13} {'p50 ms':>8} {'p99 ms':>8} {'broker CPU s':>13}"
           f" {'client CPU s':>13}")
     for name, pm, cm, p50, p99, cpu, ccpu in rows:
