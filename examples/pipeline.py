@@ -241,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
         if broker is not None:
             broker.terminate()
             broker.wait(20)
-        if args.out is None and not args.keep:
+        if not args.keep:  # the broker's and Spark's files; --out, when given, lies elsewhere
             shutil.rmtree(workdir, ignore_errors=True)
 
 
