@@ -342,24 +342,11 @@ class GroupCoordinatorService:
             del self._parts[gone]
         if not 0 <= index < n:
             return
+        self._drop_partition(index)
         if leader:
-            self._drop_partition(index)
-            self.runtime.begin_load(index)
-            asyncio.get_running_loop().call_soon(self._load_partition, index)
+            self.runtime.schedule_load(index, lambda: self._closed, self._start_partition)
         else:
-            self._drop_partition(index)
             self.runtime.unload_partition(index)
-
-    def _load_partition(self, index: int) -> None:
-        if self._closed or index not in self.runtime.loading:
-            return  # lost again meanwhile
-        try:
-            self.runtime.load_partition(index)
-        except Exception:
-            log.exception("%s-%d: loading failed", OFFSETS_TOPIC, index)
-            self.runtime.unload_partition(index)
-            return
-        self._start_partition(index)
 
     def _drop_partition(self, index: int) -> None:
         """Timers and parked requests of partition ``index`` (its shard is being replaced)."""

@@ -67,6 +67,7 @@ leader's log only: its caller answers only after ``wait_durable`` (the group ser
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
@@ -191,6 +192,28 @@ class CoordinatorRuntime(Generic[S]):
         if self.owned is not None:
             self.owned.discard(partition)
             self.loading.add(partition)
+
+    def schedule_load(self, partition: int, closed: Callable[[], bool],
+                      on_loaded: Callable[[int], None] | None = None) -> None:
+        """Leadership gained: answer COORDINATOR_LOAD_IN_PROGRESS at once and replay
+        ``partition`` on the next loop iteration, unless leadership was lost again or
+        ``closed()`` meanwhile; then call ``on_loaded(partition)``. A replay that fails is
+        logged and the partition unloaded."""
+        self.begin_load(partition)
+
+        def load() -> None:
+            if closed() or partition not in self.loading:
+                return  # lost again meanwhile
+            try:
+                self.load_partition(partition)
+            except Exception:
+                log.exception("%s-%d: loading failed", self.topic, partition)
+                self.unload_partition(partition)
+                return
+            if on_loaded is not None:
+                on_loaded(partition)
+
+        asyncio.get_running_loop().call_soon(load)
 
     def load_partition(self, partition: int) -> int:
         """Replay ``partition`` into a fresh shard and own it; returns the record count."""

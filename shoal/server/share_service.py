@@ -1002,18 +1002,7 @@ class ShareService:
         if not leader:
             self.runtime.unload_partition(index)
             return
-        self.runtime.begin_load(index)
-
-        def load() -> None:
-            if self._closed or index not in self.runtime.loading:
-                return  # lost again meanwhile
-            try:
-                self.runtime.load_partition(index)
-            except Exception:
-                log.exception("%s-%d: loading failed", SHARE_STATE_TOPIC, index)
-                self.runtime.unload_partition(index)
-
-        asyncio.get_running_loop().call_soon(load)
+        self.runtime.schedule_load(index, lambda: self._closed)
 
     def leadership_lost(self, topic: str, partition: int) -> None:
         """Cluster mode: another broker leads ``topic``-``partition`` now. Its share-partitions
