@@ -87,8 +87,8 @@ class Snapshot:
     topics: dict[str, TopicRecord] = field(default_factory=dict)
     partitions: dict[tuple[str, int], tuple[PartitionState, int]] = field(default_factory=dict)
     """(topic, index) -> (state, the key's mod revision)."""
-    group_configs: dict[str, tuple[dict[str, str], int]] = field(default_factory=dict)
-    """group id -> (its config overrides, the key's mod revision)."""
+    group_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    """group id -> its config overrides."""
 
     def live(self) -> dict[int, int]:
         """node id -> registration epoch of every registered broker."""
@@ -338,7 +338,7 @@ class EtcdStore:
                 snap.topics[parts[1]] = TopicRecord(parts[1], uuid.UUID(d["topic_id"]), int(d["num_partitions"]),
                                                     dict(d.get("configs", {})), kv.mod_revision)
             elif parts[0] == "group_configs" and len(parts) == 2:
-                snap.group_configs[unquote(parts[1])] = (dict(json.loads(kv.value)), kv.mod_revision)
+                snap.group_configs[unquote(parts[1])] = dict(json.loads(kv.value))
             elif parts[0] == "partitions" and len(parts) == 3:
                 snap.partitions[(parts[1], int(parts[2]))] = (PartitionState.from_json(kv.value), kv.mod_revision)
         except (ValueError, KeyError, TypeError) as e:
@@ -423,11 +423,17 @@ class EtcdStore:
             self._stale.set()
         return bool(ok)
 
+    async def read_group_configs(self, group_id: str) -> tuple[dict[str, str], int]:
+        """A group's config overrides as etcd has them now, with the key's mod revision (0: no
+        key); one key read, not the whole prefix."""
+        got = await self.client.get(_group_configs_key(group_id))
+        return ({}, 0) if got is None else (dict(json.loads(got.value)), got.mod_revision)
+
     async def set_group_configs(self, group_id: str, configs: dict[str, str], mod_revision: int) -> bool:
         """Replace a group's config overrides (none: delete the key) iff the key still has
         ``mod_revision`` (0: it must not exist)."""
         c = self.client
-        key = _key("group_configs", quote(group_id, safe=""))
+        key = _group_configs_key(group_id)
         change = (c.transactions.put(key, json.dumps(configs, sort_keys=True).encode()) if configs
                   else c.transactions.delete(key))
         ok, _ = await c.transaction(
@@ -478,6 +484,10 @@ class EtcdStore:
             self._stale.set()
             await asyncio.sleep(0.02)
         return True
+
+
+def _group_configs_key(group_id: str) -> bytes:
+    return _key("group_configs", quote(group_id, safe=""))
 
 
 def _topic_value(topic_id: uuid.UUID, num_partitions: int, configs: dict[str, str]) -> bytes:

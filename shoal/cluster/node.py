@@ -167,7 +167,7 @@ class ClusterNode:
     # -- snapshots --------------------------------------------------------------------------
     async def _on_snapshot(self, snap: Snapshot) -> None:
         self.replicas.apply(snap)
-        self.broker.dynamic_configs.adopt_groups({g: c for g, (c, _rev) in snap.group_configs.items()})
+        self.broker.dynamic_configs.adopt_groups(snap.group_configs)
         if snap.revision != self._metadata_revision:
             # Brokers, leaders or ISRs may have changed: cached Metadata responses are stale.
             self._metadata_revision = snap.revision
@@ -382,8 +382,7 @@ class ClusterNode:
         answers. Raises ApiError (``change`` raises for invalid configs).
         """
         for _ in range(10):
-            await self.store.reload()
-            current, rev = self.store.snapshot.group_configs.get(group_id, ({}, 0))
+            current, rev = await self.store.read_group_configs(group_id)
             new = change(dict(current))
             if validate_only or new == current:
                 return dict(current), new
