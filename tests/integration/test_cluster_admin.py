@@ -75,15 +75,20 @@ def _create(bootstrap: str, topic: str, assignment: list[list[int]], config: dic
                    _partitions(bootstrap, topic)))
 
 
-def _topic_configs(broker_bootstrap: str, topic: str, keys: list[str]) -> dict[str, str]:
-    """DescribeConfigs of one topic, asked of one broker."""
+def _described_configs(broker_bootstrap: str, resource_type: int, name: str, keys: list[str]) -> dict[str, str]:
+    """DescribeConfigs of one resource, asked of one broker."""
     with RawConnection(broker_bootstrap) as conn:
         r = conn.request(DescribeConfigsRequest(
-            resources=(DescribeConfigsResource(resource_type=2, resource_name=topic, configuration_keys=tuple(keys)),),
+            resources=(DescribeConfigsResource(resource_type=resource_type, resource_name=name,
+                                               configuration_keys=tuple(keys)),),
             include_synonyms=False, include_documentation=False))
     res = r.results[0]
     assert res.error_code == ErrorCode.none, res.error_message
     return {c.name: c.value for c in res.configs}
+
+
+def _topic_configs(broker_bootstrap: str, topic: str, keys: list[str]) -> dict[str, str]:
+    return _described_configs(broker_bootstrap, 2, topic, keys)
 
 
 def test_topic_configs_altered_through_one_broker_apply_on_every_broker(cluster: LocalCluster) -> None:
@@ -119,14 +124,7 @@ def test_topic_configs_altered_through_one_broker_apply_on_every_broker(cluster:
 
 
 def _group_configs(broker_bootstrap: str, group: str, keys: list[str]) -> dict[str, str]:
-    """DescribeConfigs of one group (resource type 32), asked of one broker."""
-    with RawConnection(broker_bootstrap) as conn:
-        r = conn.request(DescribeConfigsRequest(
-            resources=(DescribeConfigsResource(resource_type=32, resource_name=group, configuration_keys=tuple(keys)),),
-            include_synonyms=False, include_documentation=False))
-    res = r.results[0]
-    assert res.error_code == ErrorCode.none, res.error_message
-    return {c.name: c.value for c in res.configs}
+    return _described_configs(broker_bootstrap, 32, group, keys)
 
 
 def test_group_configs_altered_through_one_broker_apply_on_every_broker(cluster: LocalCluster) -> None:

@@ -171,6 +171,21 @@ def _commit(c: ShareConsumer, topic: str, partition: int) -> None:
     assert mine and all(err is None and tp.error is None for tp, err in mine), result
 
 
+def _twenty_records_with_roles_apart(cluster: LocalCluster, topic: str) -> tuple[uuid.UUID, str, int, int, int]:
+    """A new topic, a share group starting at the earliest offset, and a partition whose
+    leader, share coordinator and group coordinator are three different brokers, holding
+    records 0-19. Returns (topic id, group, partition, its leader, its share coordinator)."""
+    _create(cluster, topic)
+    tid, parts = _metadata(cluster, topic)
+    leaders = {p: leader for p, (leader, _isr) in parts.items()}
+    group, g, s = _pick_group(cluster, tid, leaders,
+                              lambda g, s: any(len({leaders[p], s[p], g}) == 3 for p in s))
+    part = next(p for p in s if len({leaders[p], s[p], g}) == 3)
+    _set_group_config(cluster, group, "share.auto.offset.reset", "earliest")
+    _produce(cluster.bootstrap, topic, part, range(20))
+    return tid, group, part, leaders[part], s[part]
+
+
 def test_share_consumers_read_every_record_with_roles_on_different_brokers(cluster: LocalCluster) -> None:
     topic = "shared"
     _create(cluster, topic)
@@ -220,15 +235,7 @@ def test_share_consumers_read_every_record_with_roles_on_different_brokers(clust
 
 def test_share_partition_leader_killed_redelivers_what_was_not_acknowledged(cluster: LocalCluster) -> None:
     topic = "shared-leader-kill"
-    _create(cluster, topic)
-    tid, parts = _metadata(cluster, topic)
-    leaders = {p: leader for p, (leader, _isr) in parts.items()}
-    group, g, s = _pick_group(cluster, tid, leaders,
-                              lambda g, s: any(len({leaders[p], s[p], g}) == 3 for p in s))
-    part = next(p for p in s if len({leaders[p], s[p], g}) == 3)
-    leader, coordinator = leaders[part], s[part]
-    _set_group_config(cluster, group, "share.auto.offset.reset", "earliest")
-    _produce(cluster.bootstrap, topic, part, range(20))
+    tid, group, part, leader, coordinator = _twenty_records_with_roles_apart(cluster, topic)
 
     a = _share_consumer(cluster.bootstrap, group, topic)
     first = _poll(a, 20)
@@ -289,15 +296,7 @@ def _write_state(cluster: LocalCluster, node: int, group: str, tid: uuid.UUID, p
 
 def test_share_coordinator_killed_keeps_the_state(cluster: LocalCluster) -> None:
     topic = "shared-coordinator-kill"
-    _create(cluster, topic)
-    tid, parts = _metadata(cluster, topic)
-    leaders = {p: leader for p, (leader, _isr) in parts.items()}
-    group, g, s = _pick_group(cluster, tid, leaders,
-                              lambda g, s: any(len({leaders[p], s[p], g}) == 3 for p in s))
-    part = next(p for p in s if len({leaders[p], s[p], g}) == 3)
-    coordinator = s[part]
-    _set_group_config(cluster, group, "share.auto.offset.reset", "earliest")
-    _produce(cluster.bootstrap, topic, part, range(20))
+    tid, group, part, _leader, coordinator = _twenty_records_with_roles_apart(cluster, topic)
 
     a = _share_consumer(cluster.bootstrap, group, topic)
     first = _poll(a, 20)

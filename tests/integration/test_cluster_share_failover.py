@@ -40,7 +40,7 @@ from confluent_kafka.admin import NewTopic
 from shoal.client.connection import Connection
 from shoal.protocol.entities import make, sub
 from tests.integration.conftest import running_cluster
-from tests.integration.test_share_consumer import set_group_configs, share_consumer
+from tests.integration.test_share_consumer import consume_until, set_group_configs, share_consumer
 from tests.support.clients import admin_client, consumer, producer, wait_until
 from tests.support.cluster import LocalCluster
 from tests.support.etcd import find_etcd
@@ -188,50 +188,40 @@ def test_share_group_survives_kill_9_of_leader_state_coordinator_and_group_coord
         rng = random.Random(932 + i)
         c = share_consumer(cluster.bootstrap, GROUP, topic_name, **{
             "share.acknowledgement.mode": "explicit", "max.poll.records": 20})
-        try:
-            while not stop.is_set():
-                try:
-                    msgs = [m for m in c.poll(0.3) if m.error() is None]
-                except Exception:
-                    time.sleep(0.1)
-                    continue
-                if not msgs:
-                    continue
-                with lock:
-                    for m in msgs:
-                        deliveries.append((tick(), m.partition(), m.offset(), m.delivery_count(), int(m.value())))
-                decided: dict[int, list[tuple[int, str]]] = defaultdict(list)
+
+        def handle(msgs: list[Any]) -> None:
+            with lock:
                 for m in msgs:
-                    time.sleep(0.002)  # some work per record, so a backlog builds up across the kills
-                    kind = _kind(int(m.value()))
-                    if kind == "release-always" or (kind == "accept" and rng.random() < 0.03):
-                        c.acknowledge(m, AcknowledgeType.RELEASE)
-                    elif kind == "reject":
-                        c.acknowledge(m, AcknowledgeType.REJECT)
-                        decided[m.partition()].append((m.offset(), "reject"))
-                    else:
-                        c.acknowledge(m, AcknowledgeType.ACCEPT)
-                        decided[m.partition()].append((m.offset(), "accept"))
-                try:
-                    result = c.commit_sync(10)
-                except Exception:
-                    continue
-                with lock:
-                    seq = tick()
-                    for tp, err in (result or {}).items():
-                        if err is not None or tp.error is not None or tp.topic != topic_name:
-                            continue
-                        for offset, how in decided.get(tp.partition, ()):
-                            key = (tp.partition, offset)
-                            if key in confirmed:
-                                confirmed_twice.append(key)
-                            else:
-                                confirmed[key] = (seq, how)
-        finally:
+                    deliveries.append((tick(), m.partition(), m.offset(), m.delivery_count(), int(m.value())))
+            decided: dict[int, list[tuple[int, str]]] = defaultdict(list)
+            for m in msgs:
+                time.sleep(0.002)  # some work per record, so a backlog builds up across the kills
+                kind = _kind(int(m.value()))
+                if kind == "release-always" or (kind == "accept" and rng.random() < 0.03):
+                    c.acknowledge(m, AcknowledgeType.RELEASE)
+                elif kind == "reject":
+                    c.acknowledge(m, AcknowledgeType.REJECT)
+                    decided[m.partition()].append((m.offset(), "reject"))
+                else:
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+                    decided[m.partition()].append((m.offset(), "accept"))
             try:
-                c.close()
+                result = c.commit_sync(10)
             except Exception:
-                pass
+                return
+            with lock:
+                seq = tick()
+                for tp, err in (result or {}).items():
+                    if err is not None or tp.error is not None or tp.topic != topic_name:
+                        continue
+                    for offset, how in decided.get(tp.partition, ()):
+                        key = (tp.partition, offset)
+                        if key in confirmed:
+                            confirmed_twice.append(key)
+                        else:
+                            confirmed[key] = (seq, how)
+
+        consume_until(c, stop, handle)
 
     killed: list[int] = []
     producer_thread = threading.Thread(target=produce, daemon=True)

@@ -34,6 +34,25 @@ def share_consumer(bootstrap: str, group: str, topic: str, **extra: Any) -> Shar
     return c
 
 
+def consume_until(c: ShareConsumer, stop: threading.Event, handle: Callable[[list[Any]], None]) -> None:
+    """Poll ``c`` until ``stop`` is set, handing each non-empty list of records to ``handle``,
+    then close it. A poll that raises (a broker being killed) is tried again."""
+    try:
+        while not stop.is_set():
+            try:
+                msgs = [m for m in c.poll(0.3) if m.error() is None]
+            except Exception:
+                time.sleep(0.1)
+                continue
+            if msgs:
+                handle(msgs)
+    finally:
+        try:
+            c.close()
+        except Exception:
+            pass
+
+
 def produce(bootstrap: str, topic: str, n: int, start: int = 0, **extra: Any) -> None:
     p = producer(bootstrap, **extra)
     for i in range(start, start + n):

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from confluent_kafka import AcknowledgeType
 
-from tests.integration.test_share_consumer import produce, set_group_configs, share_consumer
+from tests.integration.test_share_consumer import consume_until, produce, set_group_configs, share_consumer
 from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic
 
@@ -64,41 +64,31 @@ def test_kill_9_during_share_consumption(start_broker: Any, topic_name: str) -> 
     def run(i: int) -> None:
         c = share_consumer(bs, "g", topic_name, **{"share.acknowledgement.mode": "explicit",
                                                      "max.poll.records": 25})
-        try:
-            while not stop.is_set():
-                try:
-                    msgs = [m for m in c.poll(0.3) if m.error() is None]
-                except Exception:
-                    time.sleep(0.1)
-                    continue
-                if not msgs:
-                    continue
-                with lock:
-                    for m in msgs:
-                        deliveries.append((tick(), m.offset(), m.delivery_count(), i))
-                accepted = []
+
+        def handle(msgs: list[Any]) -> None:
+            with lock:
                 for m in msgs:
-                    time.sleep(0.001)
-                    if rng.random() < 0.05:
-                        c.acknowledge(m, AcknowledgeType.RELEASE)
-                    else:
-                        c.acknowledge(m, AcknowledgeType.ACCEPT)
-                        accepted.append(m.offset())
-                try:
-                    result = c.commit_sync(10)
-                except Exception:
-                    continue
-                ok = all(err is None and tp.error is None for tp, err in (result or {}).items()) and bool(result)
-                if ok:
-                    with lock:
-                        seq = tick()
-                        for o in accepted:
-                            confirmed.setdefault(o, seq)
-        finally:
+                    deliveries.append((tick(), m.offset(), m.delivery_count(), i))
+            accepted = []
+            for m in msgs:
+                time.sleep(0.001)
+                if rng.random() < 0.05:
+                    c.acknowledge(m, AcknowledgeType.RELEASE)
+                else:
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+                    accepted.append(m.offset())
             try:
-                c.close()
+                result = c.commit_sync(10)
             except Exception:
-                pass
+                return
+            ok = all(err is None and tp.error is None for tp, err in (result or {}).items()) and bool(result)
+            if ok:
+                with lock:
+                    seq = tick()
+                    for o in accepted:
+                        confirmed.setdefault(o, seq)
+
+        consume_until(c, stop, handle)
 
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(CONSUMERS)]
     for t in threads:
