@@ -220,7 +220,7 @@ def raw_produce(bootstrap: str, topic: str, total_bytes: int, records_per_batch:
         entity_writer(ProduceRequest)(body, request)
         header = struct.pack(">hhih", 0, 8, 0, 3) + b"raw"
         frame = struct.pack(">i", len(header) + body.tell()) + header + body.getvalue()
-        count = max(1, total_bytes * len(partitions) // PARTITIONS // (len(batch) * len(partitions)))
+        count = requests[addr]
         sent_at: deque[float] = deque()
         mine: list[float] = []
         with socket.create_connection(addr) as sock:
@@ -244,6 +244,8 @@ def raw_produce(bootstrap: str, topic: str, total_bytes: int, records_per_batch:
         with lock:
             latencies.extend(mine)
 
+    # Each broker gets its partitions' share of ``total_bytes``, in whole requests.
+    requests = {addr: max(1, total_bytes // PARTITIONS // len(batch)) for addr in led}
     cpu0 = time.process_time()
     start = time.perf_counter()
     threads = [threading.Thread(target=run, args=(addr, parts)) for addr, parts in led.items()]
@@ -252,8 +254,7 @@ def raw_produce(bootstrap: str, topic: str, total_bytes: int, records_per_batch:
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - start
-    sent = sum(max(1, total_bytes * len(ps) // PARTITIONS // (len(batch) * len(ps))) * len(batch) * len(ps)
-               for ps in led.values())
+    sent = sum(requests[addr] * len(batch) * len(ps) for addr, ps in led.items())
     return elapsed * total_bytes / sent, latencies, time.process_time() - cpu0
 
 
