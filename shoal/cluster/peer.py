@@ -26,27 +26,113 @@ _HDR = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 MAX_FRAME = 1 << 30
-READ_BUFFER = 4 << 20
-"""The stream's buffer limit: a Fetch response of a few megabytes arrives in a few reads
-(the default 64 KiB pauses the socket every 128 KiB)."""
+
+
+class _ResponseReader(asyncio.BufferedProtocol):
+    """Receives response frames straight into one buffer per frame.
+
+    The socket is read into the 4-byte size prefix, then into a buffer of exactly the
+    frame's size, so a Fetch response of megabytes is copied once, by the kernel, and
+    decoded from that buffer. One request is in flight at a time, so nothing beyond the
+    current frame is ever read.
+    """
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self._prefix = bytearray(4)
+        self._body: bytearray | None = None
+        self._have = 0
+        self._frame: asyncio.Future[memoryview] | None = None
+        self._error: BaseException | None = None
+        self._writable: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._body is None:
+            return memoryview(self._prefix)[self._have:]
+        return memoryview(self._body)[self._have:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._have += nbytes
+        if self._body is None:
+            if self._have < 4:
+                return
+            (size,) = _I32.unpack(self._prefix)
+            if not 4 <= size <= MAX_FRAME:
+                self._fail(ConnectionError(f"response frame of {size} bytes"))
+                return
+            self._body, self._have = bytearray(size), 0
+            return
+        if self._have == len(self._body):
+            body, self._body, self._have = self._body, None, 0
+            fut, self._frame = self._frame, None
+            if fut is None or fut.done():
+                self._fail(ConnectionError("a response frame nobody asked for"))
+            else:
+                fut.set_result(memoryview(body).toreadonly())
+
+    def eof_received(self) -> bool:
+        self._fail(ConnectionError("the peer closed the connection"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(exc or ConnectionError("connection closed"))
+
+    def pause_writing(self) -> None:
+        if self._writable is None:
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        self._writable = None
+
+    def _fail(self, error: BaseException) -> None:
+        if self._error is None:
+            self._error = error
+        for fut in (self._frame, self._writable):
+            if fut is not None and not fut.done():
+                fut.set_exception(error)
+        self._frame = self._writable = None
+        if self.transport is not None:
+            self.transport.close()
+
+    async def exchange(self, data: bytes) -> memoryview:
+        """Send one request frame and return the next response frame (read-only)."""
+        if self._error is not None:
+            raise ConnectionError(str(self._error)) from self._error
+        if self.transport is None or self._frame is not None:
+            raise ConnectionError("the connection is busy with another call")
+        fut = self._frame = asyncio.get_running_loop().create_future()
+        try:
+            self.transport.write(data)
+            if self._writable is not None:
+                await asyncio.shield(self._writable)
+            return await fut
+        except asyncio.CancelledError:
+            # Its response would arrive for nobody: this connection is done.
+            self._fail(ConnectionError("a call was cancelled"))
+            raise
 
 
 class PeerConnection:
     def __init__(self, host: str, port: int, client_id: str) -> None:
         self.host, self.port = host, port
         self._client_id = client_id.encode()
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._reader: _ResponseReader | None = None
         self._cid = 0
 
     @property
     def connected(self) -> bool:
-        return self._writer is not None
+        return self._reader is not None
 
     async def connect(self) -> None:
-        if self._writer is None:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, limit=READ_BUFFER), CONNECT_TIMEOUT_S)
+        if self._reader is None:
+            _, self._reader = await asyncio.wait_for(
+                asyncio.get_running_loop().create_connection(_ResponseReader, self.host, self.port),
+                CONNECT_TIMEOUT_S)
 
     async def call(self, api_key: int, version: int, request: Any) -> Any:
         """Send ``request`` (a kio entity of a flexible version); return the response entity.
@@ -55,7 +141,7 @@ class PeerConnection:
         peer closes it; the caller then closes this connection.
         """
         await self.connect()
-        assert self._reader is not None and self._writer is not None
+        assert self._reader is not None
         codec = codec_for(api_key, version)
         assert codec is not None and codec.flexible, (api_key, version)
         body = io.BytesIO()
@@ -63,15 +149,7 @@ class PeerConnection:
         self._cid = (self._cid + 1) & 0x7FFFFFFF
         header = _HDR.pack(api_key, version, self._cid) + _I16.pack(len(self._client_id)) + self._client_id + b"\x00"
         payload = header + body.getvalue()
-        self._writer.write(_I32.pack(len(payload)) + payload)
-        await self._writer.drain()
-        try:  # the size, then the whole frame in one piece (no reassembly copies)
-            (size,) = _I32.unpack(await self._reader.readexactly(4))
-            if not 4 <= size <= MAX_FRAME:
-                raise ConnectionError(f"response frame of {size} bytes from {self.host}:{self.port}")
-            frame = await self._reader.readexactly(size)
-        except asyncio.IncompleteReadError as e:
-            raise ConnectionError(f"broker {self.host}:{self.port} closed the connection") from e
+        frame = await self._reader.exchange(_I32.pack(len(payload)) + payload)
         (cid,) = _I32.unpack_from(frame, 0)
         if cid != self._cid:
             raise ConnectionError(f"correlation id {cid}, expected {self._cid}")
@@ -85,6 +163,6 @@ class PeerConnection:
         return value
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._reader = self._writer = None
+        if self._reader is not None and self._reader.transport is not None:
+            self._reader.transport.close()
+        self._reader = None
