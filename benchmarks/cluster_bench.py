@@ -1,8 +1,8 @@
 """Cluster throughput, produce latency and leader failover, with confluent-kafka.
 
 Usage:
-    python benchmarks/cluster_bench.py [--records N] [--quick] [--no-failover] [--raw] [--cases 1,3,2] [--cases 1,3,2]
-        [--profile DIR] [-o KEY=VALUE ...]
+    python benchmarks/cluster_bench.py [--records N] [--quick] [--no-failover] [--raw] [--cases 1,3,2]
+        [--per-record] [--idempotence] [--linger-ms MS] [--warmup N] [--profile DIR] [-o KEY=VALUE ...]
 
 Three clusters on this machine, each on its own etcd (started from the environment's
 ``bin/`` or PATH), all with Kafka's default broker settings:
@@ -12,13 +12,24 @@ Three clusters on this machine, each on its own etcd (started from the environme
   min.insync.replicas=2 (a topic config);
 * ``RF=1, 2 brokers``: two brokers, 6 partitions spread over both, replication factor 1.
 
-Per case one Producer (acks=all, linger.ms=5, idempotence on) sends N records of 1 KiB
-round-robin over the partitions as fast as it can; the latency of every 16th record is the
-time from ``produce()`` to its delivery report (so it includes client-side queueing under
-full load, as Kafka's producer-perf-test reports it). Then one Consumer assigned to every
-partition reads them back. Printed: produce and consume MB/s, p50/p99 produce latency,
-and the CPU time (user + system) all brokers of the case and the client used while the
-producer ran: on a machine shared with other work this varies much less than the throughput.
+Per case one Producer (acks=all, linger.ms=5, batch.size 1 MB, otherwise confluent-kafka's
+defaults, so idempotence off) first sends ``--warmup`` records (20,000) that are not
+measured: its connections, metadata and buffers are then in place, as with Kafka's
+producer-perf-test ``--warmup-records``. Then it sends N records of 1 KiB as fast as it
+can, handed to the client with ``Producer.produce_batch`` in lists of 100 for one
+partition at a time, the partitions in turn. The first record of every list is timed from
+the call to its delivery report (so the latency includes client-side queueing under full
+load, as producer-perf-test reports it). Then one Consumer assigned to every partition
+reads all records back. Printed: produce and consume MB/s, p50/p99 produce latency, and
+the CPU time (user + system) all brokers of the case and the client used while the
+measured records were produced: on a machine shared with other work this varies much
+less than the throughput.
+
+Client and brokers share this machine's cores, so the client's CPU per record decides
+how much is left for the brokers. ``--per-record`` calls ``produce()`` once per record
+(round-robin over the partitions, one in 16 timed), and ``--idempotence`` turns
+idempotence on; each costs the client more CPU per record (with idempotence, librdkafka
+2.16 wakes its broker thread about once per record when the broker keeps up).
 
 ``--raw`` produces with a load generator instead (``raw_produce``): one connection per
 leader broker sending the same prebuilt batches of 512 records in pipelined Produce
@@ -143,34 +154,77 @@ def create_topic(bootstrap: str, name: str, rf: int, configs: dict[str, str]) ->
     raise RuntimeError("topic not ready")
 
 
+BATCH = 100
+"""Records handed to ``Producer.produce_batch`` in one call."""
+
 SAMPLE = 16
-"""One record in SAMPLE carries a delivery callback that times it: a Python callback per
+"""With ``--per-record``, one record in SAMPLE carries a delivery callback that times it: a Python callback per
 record cost the client more CPU than the broker spent on the record, on the same two cores."""
 
 
-def produce(bootstrap: str, topic: str, count: int) -> tuple[float, list[float], float]:
-    """(seconds, sampled latencies, the client's CPU seconds) for ``count`` records."""
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "enable.idempotence": True,
+def produce(bootstrap: str, topic: str, count: int, warmup: int = 0, per_record: bool = False,
+            on_start=lambda: None, linger_ms: int = 5, idempotence: bool = False) -> tuple[float, list[float], float]:
+    """(seconds, sampled latencies, the client's CPU seconds) for ``count`` records.
+
+    ``warmup`` records are sent and acknowledged first and not measured (as Kafka's
+    producer-perf-test ``--warmup-records``): the producer's connections, metadata and
+    producer id are then in place, which otherwise take a large share of a short run.
+    ``on_start`` is called when the measured part begins.
+
+    The records go to the client in lists of ``BATCH`` for one partition at a time, the
+    partitions taken in turn, with ``Producer.produce_batch``; ``per_record`` uses one
+    ``produce()`` call per record (round-robin over the partitions) instead, which costs
+    the client about half as much CPU again per record, on the cores the brokers use too.
+    """
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": linger_ms, "enable.idempotence": idempotence,
                   "batch.size": 1_000_000, "queue.buffering.max.kbytes": 64 * 1024})
     value = os.urandom(VALUE)
+    for i in range(warmup):
+        p.produce(topic, value, partition=i % PARTITIONS)
+        if i % 1000 == 0:
+            p.poll(0)
+    if p.flush(60):
+        raise RuntimeError("warm-up records undelivered")
     latencies: list[float] = []
     errors = []
+
+    def timed(t: float):  # type: ignore[no-untyped-def]
+        return lambda err, msg: errors.append(err) if err is not None else latencies.append(time.perf_counter() - t)
+
+    on_start()
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
-    for i in range(count):
-        while True:
-            try:
-                if i % SAMPLE:
-                    p.produce(topic, value, partition=i % PARTITIONS)
-                else:
-                    t = time.perf_counter()
-                    p.produce(topic, value, partition=i % PARTITIONS,
-                              on_delivery=lambda err, msg, t=t: (errors.append(err) if err is not None
-                                                                 else latencies.append(time.perf_counter() - t)))
-                break
-            except BufferError:
+    if per_record:
+        for i in range(count):
+            while True:
+                try:
+                    if i % SAMPLE:
+                        p.produce(topic, value, partition=i % PARTITIONS)
+                    else:
+                        p.produce(topic, value, partition=i % PARTITIONS, on_delivery=timed(time.perf_counter()))
+                    break
+                except BufferError:
+                    p.poll(0.001)
+            if i % 1000 == 0:
+                p.poll(0)
+    else:
+        plain = [{"value": value} for _ in range(BATCH)]
+        sent = 0
+        while sent < count:
+            n = min(BATCH, count - sent)
+            # the first record of every list is timed (one in BATCH)
+            pending = [{"value": value, "callback": timed(time.perf_counter())}] + plain[1:n]
+            while True:
+                try:
+                    queued = p.produce_batch(topic, pending, partition=(sent // BATCH) % PARTITIONS)
+                except BufferError:
+                    queued = 0
+                if queued == len(pending):
+                    break
+                # the queue was full: the records not taken carry "_error"; send them again
+                pending = [m for m in pending if m.pop("_error", None) is not None] if queued else pending
                 p.poll(0.001)
-        if i % 1000 == 0:
+            sent += n
             p.poll(0)
     left = p.flush(120)
     elapsed = time.perf_counter() - start
@@ -345,6 +399,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--quick", action="store_true", help="20,000 records per case")
+    ap.add_argument("--per-record", action="store_true",
+                    help="one Producer.produce() call per record instead of produce_batch() lists of 100")
+    ap.add_argument("--linger-ms", type=int, default=5, help="the producer's linger.ms (default 5)")
+    ap.add_argument("--idempotence", action="store_true",
+                    help="enable.idempotence=true (off by default, as in confluent-kafka)")
+    ap.add_argument("--warmup", type=int, default=20_000,
+                    help="records produced and acknowledged before the measured ones (default 20,000)")
     ap.add_argument("--no-failover", action="store_true")
     ap.add_argument("--cases", default="1,3,2", help="which cases, by broker count: 1, 3 and/or 2 (default all)")
     ap.add_argument("--raw", action="store_true",
@@ -355,6 +416,7 @@ def main() -> int:
                     help="a broker configuration for every broker of every case")
     args = ap.parse_args()
     count = 20_000 if args.quick else args.records
+    warmup = 0 if args.raw else args.warmup
     cases = [("RF=1, 1 broker", 1, 1, {}), ("RF=3, 3 brokers", 3, 3, {"min.insync.replicas": "2"}),
              ("RF=1, 2 brokers", 2, 1, {})]
     wanted = {int(x) for x in args.cases.split(",")}
@@ -369,18 +431,22 @@ def main() -> int:
             profiler = Profiler(args.profile, name, cluster) if args.profile else None
             pids = [proc.pid for proc, _ in cluster.brokers.values()]
             cpu0 = cpu_seconds(pids)
+
+            def mark() -> None:
+                nonlocal cpu0
+                cpu0 = cpu_seconds(pids)
             try:
                 if args.raw:
                     p_s, lat, client_cpu = raw_produce(cluster.bootstrap, "bench", count * VALUE)
                 else:
-                    p_s, lat, client_cpu = produce(cluster.bootstrap, "bench", count)
+                    p_s, lat, client_cpu = produce(cluster.bootstrap, "bench", count, warmup, args.per_record, mark, args.linger_ms, args.idempotence)
             finally:
                 if profiler is not None:
                     profiler.stop()
             cpu = cpu_seconds(pids) - cpu0
-            c_s = consume(cluster.bootstrap, "bench", count) if not args.raw else float("nan")
+            c_s = consume(cluster.bootstrap, "bench", count + warmup) if not args.raw else float("nan")
             mb = count * VALUE / 1e6
-            rows.append((name, mb / p_s, mb / c_s, pct(lat, 0.5), pct(lat, 0.99), cpu, client_cpu))
+            rows.append((name, mb / p_s, (count + warmup) * VALUE / 1e6 / c_s, pct(lat, 0.5), pct(lat, 0.99), cpu, client_cpu))
             if rf == 3 and not args.no_failover:
                 fail_s = failover(cluster, "bench")
         finally:
