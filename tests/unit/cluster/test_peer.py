@@ -81,35 +81,13 @@ def test_response_in_small_pieces_and_large_records() -> None:
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("cut", [0, 2, 100])
-def test_peer_closing_inside_a_frame_fails_the_call(cut: int) -> None:
+def assert_calls_fail(script, times: int = 1) -> None:
+    """Each of ``times`` calls, on a new connection to a server answering with ``script``,
+    raises ConnectionError."""
+
     async def main() -> None:
-        async def script(cid, writer):
-            writer.write(fetch_response_frame(cid, b"x" * 1000)[:cut])
-            await writer.drain()
-            return False
-
         server, port = await serve(script)
-        conn = PeerConnection("127.0.0.1", port, "test")
-        with pytest.raises(ConnectionError):
-            await conn.call(FETCH, VERSION, fetch_request())
-        conn.close()
-        server.close()
-        await server.wait_closed()
-
-    asyncio.run(main())
-
-
-def test_impossible_frame_size_and_wrong_correlation_id_fail() -> None:
-    async def main() -> None:
-        answers = [lambda cid: struct.pack(">i", -5), lambda cid: fetch_response_frame(cid + 1, b"")]
-
-        async def script(cid, writer):
-            writer.write(answers.pop(0)(cid))
-            await writer.drain()
-
-        server, port = await serve(script)
-        for _ in range(2):
+        for _ in range(times):
             conn = PeerConnection("127.0.0.1", port, "test")
             with pytest.raises(ConnectionError):
                 await conn.call(FETCH, VERSION, fetch_request())
@@ -118,6 +96,26 @@ def test_impossible_frame_size_and_wrong_correlation_id_fail() -> None:
         await server.wait_closed()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("cut", [0, 2, 100])
+def test_peer_closing_inside_a_frame_fails_the_call(cut: int) -> None:
+    async def script(cid, writer):
+        writer.write(fetch_response_frame(cid, b"x" * 1000)[:cut])
+        await writer.drain()
+        return False
+
+    assert_calls_fail(script)
+
+
+def test_impossible_frame_size_and_wrong_correlation_id_fail() -> None:
+    answers = [lambda cid: struct.pack(">i", -5), lambda cid: fetch_response_frame(cid + 1, b"")]
+
+    async def script(cid, writer):
+        writer.write(answers.pop(0)(cid))
+        await writer.drain()
+
+    assert_calls_fail(script, times=2)
 
 
 def test_a_cancelled_call_ends_the_connection_and_the_next_connects_again() -> None:
