@@ -130,24 +130,22 @@ def _group_configs(broker_bootstrap: str, group: str, keys: list[str]) -> dict[s
 def test_group_configs_altered_through_one_broker_apply_on_every_broker(cluster: LocalCluster) -> None:
     group = "configured/share group"  # a '/' and a space: the group id is a key component in etcd
     keys = ["share.auto.offset.reset", "share.delivery.count.limit"]
-    admin = admin_client(cluster.broker_for(2).bootstrap)
-    res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
-        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
-    admin.incremental_alter_configs([res])[res].result(15)
-    for b in cluster.brokers:
-        wait_until(f"group configs on {b.bootstrap}",
-                   lambda b=b: _group_configs(b.bootstrap, group, keys) == {
-                       "share.auto.offset.reset": "earliest", "share.delivery.count.limit": "5"})
 
+    def set_through(node: int, key: str, value: str, expected: dict[str, str]) -> None:
+        """SET one group config through broker ``node``; wait until every broker reports ``expected``."""
+        res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+            ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)])
+        admin = admin_client(cluster.broker_for(node).bootstrap)  # held until the result arrives
+        admin.incremental_alter_configs([res])[res].result(15)
+        for b in cluster.brokers:
+            wait_until(f"group configs {expected} on {b.bootstrap}",
+                       lambda b=b: _group_configs(b.bootstrap, group, keys) == expected)
+
+    set_through(2, "share.auto.offset.reset", "earliest",
+                {"share.auto.offset.reset": "earliest", "share.delivery.count.limit": "5"})
     # an incremental change through another broker keeps the first one's setting
-    admin = admin_client(cluster.broker_for(3).bootstrap)
-    res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
-        ConfigEntry("share.delivery.count.limit", "3", incremental_operation=AlterConfigOpType.SET)])
-    admin.incremental_alter_configs([res])[res].result(15)
-    for b in cluster.brokers:
-        wait_until(f"both group configs on {b.bootstrap}",
-                   lambda b=b: _group_configs(b.bootstrap, group, keys) == {
-                       "share.auto.offset.reset": "earliest", "share.delivery.count.limit": "3"})
+    set_through(3, "share.delivery.count.limit", "3",
+                {"share.auto.offset.reset": "earliest", "share.delivery.count.limit": "3"})
 
     # an invalid value is refused whichever broker receives it, and changes nothing
     res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from confluent_kafka import AcknowledgeType, ShareConsumer
@@ -171,10 +171,21 @@ def _commit(c: ShareConsumer, topic: str, partition: int) -> None:
     assert mine and all(err is None and tp.error is None for tp, err in mine), result
 
 
-def _twenty_records_with_roles_apart(cluster: LocalCluster, topic: str) -> tuple[uuid.UUID, str, int, int, int]:
+class RolesApart(NamedTuple):
+    topic_id: uuid.UUID
+    group: str
+    partition: int
+    leader: int
+    """The partition's leader."""
+    group_coordinator: int
+    share_coordinators: dict[int, int]
+    """Each partition's share coordinator."""
+
+
+def _records_with_roles_apart(cluster: LocalCluster, topic: str, count: int) -> RolesApart:
     """A new topic, a share group starting at the earliest offset, and a partition whose
     leader, share coordinator and group coordinator are three different brokers, holding
-    records 0-19. Returns (topic id, group, partition, its leader, its share coordinator)."""
+    records 0 to ``count`` - 1."""
     _create(cluster, topic)
     tid, parts = _metadata(cluster, topic)
     leaders = {p: leader for p, (leader, _isr) in parts.items()}
@@ -182,8 +193,8 @@ def _twenty_records_with_roles_apart(cluster: LocalCluster, topic: str) -> tuple
                               lambda g, s: any(len({leaders[p], s[p], g}) == 3 for p in s))
     part = next(p for p in s if len({leaders[p], s[p], g}) == 3)
     _set_group_config(cluster, group, "share.auto.offset.reset", "earliest")
-    _produce(cluster.bootstrap, topic, part, range(20))
-    return tid, group, part, leaders[part], s[part]
+    _produce(cluster.bootstrap, topic, part, range(count))
+    return RolesApart(tid, group, part, leaders[part], g, s)
 
 
 def test_share_consumers_read_every_record_with_roles_on_different_brokers(cluster: LocalCluster) -> None:
@@ -235,7 +246,8 @@ def test_share_consumers_read_every_record_with_roles_on_different_brokers(clust
 
 def test_share_partition_leader_killed_redelivers_what_was_not_acknowledged(cluster: LocalCluster) -> None:
     topic = "shared-leader-kill"
-    tid, group, part, leader, coordinator = _twenty_records_with_roles_apart(cluster, topic)
+    tid, group, part, leader, _g, s = _records_with_roles_apart(cluster, topic, 20)
+    coordinator = s[part]
 
     a = _share_consumer(cluster.bootstrap, group, topic)
     first = _poll(a, 20)
@@ -296,7 +308,8 @@ def _write_state(cluster: LocalCluster, node: int, group: str, tid: uuid.UUID, p
 
 def test_share_coordinator_killed_keeps_the_state(cluster: LocalCluster) -> None:
     topic = "shared-coordinator-kill"
-    tid, group, part, _leader, coordinator = _twenty_records_with_roles_apart(cluster, topic)
+    tid, group, part, _leader, _g, s = _records_with_roles_apart(cluster, topic, 20)
+    coordinator = s[part]
 
     a = _share_consumer(cluster.bootstrap, group, topic)
     first = _poll(a, 20)
@@ -374,14 +387,7 @@ def test_group_coordinator_resets_and_deletes_state_held_by_other_brokers(cluste
     """Describe, alter and delete of a share group's offsets, sent to its group coordinator,
     act on state another broker coordinates, for a partition a third broker leads."""
     topic = "shared-admin"
-    _create(cluster, topic)
-    tid, parts = _metadata(cluster, topic)
-    leaders = {p: leader for p, (leader, _isr) in parts.items()}
-    group, g, s = _pick_group(cluster, tid, leaders,
-                              lambda g, s: any(len({leaders[p], s[p], g}) == 3 for p in s))
-    part = next(p for p in s if len({leaders[p], s[p], g}) == 3)
-    _set_group_config(cluster, group, "share.auto.offset.reset", "earliest")
-    _produce(cluster.bootstrap, topic, part, range(10))
+    tid, group, part, _leader, g, s = _records_with_roles_apart(cluster, topic, 10)
 
     a = _share_consumer(cluster.bootstrap, group, topic)
     got = _poll(a, 10)

@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import AcknowledgeType, TopicPartition
 from confluent_kafka.admin import ConfigResource, ResourceType
 
-from tests.integration.test_share_consumer import poll_until, set_group_configs, share_consumer
+from tests.integration.test_share_consumer import consume_until, poll_until, set_group_configs, share_consumer
 from tests.support.broker import BrokerProcess
 from tests.support.clients import admin_client, consumer, create_topic, producer
 
@@ -241,27 +241,18 @@ def test_kill_9_every_rejected_and_over_delivered_record_once(start_broker: Any,
     def run() -> None:
         c = share_consumer(bs, "g", topic_name, **{"share.acknowledgement.mode": "explicit",
                                                      "max.poll.records": 20})
-        try:
-            while not stop.is_set():
-                try:
-                    msgs = [m for m in c.poll(0.3) if m.error() is None]
-                except Exception:
-                    time.sleep(0.1)
-                    continue
-                for m in msgs:
-                    kind = m.offset() % 5
-                    c.acknowledge(m, AcknowledgeType.REJECT if kind == 0 else
-                                  AcknowledgeType.RELEASE if kind == 1 else AcknowledgeType.ACCEPT)
-                if msgs:
-                    try:
-                        c.commit_sync(10)
-                    except Exception:
-                        pass
-        finally:
+
+        def handle(msgs: list[Any]) -> None:
+            for m in msgs:
+                kind = m.offset() % 5
+                c.acknowledge(m, AcknowledgeType.REJECT if kind == 0 else
+                              AcknowledgeType.RELEASE if kind == 1 else AcknowledgeType.ACCEPT)
             try:
-                c.close()
+                c.commit_sync(10)
             except Exception:
                 pass
+
+        consume_until(c, stop, handle)
 
     threads = [threading.Thread(target=run, daemon=True) for _ in range(CONSUMERS)]
     for t in threads:
