@@ -92,10 +92,12 @@ class _ResponseReader(asyncio.BufferedProtocol):
     def _fail(self, error: BaseException) -> None:
         if self._error is None:
             self._error = error
-        for fut in (self._frame, self._writable):
-            if fut is not None and not fut.done():
-                fut.set_exception(error)
-        self._frame = self._writable = None
+        if self._frame is not None and not self._frame.done():
+            self._frame.set_exception(error)
+        # A call waiting to write is woken and then finds its frame failed; an exception on
+        # this future would be reported as never retrieved when no call waits.
+        self.resume_writing()
+        self._frame = None
         if self.transport is not None:
             self.transport.close()
 
