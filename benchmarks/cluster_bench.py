@@ -221,8 +221,9 @@ def produce(bootstrap: str, topic: str, count: int, warmup: int = 0, per_record:
                     queued = 0
                 if queued == len(pending):
                     break
-                # the queue was full: the records not taken carry "_error"; send them again
-                pending = [m for m in pending if m.pop("_error", None) is not None] if queued else pending
+                # the queue was full: the records not taken carry "_error" (removed here, as the
+                # lists' dicts are reused); after a BufferError none was taken
+                pending = [m for m in pending if m.pop("_error", None) is not None] or pending
                 p.poll(0.001)
             sent += n
             p.poll(0)
