@@ -65,6 +65,14 @@ class SparseIndex:
             return None
         return self.keys[i], self.values[i]
 
+    def floor_value(self, value: int) -> tuple[int, int] | None:
+        """The entry with the largest value <= ``value``, or None if every value is larger
+        (for an offset index: the last indexed batch starting at or before a position)."""
+        i = bisect_right(self.values, value) - 1
+        if i < 0:
+            return None
+        return self.keys[i], self.values[i]
+
     def truncate_values_from(self, value: int) -> None:
         """Drop every entry whose value is >= ``value`` (after the log is cut at that point)."""
         i = len(self.values)

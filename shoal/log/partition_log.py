@@ -49,7 +49,7 @@ from pathlib import Path
 from shoal.errors import ApiError, ErrorCode, FsyncError
 from shoal.log.policy import LogConfig, SegmentSummary, plan_retention, should_roll
 from shoal.log.producer_state import ProducerStateTable
-from shoal.log.segment import OpenSegments, Segment, default_open_segments
+from shoal.log.segment import FileSlice, OpenSegments, Segment, default_open_segments
 from shoal.protocol.batch import (
     TimestampType,
     decode_records,
@@ -531,12 +531,13 @@ class PartitionLog:
             self._last_flush_ms = now_ms
 
     # --- read ----------------------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int) -> bytes:
+    def read(self, offset: int, max_bytes: int, min_slice: int | None = None) -> "bytes | FileSlice":
         """Whole batches from the one containing ``offset``: at least one, else up to max_bytes.
 
-        Returns b"" at the log end.  Raises ApiError(offset_out_of_range) outside
-        [log_start_offset, log_end_offset], ApiError(kafka_storage_error) if the file
-        cannot be opened or read.
+        Returns b"" at the log end.  With ``min_slice``, the batches may come as a
+        :class:`~shoal.log.segment.FileSlice` (see :meth:`Segment.read_batches`).  Raises
+        ApiError(offset_out_of_range) outside [log_start_offset, log_end_offset],
+        ApiError(kafka_storage_error) if the file cannot be opened or read.
         """
         leo = self.segments[-1].next_offset
         if offset == leo and offset >= self.log_start_offset:
@@ -551,7 +552,7 @@ class PartitionLog:
                 seg = segs[i]
                 pos = seg.find_position(offset)
                 if pos is not None:
-                    return seg.read_batches(pos, max_bytes)
+                    return seg.read_batches(pos, max_bytes, min_slice)
                 i += 1
         except OSError as exc:  # e.g. EMFILE reopening the segment: this read fails, the next may not
             raise ApiError(ErrorCode.kafka_storage_error, f"reading {self.dir.name} failed: {exc}") from exc

@@ -53,7 +53,7 @@ from shoal.errors import FsyncError
 from shoal.log.index import OFFSET_ENTRY, TIME_ENTRY, SparseIndex, decode_offset_index, decode_time_index
 from shoal.protocol.batch import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, scan_valid_prefix, read_header
 
-__all__ = ["Segment", "OpenSegments", "segment_name", "RECOVERY_CHUNK", "open_files_limit"]
+__all__ = ["Segment", "OpenSegments", "FileSlice", "segment_name", "RECOVERY_CHUNK", "open_files_limit"]
 
 log = logging.getLogger("shoal.log")
 
@@ -168,10 +168,52 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
+class FileSlice:
+    """Whole batches of a segment's log file, to be sent to a socket with ``sendfile(2)``
+    instead of being read into memory (a Fetch answer's records, as Kafka's FileRecords).
+
+    A slice stays usable while its segment is neither closed nor truncated (compaction
+    swaps, retention, a follower's truncation, deletion all do one or the other) and still
+    holds its bytes; :meth:`usable` says so at the moment of sending, on the event loop.
+    """
+
+    __slots__ = ("segment", "position", "length", "_changes")
+
+    def __init__(self, segment: "Segment", position: int, length: int) -> None:
+        self.segment = segment
+        self.position = position
+        self.length = length
+        self._changes = segment._changes
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __repr__(self) -> str:
+        return f"FileSlice({self.segment.log_path.name}, {self.position}, {self.length})"
+
+    def usable(self) -> bool:
+        seg = self.segment
+        return seg._changes == self._changes and seg.size >= self.position + self.length
+
+    def fd(self) -> int:
+        """The segment file's descriptor (reopened if the LRU closed it).  Raises OSError."""
+        return self.segment.fd
+
+    def read(self, skip: int = 0) -> bytes:
+        """The slice's bytes from ``skip`` on, read into memory.  Raises OSError, also when
+        the slice is no longer usable."""
+        if not self.usable():
+            raise OSError(errno.ESTALE, f"{self!r}: the segment was truncated or closed")
+        data = os.pread(self.segment.fd, self.length - skip, self.position + skip)
+        if len(data) != self.length - skip:
+            raise OSError(errno.EIO, f"{self!r}: short read")
+        return data
+
+
 class Segment:
     __slots__ = ("dir", "base_offset", "_fd", "_files", "size", "next_offset", "max_timestamp",
                  "offset_of_max_timestamp", "first_timestamp", "_oidx", "_tidx", "_index_on_disk",
-                 "index_interval", "_bytes_since_index", "_pos_cache", "_dirty")
+                 "index_interval", "_bytes_since_index", "_pos_cache", "_dirty", "_changes")
 
     def __init__(self, directory: Path, base_offset: int, index_interval: int,
                  files: OpenSegments | None = None, *, create: bool = False) -> None:
@@ -195,6 +237,8 @@ class Segment:
         self._bytes_since_index = 0
         self._pos_cache: dict[int, int] = {}
         self._dirty = False
+        self._changes = 0
+        """Counts truncations and closes: a :class:`FileSlice` taken before either is stale."""
         if create:
             self._files.open(self, _LOG_FLAGS | os.O_CREAT)
             self.size = os.fstat(self._fd).st_size
@@ -522,11 +566,27 @@ class Segment:
             pos += LOG_OVERHEAD + length
         return None
 
-    def read_batches(self, position: int, max_bytes: int) -> bytes:
-        """Whole batches from ``position``: as many as fit in ``max_bytes``, at least one."""
+    def read_batches(self, position: int, max_bytes: int, min_slice: int | None = None) -> "bytes | FileSlice":
+        """Whole batches from ``position``: as many as fit in ``max_bytes``, at least one.
+
+        With ``min_slice``, batches that come to at least ``min_slice`` bytes are returned
+        as a :class:`FileSlice`, without reading them: up to the end of the segment (which
+        holds only whole batches) when that fits in ``max_bytes``, else up to the last batch
+        the offset index knows to start within ``max_bytes`` (within
+        ``log.index.interval.bytes`` of it). Otherwise they are read as bytes.
+        """
         avail = self.size - position
         if avail <= 0:
             return b""
+        if min_slice is not None and avail >= min_slice:
+            if avail <= max_bytes:
+                end, nxt = self.size, self.next_offset
+            else:
+                entry = self.offset_index.floor_value(position + max_bytes)
+                end, nxt = (entry[1], self.base_offset + entry[0]) if entry is not None else (0, 0)
+            if end - position >= min_slice:
+                self._remember(nxt, end)
+                return FileSlice(self, position, end - position)
         n = min(max(max_bytes, HEADER_SIZE), avail)
         data = os.pread(self.fd, n, position)
         end = 0
@@ -586,6 +646,7 @@ class Segment:
 
     # --- truncate / close / delete --------------------------------------------------------
     def truncate_to_position(self, position: int) -> None:
+        self._changes += 1
         fd = self.fd
         os.ftruncate(fd, position)
         self.size = position
@@ -605,6 +666,7 @@ class Segment:
                 pass
 
     def close(self) -> None:
+        self._changes += 1
         self._files.forget(self)
         self._close_fd()
 

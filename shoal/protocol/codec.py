@@ -80,17 +80,20 @@ LARGE_VALUE = 16 * 1024
 class _Pieces:
     """A write-only buffer for kio's writers that keeps large ``bytes`` values as pieces of
     their own instead of copying them (a Fetch response's records: a follower's or a
-    consumer's megabyte is written to the socket from the bytes the log read)."""
+    consumer's megabyte is written to the socket from the bytes the log read).  A value
+    that is not bytes-like (a log's file slice, which the connection sends with
+    ``sendfile``) is always a piece of its own."""
 
     __slots__ = ("pieces", "_small")
 
     def __init__(self) -> None:
-        self.pieces: list[bytes] = []
+        self.pieces: list[Any] = []
         self._small = bytearray()
 
     def write(self, value: Any) -> int:
         n = len(value)
-        if n >= LARGE_VALUE and type(value) is bytes:
+        t = type(value)
+        if (n >= LARGE_VALUE and t is bytes) or (t is not bytes and t is not bytearray and t is not memoryview):
             if self._small:
                 self.pieces.append(bytes(self._small))
                 self._small.clear()

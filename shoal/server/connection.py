@@ -21,6 +21,15 @@ pool before the body is buffered; if the pool lacks them it stops reading and qu
 and reads on when the pool grants them. The bytes go back to the pool when the request
 has been handled (its response encoded, or for acks=0 Produce its task ended).
 
+Zero copy: a Fetch answer's records may be a :class:`~shoal.log.segment.FileSlice`
+(``sends_file_slices``). ``_flush`` then writes the response itself, while the transport
+has nothing buffered: bytes with ``writev``, slices with ``sendfile`` from the page cache
+to the socket, as Kafka sends FileRecords. What the socket does not take at once is read
+into memory and handed to the transport, which writes it when it can, after everything
+written directly. A slice whose segment was truncated or closed since the read (a
+follower's truncation, compaction, retention, deletion) closes the connection, as Kafka
+closes one whose FileRecords shrank while being sent; the client fetches again.
+
 Idleness: ``last_active_s`` (loop time) moves whenever bytes are received or a response
 is written; the listener closes connections idle past ``connections.max.idle.ms``
 (``close_idle``).
@@ -37,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import struct
 from collections import deque
@@ -44,6 +54,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ApiError, ProtocolViolation
+from ..log.segment import FileSlice
 from ..protocol.codec import codec_for, decode_request, encode_response
 from ..protocol.entities import has_field, make
 from ..protocol.framing import FrameDecoder
@@ -64,7 +75,7 @@ class _Slot:
     __slots__ = ("pieces", "task", "reserved")
 
     def __init__(self) -> None:
-        self.pieces: list[bytes] | None = None
+        self.pieces: list[Any] | None = None
         self.task: asyncio.Task[Any] | None = None
         self.reserved = 0
         """Pool bytes of the request's frame, released when its task ends."""
@@ -91,6 +102,9 @@ class Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self.closed = self._loop.create_future()
         self.last_active_s = self._loop.time()
+        self._fd = -1
+        self.sends_file_slices = False
+        """Whether a Fetch answer may carry FileSlices (the transport has a socket to send them to)."""
 
     # -- asyncio.Protocol ---------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -101,6 +115,11 @@ class Connection(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
+            try:
+                self._fd = sock.fileno()
+            except (OSError, AttributeError):
+                self._fd = -1
+            self.sends_file_slices = self._fd >= 0
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"
@@ -326,15 +345,69 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if transport is None or self._closing:
             return
-        out: list[bytes] = []
+        out: list[Any] = []
         while slots and slots[0].pieces is not None:
             out.extend(slots.popleft().pieces)  # type: ignore[arg-type]
         if out:
-            transport.writelines(out)
+            for piece in out:
+                if type(piece) is FileSlice:
+                    rest = self._send_direct(out)
+                    if rest is None:
+                        return
+                    out = rest
+                    break
+            if out:
+                transport.writelines(out)
             self.last_active_s = self._loop.time()
         self._maybe_resume()
         if self.broker.shutting_down and not slots:
             transport.close()
+
+    def _send_direct(self, out: list[Any]) -> list[Any] | None:
+        """Write ``out`` (bytes and FileSlices) to the socket while it takes them at once.
+
+        Returns what is left for the transport, slices read into memory; None when the
+        connection was closed instead (a stale slice, a failed write).
+        """
+        for piece in out:
+            if type(piece) is FileSlice and not piece.usable():  # before writing any of it
+                self._abort(f"cannot send a response: {piece!r} was truncated or closed since it was read")
+                return None
+        fd = self._fd
+        direct = self.transport is not None and self.transport.get_write_buffer_size() == 0
+        rest: list[Any] = []
+        i, n = 0, len(out)
+        try:
+            while direct and i < n:
+                piece = out[i]
+                if type(piece) is FileSlice:
+                    left = _sendfile(fd, piece)
+                    if left:
+                        rest.append(piece.read(piece.length - left))
+                        direct = False
+                    i += 1
+                    continue
+                j = i + 1
+                while j < n and j - i < 512 and type(out[j]) is not FileSlice:
+                    j += 1
+                try:
+                    sent = os.writev(fd, out[i:j])
+                except BlockingIOError:
+                    sent = 0
+                for p in out[i:j]:
+                    if sent >= len(p):
+                        sent -= len(p)
+                        continue
+                    rest.append(memoryview(p)[sent:] if sent else p)
+                    sent = 0
+                    direct = False
+                i = j
+            for piece in out[i:]:
+                rest.append(piece.read() if type(piece) is FileSlice else piece)
+        except OSError as e:
+            self._abort(f"cannot send a response: {e}")
+            return None
+        return rest
 
     def _maybe_pause(self) -> None:
         if not self._reading_paused and self.transport is not None and (
@@ -384,3 +457,22 @@ class Connection(asyncio.Protocol):
     @property
     def inflight(self) -> int:
         return len(self._slots)
+
+
+def _sendfile(sock_fd: int, piece: FileSlice) -> int:
+    """Send ``piece`` with sendfile(2) until the socket would block; returns the bytes
+    not sent. Raises OSError when the slice is stale or its file ends early."""
+    if not piece.usable():
+        raise OSError(f"{piece!r} was truncated or closed before it was sent")
+    src = piece.fd()
+    pos, left = piece.position, piece.length
+    while left:
+        try:
+            sent = os.sendfile(sock_fd, src, pos, left)
+        except BlockingIOError:
+            return left
+        if sent == 0:
+            raise OSError(f"{piece!r}: the file ends before the slice")
+        pos += sent
+        left -= sent
+    return 0

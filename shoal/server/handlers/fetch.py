@@ -22,6 +22,7 @@ from typing import Any
 
 from ...errors import ApiError, ErrorCode
 from ...protocol.batch import read_header
+from ...protocol.codec import LARGE_VALUE
 from ...protocol.entities import ZERO_UUID, has_field, make, sub
 from ..dispatch import api
 from ..fetch_session import FetchSessionError, SessionPartition
@@ -63,14 +64,16 @@ def _requested(ctx: Any, request: Any, epochs: dict[tuple[str, int], int]) -> tu
 
 
 def _read(store: Any, key: tuple[str, int], sp: SessionPartition, budget: int,
-          cluster: Any = None) -> dict[str, Any]:
+          cluster: Any = None, min_slice: int | None = None) -> dict[str, Any]:
+    """One partition's answer; its records may be a FileSlice (sent with sendfile) when
+    ``min_slice`` is given, the connection being able to send one."""
     name, index = key
     meta = store.get_topic(name)
     if meta is None or not 0 <= index < meta.num_partitions:
         return {"error_code": ErrorCode.unknown_topic_or_partition, "high_watermark": -1,
                 "log_start_offset": -1, "records": b""}
     if cluster is not None:
-        return _read_replicated(store, key, sp, budget, *cluster)
+        return _read_replicated(store, key, sp, budget, *cluster, min_slice=min_slice)
     plog = store.partition(name, index)
     hw = plog.high_watermark
     out: dict[str, Any] = {"high_watermark": hw, "last_stable_offset": hw, "log_start_offset": plog.log_start_offset}
@@ -78,7 +81,7 @@ def _read(store: Any, key: tuple[str, int], sp: SessionPartition, budget: int,
         out["records"] = b""
         return out
     try:
-        out["records"] = plog.read(sp.fetch_offset, min(sp.max_bytes, budget))
+        out["records"] = plog.read(sp.fetch_offset, min(sp.max_bytes, budget), min_slice)
     except ApiError as e:
         out["error_code"] = e.error_code
         out["records"] = b""
@@ -86,7 +89,8 @@ def _read(store: Any, key: tuple[str, int], sp: SessionPartition, budget: int,
 
 
 def _read_replicated(store: Any, key: tuple[str, int], sp: SessionPartition, budget: int, replicas: Any,
-                     replica_id: int, epochs: dict[tuple[str, int], int], now_ms: int) -> dict[str, Any]:
+                     replica_id: int, epochs: dict[tuple[str, int], int], now_ms: int,
+                     min_slice: int | None = None) -> dict[str, Any]:
     """Cluster mode: the leader's answer to a consumer (below the HW) or a follower (to the LEO)."""
     empty = {"high_watermark": -1, "log_start_offset": -1, "records": b""}
     try:
@@ -109,13 +113,14 @@ def _read_replicated(store: Any, key: tuple[str, int], sp: SessionPartition, bud
                                                  and sp.fetch_offset <= plog.log_end_offset):
         out["records"] = b""
         return out
+    whole = end == plog.log_end_offset  # else only the batches below the HW
     try:
-        data = plog.read(sp.fetch_offset, min(sp.max_bytes, budget))
+        data = plog.read(sp.fetch_offset, min(sp.max_bytes, budget), min_slice if whole else None)
     except ApiError as e:
         out["error_code"] = e.error_code
         out["records"] = b""
         return out
-    out["records"] = data if end == plog.log_end_offset else _below(data, end)
+    out["records"] = data if whole else _below(data, end)
     return out
 
 
@@ -156,6 +161,7 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
     max_bytes = min(request.max_bytes if has_field(type(request), "max_bytes") else 2**31 - 1,
                     broker.config["fetch.max.bytes"])
     deadline = broker.clock.now_ms() + max_wait_ms
+    min_slice = LARGE_VALUE if getattr(ctx.connection, "sends_file_slices", False) else None
     cluster = None
     if broker.replicas is not None:
         replica_id = getattr(request, "replica_id", -1)
@@ -171,7 +177,7 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
         total = 0
         any_error = bool(unknown)
         for key, sp in partitions.items():
-            r = _read(store, key, sp, budget, cluster)
+            r = _read(store, key, sp, budget, cluster, min_slice)
             n = len(r["records"])
             total += n
             budget -= n
