@@ -31,16 +31,20 @@ MAX_FRAME = 1 << 30
 class _ResponseReader(asyncio.BufferedProtocol):
     """Receives response frames straight into one buffer per frame.
 
-    The socket is read into the 4-byte size prefix, then into a buffer of exactly the
-    frame's size, so a Fetch response of megabytes is copied once, by the kernel, and
-    decoded from that buffer. One request is in flight at a time, so nothing beyond the
-    current frame is ever read.
+    The socket is read into the 4-byte size prefix, then into the first bytes of a buffer
+    at least the frame's size, so a Fetch response of megabytes is copied once, by the
+    kernel, and decoded from that buffer. The buffer is kept for the next frame (a new
+    one, zero-filled, only when a larger frame comes, and a smaller one again after a
+    frame of at most a quarter of it), so the frame handed to :meth:`exchange`'s caller
+    is valid until the next exchange. One request is in flight at a time, so nothing
+    beyond the current frame is ever read.
     """
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self._prefix = bytearray(4)
-        self._body: bytearray | None = None
+        self._buffer = bytearray()
+        self._body: memoryview | None = None
         self._have = 0
         self._frame: asyncio.Future[memoryview] | None = None
         self._error: BaseException | None = None
@@ -52,7 +56,7 @@ class _ResponseReader(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._body is None:
             return memoryview(self._prefix)[self._have:]
-        return memoryview(self._body)[self._have:]
+        return self._body[self._have:]
 
     def buffer_updated(self, nbytes: int) -> None:
         self._have += nbytes
@@ -63,7 +67,10 @@ class _ResponseReader(asyncio.BufferedProtocol):
             if not 4 <= size <= MAX_FRAME:
                 self._fail(ConnectionError(f"response frame of {size} bytes"))
                 return
-            self._body, self._have = bytearray(size), 0
+            capacity = len(self._buffer)
+            if size > capacity or size * 4 < capacity:
+                self._buffer = bytearray(size)
+            self._body, self._have = memoryview(self._buffer)[:size], 0
             return
         if self._have == len(self._body):
             body, self._body, self._have = self._body, None, 0
@@ -71,7 +78,7 @@ class _ResponseReader(asyncio.BufferedProtocol):
             if fut is None or fut.done():
                 self._fail(ConnectionError("a response frame nobody asked for"))
             else:
-                fut.set_result(memoryview(body).toreadonly())
+                fut.set_result(body.toreadonly())
 
     def eof_received(self) -> bool:
         self._fail(ConnectionError("the peer closed the connection"))
@@ -102,7 +109,8 @@ class _ResponseReader(asyncio.BufferedProtocol):
             self.transport.close()
 
     async def exchange(self, data: bytes) -> memoryview:
-        """Send one request frame and return the next response frame (read-only)."""
+        """Send one request frame and return the next response frame (read-only, valid
+        until the next exchange)."""
         if self._error is not None:
             raise ConnectionError(str(self._error)) from self._error
         if self.transport is None or self._frame is not None:

@@ -81,6 +81,31 @@ def test_response_in_small_pieces_and_large_records() -> None:
     asyncio.run(main())
 
 
+def test_frames_of_changing_sizes_through_the_reused_buffer() -> None:
+    """Each response is decoded whole, whether its frame fits the buffer the last one left,
+    needs a larger one, or is small enough for a smaller one."""
+    sizes = [1 << 20, 2000, 1 << 20, 3 << 20, 100, 0, 500_000, 40]
+    payloads = [bytes([i + 1]) * n for i, n in enumerate(sizes)]
+
+    async def main() -> None:
+        todo = list(payloads)
+
+        async def script(cid, writer):
+            writer.write(fetch_response_frame(cid, todo.pop(0)))
+            await writer.drain()
+
+        server, port = await serve(script)
+        conn = PeerConnection("127.0.0.1", port, "test")
+        for want in payloads:
+            resp = await conn.call(FETCH, VERSION, fetch_request())
+            assert resp.responses[0].partitions[0].records == want
+        conn.close()
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(main())
+
+
 def assert_calls_fail(script, times: int = 1) -> None:
     """Each of ``times`` calls, on a new connection to a server answering with ``script``,
     raises ConnectionError."""
