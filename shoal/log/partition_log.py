@@ -137,16 +137,25 @@ class FlushTicket:
     truncations: int = 0
     """The log's truncation count when the ticket was taken: a ticket from before a
     truncation covers offsets that no longer hold the same records."""
+    drop_cache_below: int = 0
+    """After the fsync, drop the file's pages below this byte position from the page
+    cache (0: keep them). For a follower's log, which nobody reads while it follows."""
 
     def sync(self) -> None:
         """Open the file, fdatasync it and close it (safe in a worker thread).  Raises OSError.
 
         Linux syncs the file, not the descriptor: every byte written through any
-        descriptor of the file before the call is made durable.
+        descriptor of the file before the call is made durable. The pages the ticket
+        drops are clean by then, so the kernel frees them at once.
         """
         fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             os.fdatasync(fd)
+            if self.drop_cache_below > 0:
+                try:
+                    os.posix_fadvise(fd, 0, self.drop_cache_below, os.POSIX_FADV_DONTNEED)
+                except OSError:
+                    pass  # advice only
         except OSError as exc:
             raise FsyncError(exc.errno, f"fdatasync of {self.path.name} failed: {exc.strerror}") from exc
         finally:
@@ -476,15 +485,17 @@ class PartitionLog:
         """Whether the flush policy (flush.messages, flush.ms) asks for an fsync now."""
         return self._unflushed_messages >= self.config.flush_messages or self.needs_flush(now_ms)
 
-    def begin_flush(self) -> FlushTicket:
+    def begin_flush(self, drop_cache: bool = False) -> FlushTicket:
         """Start an fsync that may run in another thread (group commit).
 
         Returns a ticket naming the active segment's file (rolling or closing the segment
         meanwhile does not affect it: the file stays where it is). Run ``ticket.sync()``
-        anywhere, then call :meth:`end_flush` on the event loop.
+        anywhere, then call :meth:`end_flush` on the event loop. ``drop_cache``: the
+        ticket also drops the pages it makes durable from the page cache.
         """
-        return FlushTicket(self.segments[-1].log_path, self.log_end_offset, self._unflushed_messages,
-                           self._truncations)
+        active = self.segments[-1]
+        return FlushTicket(active.log_path, self.log_end_offset, self._unflushed_messages, self._truncations,
+                           active.size if drop_cache else 0)
 
     def end_flush(self, ticket: FlushTicket, now_ms: int) -> None:
         """Account for a completed ticket: everything before ``ticket.end_offset`` is durable

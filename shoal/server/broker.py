@@ -100,7 +100,11 @@ class Flusher:
         the hand-off to a thread under load. It is still shared: the flush starts on the
         next loop iteration and covers everything appended until then. ``background``
         (followers' logs, which nobody answers after) runs it in a thread of its own, so
-        that it never queues in front of the fsyncs a produce waits for.
+        that it never queues in front of the fsyncs a produce waits for, and then drops
+        the synced pages from the page cache: nobody reads a follower's log, and pages
+        freed at once are what the next writes reuse (growing the page cache into memory
+        the kernel does not hold yet costs several times more CPU than the write itself,
+        notably on virtual machines that return free memory to their host).
         """
         if plog.durable_offset >= end_offset:
             return
@@ -114,7 +118,7 @@ class Flusher:
     async def _flush(self, plog: Any, key: int, inline: bool, background: bool = False) -> None:
         error: BaseException | None = None
         try:
-            ticket = plog.begin_flush()
+            ticket = plog.begin_flush(drop_cache=background)
             if inline:
                 ticket.sync()
             else:

@@ -1,6 +1,10 @@
-"""Reads as FileSlices (records sent with sendfile)."""
+"""Reads as FileSlices (records sent with sendfile), and followers' fsyncs that drop pages."""
 
 from __future__ import annotations
+
+import ctypes
+import mmap
+import os
 
 import pytest
 
@@ -89,3 +93,44 @@ def test_a_slice_of_a_deleted_segment_is_stale(tmp_path):
     assert s.usable()
     log.delete_records(log.segments[2].base_offset)
     assert not s.usable()
+
+
+def resident_pages(path) -> int:
+    """How many pages of ``path`` are in the page cache: mincore(2) on a mapping of it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    size = os.path.getsize(path)
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+        try:
+            vec = (ctypes.c_ubyte * pages)()
+            assert libc.mincore(addr, size, vec) == 0, ctypes.get_errno()
+        finally:
+            libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+    return sum(v & 1 for v in vec)
+
+
+@pytest.mark.parametrize("drop", [False, True])
+def test_a_followers_fsync_drops_the_synced_pages_from_the_page_cache(tmp_path, drop):
+    log = filled(tmp_path, batches=100, records=10, value_size=1000)  # about 1 MB
+    path = log.segments[-1].log_path
+    pages = resident_pages(path)
+    assert pages >= 200  # just written: cached
+    ticket = log.begin_flush(drop_cache=drop)
+    log.append(batch(10, value_size=1000), 2000)  # written after the ticket: kept either way
+    ticket.sync()
+    log.end_flush(ticket, 2000)
+    after = resident_pages(path)
+    if drop:
+        assert after <= 4  # the page the later append straddles, at most
+    else:
+        assert after >= pages
+    assert offsets_of(log.read(0, 1 << 30)) == list(range(1010))  # the bytes are all there

@@ -20,9 +20,9 @@ def _batch(n: int) -> bytes:
 class CountingLog(PartitionLog):
     syncs = 0
 
-    def begin_flush(self):  # type: ignore[no-untyped-def]
+    def begin_flush(self, drop_cache=False):  # type: ignore[no-untyped-def]
         CountingLog.syncs += 1
-        return super().begin_flush()
+        return super().begin_flush(drop_cache)
 
 
 @pytest.mark.parametrize("inline", [True, False])
