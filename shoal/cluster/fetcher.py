@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ErrorCode
 from ..protocol.codec import codec_for
 from ..protocol.entities import make, sub
+from ..protocol.fetch_response import read_fetch_response_v12
 from .peer import PeerConnection
 
 if TYPE_CHECKING:
@@ -170,31 +171,31 @@ class Fetcher:
                        max_bytes=cfg["fetch.max.bytes"], isolation_level=0, session_id=0, session_epoch=-1,
                        topics=tuple(make(tcls, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
                        forgotten_topics_data=(), rack_id="")
-        response = await self._call(FETCH, FETCH_VERSION, request)
-        if response.error_code != ErrorCode.none:
-            raise ConnectionError(f"fetch failed: {ErrorCode(response.error_code).name}")
+        # records are views of the connection's buffer: appended before the next call
+        error_code, fetched = read_fetch_response_v12(await self._conn.call_raw(FETCH, FETCH_VERSION, request))
+        if error_code != ErrorCode.none:
+            raise ConnectionError(f"fetch failed: {ErrorCode(error_code).name}")
         appended = []
-        for t in response.responses:
-            for p in t.partitions:
-                key = (t.topic, p.partition_index)
-                st = self.partitions.get(key)
-                if st is None or st is not parts.get(key) or st.needs_truncation:
+        for p in fetched:
+            key = (p.topic, p.partition_index)
+            st = self.partitions.get(key)
+            if st is None or st is not parts.get(key) or st.needs_truncation:
+                continue
+            if p.error_code == ErrorCode.offset_out_of_range and p.log_start_offset > st.fetch_offset:
+                leo = self.manager.restart_follower_at(key, p.log_start_offset)
+                if leo is not None:
+                    st.fetch_offset = leo
                     continue
-                if p.error_code == ErrorCode.offset_out_of_range and p.log_start_offset > st.fetch_offset:
-                    leo = self.manager.restart_follower_at(key, p.log_start_offset)
-                    if leo is not None:
-                        st.fetch_offset = leo
-                        continue
-                if p.error_code != ErrorCode.none:
-                    self._on_error(key, st, p.error_code)
-                    continue
-                new_leo = self.manager.append_follower(key, p.records or b"", p.high_watermark, p.log_start_offset)
-                if new_leo is None:
-                    st.needs_truncation = True
-                    continue
-                if new_leo != st.fetch_offset:
-                    appended.append(key)
-                st.fetch_offset = new_leo
+            if p.error_code != ErrorCode.none:
+                self._on_error(key, st, p.error_code)
+                continue
+            new_leo = self.manager.append_follower(key, p.records or b"", p.high_watermark, p.log_start_offset)
+            if new_leo is None:
+                st.needs_truncation = True
+                continue
+            if new_leo != st.fetch_offset:
+                appended.append(key)
+            st.fetch_offset = new_leo
         if appended:
             self._dirty.update(appended)
             if self._flushing is None:

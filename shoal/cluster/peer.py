@@ -150,6 +150,13 @@ class PeerConnection:
         Raises OSError/ConnectionError/asyncio.TimeoutError when the connection fails or the
         peer closes it; the caller then closes this connection.
         """
+        body = await self.call_raw(api_key, version, request)
+        value, _ = entity_reader(codec_for(api_key, version).response_type)(body, 0)  # type: ignore[union-attr]
+        return value
+
+    async def call_raw(self, api_key: int, version: int, request: Any) -> memoryview:
+        """As :meth:`call`, but return the response body undecoded: a read-only view of the
+        connection's receive buffer, valid until the next call."""
         await self.connect()
         assert self._reader is not None
         codec = codec_for(api_key, version)
@@ -169,8 +176,7 @@ class PeerConnection:
             _tag, pos = read_uvarint(frame, pos)
             size, pos = read_uvarint(frame, pos)
             pos += size
-        value, _ = entity_reader(codec.response_type)(frame, pos)
-        return value
+        return frame[pos:]
 
     def close(self) -> None:
         if self._reader is not None and self._reader.transport is not None:
