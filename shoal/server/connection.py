@@ -404,7 +404,12 @@ class Connection(asyncio.Protocol):
                 i = j
             for piece in out[i:]:
                 rest.append(piece.read() if type(piece) is FileSlice else piece)
-        except OSError as e:
+        except (BrokenPipeError, ConnectionResetError) as e:  # the client went away
+            log.info("connection %s from %s: %s while sending a response; closing", self.connection_id,
+                     self.peer, e)
+            self._abort(None)
+            return None
+        except OSError as e:  # reading a slice failed
             self._abort(f"cannot send a response: {e}")
             return None
         return rest
