@@ -16,8 +16,9 @@ from typing import Any
 
 from kio.serial import entity_reader, entity_writer
 
+from ..errors import ProtocolViolation
 from ..protocol.codec import codec_for
-from ..protocol.header import read_uvarint
+from ..protocol.header import skip_tagged_fields
 
 __all__ = ["PeerConnection"]
 
@@ -170,13 +171,10 @@ class PeerConnection:
         (cid,) = _I32.unpack_from(frame, 0)
         if cid != self._cid:
             raise ConnectionError(f"correlation id {cid}, expected {self._cid}")
-        pos = 4
-        count, pos = read_uvarint(frame, pos)
-        for _ in range(count):
-            _tag, pos = read_uvarint(frame, pos)
-            size, pos = read_uvarint(frame, pos)
-            pos += size
-        return frame[pos:]
+        try:
+            return frame[skip_tagged_fields(frame, 4):]
+        except ProtocolViolation as e:
+            raise ConnectionError(f"bad response header: {e}") from e
 
     def close(self) -> None:
         if self._reader is not None and self._reader.transport is not None:

@@ -18,7 +18,7 @@ import struct
 from dataclasses import dataclass
 
 from ..errors import ProtocolViolation
-from .header import read_uvarint
+from .header import read_uvarint, skip_tagged_fields
 
 __all__ = ["FetchedPartition", "read_fetch_response_v12"]
 
@@ -35,17 +35,6 @@ class FetchedPartition:
     high_watermark: int
     log_start_offset: int
     records: memoryview | None
-
-
-def _skip_tagged(buf: memoryview, pos: int) -> int:
-    count, pos = read_uvarint(buf, pos)
-    for _ in range(count):
-        _tag, pos = read_uvarint(buf, pos)
-        size, pos = read_uvarint(buf, pos)
-        pos += size
-    if pos > len(buf):
-        raise ProtocolViolation("tagged fields past the end of the response")
-    return pos
 
 
 def _take(buf: memoryview, pos: int, n: int) -> int:
@@ -74,7 +63,7 @@ def read_fetch_response_v12(buf: memoryview, pos: int = 0) -> tuple[int, list[Fe
             pos += _PART.size
             aborted, pos = read_uvarint(buf, pos)
             for _ in range(max(aborted - 1, 0)):
-                pos = _skip_tagged(buf, _take(buf, pos, _ABORTED))
+                pos = skip_tagged_fields(buf, _take(buf, pos, _ABORTED))
             pos = _take(buf, pos, 4)  # preferred read replica
             n, pos = read_uvarint(buf, pos)
             records = None
@@ -82,8 +71,8 @@ def read_fetch_response_v12(buf: memoryview, pos: int = 0) -> tuple[int, list[Fe
                 end = _take(buf, pos, n - 1)
                 records = buf[pos:end]
                 pos = end
-            pos = _skip_tagged(buf, pos)
+            pos = skip_tagged_fields(buf, pos)
             out.append(FetchedPartition(topic, index, code, hw, log_start, records))
-        pos = _skip_tagged(buf, pos)
-    _skip_tagged(buf, pos)
+        pos = skip_tagged_fields(buf, pos)
+    skip_tagged_fields(buf, pos)
     return error_code, out

@@ -74,14 +74,21 @@ def parse_request_header(frame: bytes, flexible: bool | None) -> tuple[RequestHe
     elif client_len != -1:
         raise ProtocolViolation(f"invalid client_id length {client_len}")
     if flexible:
-        count, pos = read_uvarint(frame, pos)
-        for _ in range(count):
-            _tag, pos = read_uvarint(frame, pos)
-            size, pos = read_uvarint(frame, pos)
-            pos += size
-            if pos > len(frame):
-                raise ProtocolViolation("tagged field runs past the end of the frame")
+        pos = skip_tagged_fields(frame, pos)
     return RequestHeader(api_key, api_version, correlation_id, client_id), pos
+
+
+def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
+    """The position after the tagged-field section at ``pos`` (flexible versions).
+    Raises ProtocolViolation when it runs past the end."""
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        pos += size
+        if pos > len(buf):
+            raise ProtocolViolation("tagged field runs past the end of the frame")
+    return pos
 
 
 def response_header(api_key: int, correlation_id: int, flexible: bool) -> bytes:
