@@ -465,10 +465,8 @@ class Connection(asyncio.Protocol):
 
 
 def _sendfile(sock_fd: int, piece: FileSlice) -> int:
-    """Send ``piece`` with sendfile(2) until the socket would block; returns the bytes
-    not sent. Raises OSError when the slice is stale or its file ends early."""
-    if not piece.usable():
-        raise OSError(f"{piece!r} was truncated or closed before it was sent")
+    """Send ``piece`` (checked usable by the caller) with sendfile(2) until the socket
+    would block; returns the bytes not sent. Raises OSError when its file ends early."""
     src = piece.fd()
     pos, left = piece.position, piece.length
     while left:
