@@ -169,8 +169,9 @@ def segment_name(base_offset: int) -> str:
 
 
 class FileSlice:
-    """Whole batches of a segment's log file, to be sent to a socket with ``sendfile(2)``
-    instead of being read into memory (a Fetch answer's records, as Kafka's FileRecords).
+    """Whole batches of a segment's log file, read only when they are sent (a Fetch answer's
+    records, as Kafka's FileRecords): the connection reads them into its reused scratch
+    buffer and writes them to the socket at once, instead of each read allocating memory.
 
     A slice stays usable while its segment is neither closed nor truncated (compaction
     swaps, retention, a follower's truncation, deletion all do one or the other) and still
@@ -208,6 +209,14 @@ class FileSlice:
         if len(data) != self.length - skip:
             raise OSError(errno.EIO, f"{self!r}: short read")
         return data
+
+    def read_into(self, buffer: memoryview) -> None:
+        """Read the whole slice into ``buffer`` (exactly its length).  Raises OSError, also
+        when the slice is no longer usable."""
+        if not self.usable():
+            raise OSError(errno.ESTALE, f"{self!r}: the segment was truncated or closed")
+        if os.preadv(self.segment.fd, [buffer], self.position) != self.length:
+            raise OSError(errno.EIO, f"{self!r}: short read")
 
 
 class Segment:

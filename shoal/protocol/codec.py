@@ -81,8 +81,8 @@ class _Pieces:
     """A write-only buffer for kio's writers that keeps large ``bytes`` values as pieces of
     their own instead of copying them (a Fetch response's records: a follower's or a
     consumer's megabyte is written to the socket from the bytes the log read).  A value
-    that is not bytes-like (a log's file slice, which the connection sends with
-    ``sendfile``) is always a piece of its own."""
+    that is not bytes-like (a log's file slice, which the connection reads only when it
+    sends it) is always a piece of its own."""
 
     __slots__ = ("pieces", "_small")
 

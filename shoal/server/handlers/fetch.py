@@ -65,8 +65,8 @@ def _requested(ctx: Any, request: Any, epochs: dict[tuple[str, int], int]) -> tu
 
 def _read(store: Any, key: tuple[str, int], sp: SessionPartition, budget: int,
           cluster: Any = None, min_slice: int | None = None) -> dict[str, Any]:
-    """One partition's answer; its records may be a FileSlice (sent with sendfile) when
-    ``min_slice`` is given, the connection being able to send one."""
+    """One partition's answer; its records may be a FileSlice (read when the answer is
+    sent) when ``min_slice`` is given, the connection being able to send one."""
     name, index = key
     meta = store.get_topic(name)
     if meta is None or not 0 <= index < meta.num_partitions:

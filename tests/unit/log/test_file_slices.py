@@ -1,4 +1,4 @@
-"""Reads as FileSlices (records sent with sendfile), and followers' fsyncs that drop pages."""
+"""Reads as FileSlices (records read only when sent), and followers' fsyncs that drop pages."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Connection._flush sending FileSlices with sendfile over a real TCP socket, on uvloop and
-on asyncio's own loop: whole responses, in order, also when the socket fills up; a slice
-that went stale before it was sent closes the connection."""
+"""Connection._flush sending FileSlices (read into the scratch buffer, written with writev)
+over a real TCP socket, on uvloop and on asyncio's own loop: whole responses, in order,
+also when the socket fills up, when slices take several scratch buffers or one slice is
+larger than it; a slice that went stale before it was sent closes the connection."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from shoal.log.partition_log import PartitionLog
 from shoal.log.policy import LogConfig
 from shoal.log.segment import FileSlice
+from shoal.server import connection
 from shoal.server.connection import Connection, _Slot
 
 from ..log.helpers import batch
@@ -95,16 +97,28 @@ def respond(conn: Connection, *pieces: Any) -> None:
 
 @pytest.mark.parametrize("loop_kind", LOOPS)
 @pytest.mark.parametrize("small_buffers", [False, True])
-def test_slices_arrive_whole_and_in_order(tmp_path: Path, loop_kind: str, small_buffers: bool) -> None:
-    log = filled_log(tmp_path)
+@pytest.mark.parametrize("scratch", [connection.SCRATCH_BYTES, 512 << 10, 64 << 10])
+def test_slices_arrive_whole_and_in_order(tmp_path: Path, loop_kind: str, small_buffers: bool, scratch: int,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first slice (5 MB) is larger than any of the scratch buffers; with the default
+    one the other slices share one buffer; with 512 KiB the small ones (two batches, about
+    200 KB) take one buffer per two; with 64 KiB every slice is larger than it."""
+    monkeypatch.setattr(connection, "SCRATCH_BYTES", scratch)
+    log = filled_log(tmp_path, mb=5)
 
     async def body() -> None:
         conn, client = await connected(small_buffers)
         first = log.read(0, 1 << 30, 16 * 1024)
+        small = [log.read(offset, 250 << 10, 16 * 1024) for offset in (100, 400, 700)]
         second = log.read(1000, 1 << 20, 16 * 1024)
-        assert type(first) is FileSlice and type(second) is FileSlice
-        expected = b"head-1" + first.read() + b"tail-1" + b"head-2" + second.read()
-        respond(conn, b"head-1", first, b"tail", b"-1")
+        assert all(type(s) is FileSlice for s in [first, second, *small])
+        assert len(first) > connection.SCRATCH_BYTES and all(150 << 10 < len(s) <= 250 << 10 for s in small)
+        expected = (b"head-1" + first.read() + b"tail-1" + b"".join(b"<%d>" % i + s.read() for i, s in enumerate(small))
+                    + b"head-2" + second.read())
+        pieces: list[Any] = []
+        for i, s in enumerate(small):
+            pieces += [b"<%d>" % i, s]
+        respond(conn, b"head-1", first, b"tail", b"-1", *pieces)
         got = b""
         if small_buffers:  # the socket took only part: the rest waits in the transport
             assert conn.transport.get_write_buffer_size() > 0
@@ -133,5 +147,29 @@ def test_a_slice_truncated_before_it_is_sent_closes_the_connection(tmp_path: Pat
         assert conn._closing
         assert await receive(client, 1 << 20) == b""  # nothing of that response, then the end
         client.close()
+
+    run(loop_kind, body())
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_what_waits_in_the_transport_does_not_share_the_scratch_buffer(tmp_path: Path, loop_kind: str) -> None:
+    """A response the socket took only part of waits in its transport while another
+    connection sends through the same scratch buffer: it still arrives as it was read."""
+    log = filled_log(tmp_path, mb=2)
+
+    async def body() -> None:
+        slow, slow_client = await connected(True)
+        fast, fast_client = await connected(False)
+        first = log.read(0, 1 << 20, 16 * 1024)
+        other = log.read(1000, 1 << 20, 16 * 1024)
+        assert type(first) is FileSlice and type(other) is FileSlice
+        expected = b"slow" + first.read()
+        respond(slow, b"slow", first)
+        assert slow.transport.get_write_buffer_size() > 0  # most of it waits
+        respond(fast, b"fast", other)  # overwrites the scratch buffer
+        assert await receive(fast_client, 4 + len(other)) == b"fast" + other.read()
+        assert await receive(slow_client, len(expected)) == expected
+        slow_client.close()
+        fast_client.close()
 
     run(loop_kind, body())
