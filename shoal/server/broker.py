@@ -21,7 +21,6 @@ import resource
 import time
 import uuid
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from .fetch_session import FetchSessionCache
 from .listener import Listener
 from .memory_pool import MemoryPool
 from .state_files import DynamicConfigs, ProducerIdAllocator
+from .worker_threads import WorkerThreads
 
 log = logging.getLogger("shoal.broker")
 _UNKNOWN_TOPICS_REMEMBERED = 10_000
@@ -74,8 +74,8 @@ class Flusher:
     """Group commit: concurrent waiters on one partition share a single fdatasync.
 
     ``await durable(plog, end_offset)`` returns once everything before ``end_offset`` has
-    been fsynced. The fsync runs in a worker thread on a duplicated descriptor
-    (``PartitionLog.begin_flush``), so the event loop keeps reading, appending and
+    been fsynced. The fsync runs in a worker thread (``worker_threads.py``) on a descriptor
+    of its own (``PartitionLog.begin_flush``), so the event loop keeps reading, appending and
     answering other requests meanwhile; appends that arrive during one fsync are covered
     by the next, shared by all their waiters. Raises OSError if the fsync fails.
 
@@ -89,8 +89,8 @@ class Flusher:
         self._clock = clock
         self._running: dict[int, asyncio.Task[None]] = {}
         self._waiters: dict[int, list[tuple[int, asyncio.Future[None]]]] = {}
-        self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="shoal-fsync")
-        self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shoal-fsync-bg")
+        self._threads = WorkerThreads(2, "shoal-fsync")
+        self._background = WorkerThreads(1, "shoal-fsync-bg")
 
     async def durable(self, plog: Any, end_offset: int, *, inline: bool = False, background: bool = False) -> None:
         """Return once everything before ``end_offset`` is fsynced.
@@ -122,8 +122,7 @@ class Flusher:
             if inline:
                 ticket.sync()
             else:
-                await asyncio.get_running_loop().run_in_executor(
-                    self._background if background else self._executor, ticket.sync)
+                await (self._background if background else self._threads).run(ticket.sync)
             plog.end_flush(ticket, self._clock.now_ms())
         except BaseException as e:  # OSError from the sync; CancelledError at shutdown
             error = e
@@ -157,8 +156,8 @@ class Flusher:
         return sum(len(w) for w in self._waiters.values())
 
     def close(self) -> None:
-        self._executor.shutdown(wait=True)
-        self._background.shutdown(wait=True)
+        self._threads.close()
+        self._background.close()
 
 
 class AppendWaiters:

@@ -1,0 +1,61 @@
+"""WorkerThreads: calls run off the event loop and their outcomes come back to it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from shoal.server.worker_threads import WorkerThreads
+
+
+def test_results_and_exceptions_come_back_to_the_awaiting_task() -> None:
+    threads = WorkerThreads(2, "test")
+    loop_thread: list[int] = []
+
+    def work(n: int) -> int:
+        assert threading.get_ident() != loop_thread[0]
+        return n * n
+
+    def fail() -> None:
+        raise OSError(5, "disk gone")
+
+    async def body() -> None:
+        loop_thread.append(threading.get_ident())
+        assert await asyncio.gather(*(threads.run(lambda n=n: work(n)) for n in range(20))) == [
+            n * n for n in range(20)]
+        with pytest.raises(OSError, match="disk gone"):
+            await threads.run(fail)
+
+    asyncio.run(body())
+    threads.close()
+
+
+def test_a_cancelled_call_still_runs_and_close_waits_for_queued_calls() -> None:
+    threads = WorkerThreads(1, "test")
+    gate = threading.Event()
+    ran: list[str] = []
+
+    def slow() -> None:
+        gate.wait(5)
+        ran.append("slow")
+
+    async def body() -> None:
+        first = threads.run(slow)
+        second = threads.run(lambda: ran.append("queued"))
+        first.cancel()
+        await asyncio.sleep(0.01)
+        gate.set()
+        await second
+        assert first.cancelled()
+
+    asyncio.run(body())
+    threads.close()
+    assert ran == ["slow", "queued"]
+    with pytest.raises(RuntimeError):
+        asyncio.run(_run_after_close(threads))
+
+
+async def _run_after_close(threads: WorkerThreads) -> None:
+    await threads.run(lambda: None)
