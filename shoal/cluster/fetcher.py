@@ -28,7 +28,6 @@ Concurrency: one task per fetcher, on the event loop.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ErrorCode
 from ..protocol.codec import codec_for
 from ..protocol.entities import make, sub
+from ..protocol.fetch_request import write_fetch_request_v12
 from ..protocol.fetch_response import read_fetch_response_v12
 from .peer import PeerConnection
 
@@ -157,22 +157,14 @@ class Fetcher:
 
     async def _fetch(self, parts: dict[tuple[str, int], FetchState]) -> None:
         cfg = self.manager.config
-        codec = codec_for(FETCH, FETCH_VERSION)
-        assert codec is not None
-        req_cls = codec.request_type
-        tcls, pcls = sub(req_cls, "FetchTopic"), sub(req_cls, "FetchPartition")
-        by_topic: dict[str, list[Any]] = {}
+        by_topic: dict[str, list[tuple[int, int, int, int]]] = {}
+        max_part = cfg["replica.fetch.max.bytes"]
         for (topic, index), st in parts.items():
-            by_topic.setdefault(topic, []).append(
-                make(pcls, partition=index, current_leader_epoch=st.leader_epoch, fetch_offset=st.fetch_offset,
-                     last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=cfg["replica.fetch.max.bytes"]))
-        request = make(req_cls, replica_id=self.manager.node_id,
-                       max_wait=datetime.timedelta(milliseconds=cfg["replica.fetch.wait.max.ms"]), min_bytes=1,
-                       max_bytes=cfg["fetch.max.bytes"], isolation_level=0, session_id=0, session_epoch=-1,
-                       topics=tuple(make(tcls, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-                       forgotten_topics_data=(), rack_id="")
+            by_topic.setdefault(topic, []).append((index, st.leader_epoch, st.fetch_offset, max_part))
+        body = write_fetch_request_v12(self.manager.node_id, cfg["replica.fetch.wait.max.ms"], 1,
+                                       cfg["fetch.max.bytes"], by_topic.items())
         # records are views of the connection's buffer: appended before the next call
-        error_code, fetched = read_fetch_response_v12(await self._conn.call_raw(FETCH, FETCH_VERSION, request))
+        error_code, fetched = read_fetch_response_v12(await self._conn.call_body(FETCH, FETCH_VERSION, body))
         if error_code != ErrorCode.none:
             raise ConnectionError(f"fetch failed: {ErrorCode(error_code).name}")
         appended = []

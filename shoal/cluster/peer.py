@@ -158,15 +158,19 @@ class PeerConnection:
     async def call_raw(self, api_key: int, version: int, request: Any) -> memoryview:
         """As :meth:`call`, but return the response body undecoded: a read-only view of the
         connection's receive buffer, valid until the next call."""
-        await self.connect()
-        assert self._reader is not None
         codec = codec_for(api_key, version)
         assert codec is not None and codec.flexible, (api_key, version)
         body = io.BytesIO()
         entity_writer(type(request))(body, request)
+        return await self.call_body(api_key, version, body.getvalue())
+
+    async def call_body(self, api_key: int, version: int, body: bytes) -> memoryview:
+        """As :meth:`call_raw`, with the request body already encoded (a flexible version)."""
+        await self.connect()
+        assert self._reader is not None
         self._cid = (self._cid + 1) & 0x7FFFFFFF
         header = _HDR.pack(api_key, version, self._cid) + _I16.pack(len(self._client_id)) + self._client_id + b"\x00"
-        payload = header + body.getvalue()
+        payload = header + body
         frame = await self._reader.exchange(_I32.pack(len(payload)) + payload)
         (cid,) = _I32.unpack_from(frame, 0)
         if cid != self._cid:
