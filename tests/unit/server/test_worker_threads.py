@@ -59,3 +59,16 @@ def test_a_cancelled_call_still_runs_and_close_waits_for_queued_calls() -> None:
 
 async def _run_after_close(threads: WorkerThreads) -> None:
     await threads.run(lambda: None)
+
+
+def test_calls_of_one_loop_pass_go_to_the_threads_together() -> None:
+    threads = WorkerThreads(2, "test")
+
+    async def body() -> None:
+        for _ in range(5):
+            names = await asyncio.gather(*(threads.run(lambda: threading.current_thread().name) for _ in range(3)))
+            assert len(set(names)) == 1, names  # one hand-over, one thread
+            await asyncio.sleep(0)
+
+    asyncio.run(body())
+    threads.close()
