@@ -447,13 +447,28 @@ class ReplicaManager:
 
     async def wait_for_isr(self, r: Replica, end_offset: int, timeout_ms: int) -> ErrorCode:
         """acks=all: wait until the high watermark reaches ``end_offset``; the error to answer."""
-        if r.plog.high_watermark < end_offset:
-            fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
-            r.waiters.append((end_offset, fut))
-            try:
-                code = await asyncio.wait_for(fut, max(timeout_ms, 1) / 1000)
-            except asyncio.TimeoutError:
+        fut = self.isr_waiter(r, end_offset)
+        if fut is not None:
+            await asyncio.wait((fut,), timeout=max(timeout_ms, 1) / 1000)
+        return self.isr_outcome(r, fut)
+
+    def isr_waiter(self, r: Replica, end_offset: int) -> "asyncio.Future[ErrorCode] | None":
+        """acks=all: a future resolved when the high watermark reaches ``end_offset`` (with
+        NONE) or the leadership ends (with the error); None when it is there already. Wait
+        for it (with the request's timeout), then ask :meth:`isr_outcome`."""
+        if r.plog.high_watermark >= end_offset:
+            return None
+        fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+        r.waiters.append((end_offset, fut))
+        return fut
+
+    def isr_outcome(self, r: Replica, fut: "asyncio.Future[ErrorCode] | None") -> ErrorCode:
+        """The error to answer for a wait on :meth:`isr_waiter`'s future, done or timed out."""
+        if fut is not None:
+            if not fut.done():
+                fut.cancel()  # dropped from the waiters when the high watermark passes it
                 return ErrorCode.request_timed_out
+            code = fut.result()
             if code != ErrorCode.none:
                 return code
         if r.role != LEADER:

@@ -106,14 +106,22 @@ class Flusher:
         the kernel does not hold yet costs several times more CPU than the write itself,
         notably on virtual machines that return free memory to their host).
         """
+        waiter = self.waiter(plog, end_offset, inline=inline, background=background)
+        if waiter is not None:
+            await waiter
+
+    def waiter(self, plog: Any, end_offset: int, *, inline: bool = False,
+               background: bool = False) -> "asyncio.Future[None] | None":
+        """As :meth:`durable`, but start the flush now and return the future it resolves
+        (None when everything before ``end_offset`` is already durable)."""
         if plog.durable_offset >= end_offset:
-            return
+            return None
         key = id(plog)  # unique while a flush or waiter holds plog
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(key, []).append((end_offset, waiter))
         if key not in self._running:
             self._running[key] = asyncio.ensure_future(self._flush(plog, key, inline, background))
-        await waiter
+        return waiter
 
     async def _flush(self, plog: Any, key: int, inline: bool, background: bool = False) -> None:
         error: BaseException | None = None

@@ -48,6 +48,11 @@ log = logging.getLogger("shoal.produce")
 
 _EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
 
+Flush = tuple[dict[str, Any], "asyncio.Future[Any] | None", "tuple[str, int] | None", Any]
+"""A partition's wait for the fsync the flush policy asked for: (its result, the flusher's
+future or None when already durable, its key and log; key and log are None for the task
+of a produce validated in a worker thread, which reports its partition itself)."""
+
 
 def _append_time(ms: int) -> datetime.datetime | None:
     if ms < 0:
@@ -112,7 +117,7 @@ def handle_produce(ctx: Any, request: Any) -> Any:
     queue = _queue(broker)
     timeout_ms = int(request.timeout.total_seconds() * 1000)
     topic_results: list[tuple[str, list[dict[str, Any]]]] = []
-    flushes: list[tuple[dict[str, Any], Any]] = []
+    flushes: list[Flush] = []
     isr_waits: list[tuple[dict[str, Any], Any, int]] = []
     for topic in request.topic_data:
         name = topic.name
@@ -145,7 +150,7 @@ def handle_produce(ctx: Any, request: Any) -> Any:
                     # meanwhile (as a synchronous one would have), and the tail is always released.
                     task = asyncio.ensure_future(
                         _append_later(broker, key, records, prev, mine, r, ecls, acks, timeout_ms))
-                    flushes.append((r, asyncio.shield(task)))
+                    flushes.append((r, asyncio.shield(task), None, None))
                     results.append(r)
                     continue
                 validated = _validate(records, plog)
@@ -156,14 +161,14 @@ def handle_produce(ctx: Any, request: Any) -> Any:
         topic_results.append((name, results))
     cluster = broker.cluster if broker.replicas is not None else None
     if isr_waits:
-        return _after_isr(cls, tcls, pcls, acks, topic_results, flushes, isr_waits, timeout_ms, cluster)
+        return _after_isr(broker, cls, tcls, pcls, acks, topic_results, flushes, isr_waits, timeout_ms, cluster)
     if flushes:
-        return _after_flush(cls, tcls, pcls, acks, topic_results, flushes, cluster)
+        return _after_flush(broker, cls, tcls, pcls, acks, topic_results, flushes, cluster)
     return _response(cls, tcls, pcls, topic_results, cluster)
 
 
 def _append(broker: Any, plog: Any, key: tuple[str, int], batch: Any, now_ms: int, r: dict[str, Any],
-            flushes: list[tuple[dict[str, Any], Any]], isr_waits: list[tuple[dict[str, Any], Any, int]],
+            flushes: list[Flush], isr_waits: list[tuple[dict[str, Any], Any, int]],
             acks: int) -> None:
     """Append a validated batch; queue its fsync (flush policy) and, in cluster mode, its ISR wait.
 
@@ -193,7 +198,8 @@ def _append(broker: Any, plog: Any, key: tuple[str, int], batch: Any, now_ms: in
             broker.storage_errors.failed(key, e.message)
         raise
     if plog.flush_due(now_ms):
-        flushes.append((r, _durable(broker, key, plog, plog.log_end_offset)))
+        # the flush starts now; the request waits for it in _wait_flushes
+        flushes.append((r, broker.flusher.waiter(plog, plog.log_end_offset), key, plog))
     else:
         broker.storage_errors.ok(key)
     r["base_offset"] = result.base_offset
@@ -205,14 +211,30 @@ def _append(broker: Any, plog: Any, key: tuple[str, int], batch: Any, now_ms: in
         broker.metrics.produced(key[0], result.record_count, len(batch))
 
 
-async def _durable(broker: Any, key: tuple[str, int], plog: Any, end_offset: int) -> None:
-    """The flusher's wait for ``end_offset``, reporting its outcome to ``broker.storage_errors``."""
-    try:
-        await broker.flusher.durable(plog, end_offset)
-    except OSError as e:
-        broker.storage_errors.failed(key, plog.offline or f"fsync failed: {e}")
-        raise
-    broker.storage_errors.ok(key)
+async def _wait_flushes(broker: Any, flushes: list[Flush]) -> None:
+    """Wait for each fsync the flush policy asked for (they run meanwhile, together), then
+    report each partition's outcome to ``broker.storage_errors`` and mark the failed ones.
+
+    The waits are futures, awaited in turn: no task per partition.
+    """
+    for r, waiter, key, plog in flushes:
+        try:
+            if waiter is not None:
+                await waiter
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            r.update(error_code=ErrorCode.kafka_storage_error, base_offset=-1)  # the flusher stopped
+        except OSError as e:
+            if key is not None:
+                broker.storage_errors.failed(key, plog.offline or f"fsync failed: {e}")
+            r.update(error_code=ErrorCode.kafka_storage_error, base_offset=-1)
+        except Exception:
+            r.update(error_code=ErrorCode.kafka_storage_error, base_offset=-1)
+        else:
+            if key is not None:
+                broker.storage_errors.ok(key)
 
 
 async def _append_later(broker: Any, key: tuple[str, int], records: Any, prev: asyncio.Future[None] | None,
@@ -233,7 +255,7 @@ async def _append_later(broker: Any, key: tuple[str, int], records: Any, prev: a
         meta = broker.store.get_topic(key[0])
         if meta is None or key[1] >= meta.num_partitions or broker.store.partition(*key) is not plog:
             raise ApiError(ErrorCode.unknown_topic_or_partition)
-        flushes: list[tuple[dict[str, Any], Any]] = []
+        flushes: list[Flush] = []
         isr_waits: list[tuple[dict[str, Any], Any, int]] = []
         _append(broker, plog, key, validated.batch, broker.clock.now_ms(), r, flushes, isr_waits, acks)
     except ApiError as e:
@@ -241,8 +263,9 @@ async def _append_later(broker: Any, key: tuple[str, int], records: Any, prev: a
         return
     finally:
         queue.done(key, mine)
-    for _, f in flushes:
-        await f
+    await _wait_flushes(broker, flushes)
+    if r.get("error_code", ErrorCode.none) != ErrorCode.none:
+        return
     for _, replica, end in isr_waits:
         code = await broker.replicas.wait_for_isr(replica, end, timeout_ms)
         if code != ErrorCode.none:
@@ -269,27 +292,28 @@ def _response(cls: type, tcls: type, pcls: type, topic_results: list[tuple[str, 
     )
 
 
-async def _after_flush(cls: type, tcls: type, pcls: type, acks: int,
+async def _after_flush(broker: Any, cls: type, tcls: type, pcls: type, acks: int,
                        topic_results: list[tuple[str, list[dict[str, Any]]]],
-                       flushes: list[tuple[dict[str, Any], Any]], cluster: Any = None) -> Any:
+                       flushes: list[Flush], cluster: Any = None) -> Any:
     """Wait for the fsyncs the flush policy asked for, then answer (group commit)."""
-    outcomes = await asyncio.gather(*(f for _, f in flushes), return_exceptions=True)
-    for (r, _), outcome in zip(flushes, outcomes):
-        if isinstance(outcome, BaseException):  # logged by _durable, once per partition
-            r.update(error_code=ErrorCode.kafka_storage_error, base_offset=-1)
+    await _wait_flushes(broker, flushes)
     return _response(cls, tcls, pcls, topic_results, cluster)
 
 
-async def _after_isr(cls: type, tcls: type, pcls: type, acks: int,
-                     topic_results: list[tuple[str, list[dict[str, Any]]]], flushes: list[tuple[dict[str, Any], Any]],
+async def _after_isr(broker: Any, cls: type, tcls: type, pcls: type, acks: int,
+                     topic_results: list[tuple[str, list[dict[str, Any]]]], flushes: list[Flush],
                      isr_waits: list[tuple[dict[str, Any], Any, int]], timeout_ms: int, cluster: Any) -> Any:
-    """acks=all in cluster mode: the local fsyncs, then every in-sync replica."""
+    """acks=all in cluster mode: the local fsyncs, then every in-sync replica (one timeout
+    for all the request's partitions, as Kafka's DelayedProduce)."""
     replicas = cluster.replicas
     if flushes:
-        await _after_flush(cls, tcls, pcls, acks, topic_results, flushes)
-    codes = await asyncio.gather(*(replicas.wait_for_isr(replica, end, timeout_ms)
-                                   for r, replica, end in isr_waits))
-    for (r, _, _), code in zip(isr_waits, codes):
+        await _wait_flushes(broker, flushes)
+    waits = [(r, replica, replicas.isr_waiter(replica, end)) for r, replica, end in isr_waits]
+    pending = [fut for _, _, fut in waits if fut is not None]
+    if pending:
+        await asyncio.wait(pending, timeout=max(timeout_ms, 1) / 1000)
+    for r, replica, fut in waits:
+        code = replicas.isr_outcome(replica, fut)
         if code != ErrorCode.none and r.get("error_code", ErrorCode.none) == ErrorCode.none:
             r.update(error_code=code, base_offset=-1)
     return _response(cls, tcls, pcls, topic_results, cluster)
