@@ -18,7 +18,7 @@ from ..errors import ProtocolViolation
 from .framing import frame
 from .header import RequestHeader, parse_request_header, response_header
 
-__all__ = ["Codec", "EncodedBody", "codec_for", "decode_request", "encode_response", "encode_body", "decode_body"]
+__all__ = ["Codec", "EncodedBody", "EncodedPieces", "codec_for", "decode_request", "encode_response", "encode_body", "decode_body"]
 
 
 class Codec(NamedTuple):
@@ -27,6 +27,13 @@ class Codec(NamedTuple):
     read_request: Any
     write_response: Any
     flexible: bool
+
+
+class EncodedPieces(NamedTuple):
+    """A response body already encoded for the request's API version, as pieces for the
+    connection (bytes-like, or a log's FileSlice: see ``_Pieces``)."""
+
+    pieces: list[Any]
 
 
 class EncodedBody(NamedTuple):
@@ -112,6 +119,8 @@ class _Pieces:
 def encode_response(codec: Codec, api_key: int, correlation_id: int, entity: Any) -> list[bytes]:
     if type(entity) is EncodedBody:
         return frame(response_header(api_key, correlation_id, codec.flexible), entity.body)
+    if type(entity) is EncodedPieces:
+        return frame(response_header(api_key, correlation_id, codec.flexible), *entity.pieces)
     buf = _Pieces()
     codec.write_response(buf, entity)
     return frame(response_header(api_key, correlation_id, codec.flexible), *buf.done())

@@ -22,7 +22,8 @@ from typing import Any
 
 from ...errors import ApiError, ErrorCode
 from ...protocol.batch import read_header
-from ...protocol.codec import LARGE_VALUE
+from ...protocol.codec import LARGE_VALUE, EncodedPieces
+from ...protocol.fetch_response import write_fetch_response
 from ...protocol.entities import ZERO_UUID, has_field, make, sub
 from ..dispatch import api
 from ..fetch_session import FetchSessionError, SessionPartition
@@ -195,11 +196,11 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
 
     tcls = sub(cls, "FetchableTopicResponse")
     pcls = sub(cls, "PartitionData")
-    by_topic: dict[str, list[Any]] = {}
     node_endpoints: tuple[Any, ...] = ()
     if cluster is not None and any(r.get("error_code") == ErrorCode.not_leader_or_follower
                                    for r in results.values()):
         node_endpoints = leader_hints(broker.cluster, cls, pcls, [(k[0], k[1], r) for k, r in results.items()])
+    answered: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     for key, r in results.items():
         if incremental and session is not None and not session.must_send(
             key, r["high_watermark"], r["log_start_offset"], bool(r["records"]), "error_code" in r
@@ -209,22 +210,34 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
             session.must_send(key, r["high_watermark"], r["log_start_offset"], True, False)
         r.setdefault("error_code", ErrorCode.none)
         r.setdefault("last_stable_offset", r["high_watermark"])
-        by_topic.setdefault(key[0], []).append(
-            make(pcls, partition_index=key[1], aborted_transactions=None, preferred_read_replica=-1, **r)
-        )
+        answered.setdefault(key[0], []).append((key[1], r))
     for (name, index), topic_id in unknown.items():
-        by_topic.setdefault(name, []).append(
-            make(pcls, partition_index=index, error_code=ErrorCode.unknown_topic_id, high_watermark=-1,
-                 last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None, records=b"")
-        )
+        answered.setdefault(name, []).append((index, {
+            "error_code": ErrorCode.unknown_topic_id, "high_watermark": -1, "last_stable_offset": -1,
+            "log_start_offset": -1, "records": b""}))
+    session_id = session.session_id if session is not None else 0
+
+    def topic_key(name: str, plist: list[tuple[int, dict[str, Any]]]) -> Any:
+        if not use_ids:
+            return name
+        meta = store.get_topic(name)
+        return meta.topic_id if meta is not None else unknown.get((name, plist[0][0]), ZERO_UUID)
+
+    if ctx.api_version >= 12 and not node_endpoints:
+        # the common answer, packed directly (no leader hints to add)
+        return EncodedPieces(write_fetch_response(ctx.api_version, ErrorCode.none, session_id, [
+            (topic_key(name, plist).bytes if use_ids else name,
+             [(index, r["error_code"], r["high_watermark"], r["last_stable_offset"], r["log_start_offset"],
+               r["records"]) for index, r in plist])
+            for name, plist in answered.items()]))
     topics = []
-    for name, plist in by_topic.items():
+    for name, plist in answered.items():
+        parts = tuple(make(pcls, partition_index=index, aborted_transactions=None, preferred_read_replica=-1, **r)
+                      for index, r in plist)
         if use_ids:
-            meta = store.get_topic(name)
-            topic_id = meta.topic_id if meta is not None else unknown.get((name, plist[0].partition_index), ZERO_UUID)
-            topics.append(make(tcls, topic_id=topic_id, partitions=tuple(plist)))
+            topics.append(make(tcls, topic_id=topic_key(name, plist), partitions=parts))
         else:
-            topics.append(make(tcls, topic=name, partitions=tuple(plist)))
+            topics.append(make(tcls, topic=name, partitions=parts))
     extra = {"node_endpoints": node_endpoints} if node_endpoints else {}
-    return make(cls, throttle_time=0, error_code=ErrorCode.none,
-                session_id=session.session_id if session is not None else 0, responses=tuple(topics), **extra)
+    return make(cls, throttle_time=0, error_code=ErrorCode.none, session_id=session_id, responses=tuple(topics),
+                **extra)

@@ -79,3 +79,45 @@ def test_a_truncated_response_is_a_protocol_violation() -> None:
     for cut in (3, 12, 20, 40, 60, len(data) - 50, len(data) - 1):
         with pytest.raises(ProtocolViolation):
             read_fetch_response_v12(memoryview(data[:cut]))
+
+
+# -- the writer ---------------------------------------------------------------------
+
+answers = st.lists(st.tuples(st.integers(0, 2**31 - 1), st.sampled_from([0, 1, 3, 6, 74]),
+                             st.integers(-1, 2**63 - 1), st.integers(-1, 2**63 - 1), st.integers(-1, 2**63 - 1),
+                             st.binary(max_size=300)), max_size=4)
+
+
+@settings(max_examples=100, deadline=None)
+@pytest.mark.parametrize("version", range(12, 18))
+@given(error_code=st.sampled_from([0, 70]), session_id=st.integers(0, 2**31 - 1),
+       spec=st.lists(st.tuples(st.one_of(st.text(min_size=1, max_size=20), st.uuids()), answers), max_size=4))
+def test_the_writer_writes_what_kio_writes(version: int, error_code: int, session_id: int, spec: list) -> None:
+    import uuid
+
+    from shoal.protocol.fetch_response import write_fetch_response
+
+    cls = codec_for(1, version).response_type  # type: ignore[union-attr]
+    tcls, pcls = sub(cls, "FetchableTopicResponse"), sub(cls, "PartitionData")
+    topics = []
+    entities = []
+    for name, parts in spec:
+        if version >= 13:
+            topic_id = name if isinstance(name, uuid.UUID) else uuid.uuid5(uuid.NAMESPACE_DNS, name)
+            topics.append((topic_id.bytes, parts))
+            naming = {"topic_id": topic_id}
+        else:
+            text = name if isinstance(name, str) else str(name)
+            topics.append((text, parts))
+            naming = {"topic": text}
+        entities.append(make(tcls, partitions=tuple(
+            make(pcls, partition_index=i, error_code=ErrorCode(code), high_watermark=hw, last_stable_offset=lso,
+                 log_start_offset=start, aborted_transactions=None, preferred_read_replica=-1, records=records)
+            for i, code, hw, lso, start, records in parts), **naming))
+    out = io.BytesIO()
+    entity_writer(cls)(out, make(cls, throttle_time=0, error_code=ErrorCode(error_code), session_id=session_id,
+                                  responses=tuple(entities)))
+    pieces = write_fetch_response(version, error_code, session_id, topics)
+    assert b"".join(bytes(p) for p in pieces) == out.getvalue()
+    records = [r for _, parts in spec for *_, r in parts if r]
+    assert [p for p in pieces if type(p) is bytes and p in records] or not records  # records stay pieces
