@@ -390,21 +390,22 @@ class ReplicaManager:
                 logs.append((key, r.plog))
         if not logs:
             return
-        results = await asyncio.gather(*(self.broker.flusher.durable(plog, plog.log_end_offset, background=True)
-                                         for _, plog in logs),
-                                       return_exceptions=True)
-        for (key, plog), result in zip(logs, results):
-            if isinstance(result, OSError):
+        flusher = self.broker.flusher
+        waits = [(key, plog, flusher.waiter(plog, plog.log_end_offset, background=True)) for key, plog in logs]
+        for key, plog, waiter in waits:  # the flushes run together; no task per partition
+            if waiter is None:
+                continue
+            try:
+                await waiter
+            except OSError as e:
                 try:
                     current = self.broker.store.partition(*key)
                 except ApiError:
                     current = None
                 if current is plog:
-                    self.broker.halt_on_storage_error(f"fsync of a follower log failed: {result}")
+                    self.broker.halt_on_storage_error(f"fsync of a follower log failed: {e}")
                     return
-                log.info("fsync of the replaced log of %s-%d failed (%s); ignored", key[0], key[1], result)
-            elif isinstance(result, BaseException):
-                raise result
+                log.info("fsync of the replaced log of %s-%d failed (%s); ignored", key[0], key[1], e)
 
     # -- leader side ----------------------------------------------------------------------------
     def on_follower_fetch(self, r: Replica, follower: int, fetch_offset: int, now_ms: int) -> None:
