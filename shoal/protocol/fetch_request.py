@@ -13,19 +13,12 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 
+from .header import uvarint
+
 __all__ = ["write_fetch_request_v12"]
 
 _TOP = struct.Struct(">iiiibii")  # replica id, max wait, min bytes, max bytes, isolation, session id, epoch
 _PART = struct.Struct(">iiqiqi")  # index, current leader epoch, fetch offset, last fetched epoch, log start, max
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def write_fetch_request_v12(replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
@@ -36,13 +29,13 @@ def write_fetch_request_v12(replica_id: int, max_wait_ms: int, min_bytes: int, m
     bytes)]); every partition asks with last fetched epoch -1 and log start offset -1.
     """
     topics = list(topics)
-    out = [_TOP.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, 0, -1), _uvarint(len(topics) + 1)]
+    out = [_TOP.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, 0, -1), uvarint(len(topics) + 1)]
     pack = _PART.pack
     for name, parts in topics:
         raw = name.encode()
-        out.append(_uvarint(len(raw) + 1))
+        out.append(uvarint(len(raw) + 1))
         out.append(raw)
-        out.append(_uvarint(len(parts) + 1))
+        out.append(uvarint(len(parts) + 1))
         for index, epoch, offset, max_part in parts:
             out.append(pack(index, epoch, offset, -1, -1, max_part))
             out.append(b"\x00")

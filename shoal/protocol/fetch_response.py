@@ -25,7 +25,7 @@ import struct
 from dataclasses import dataclass
 
 from ..errors import ProtocolViolation
-from .header import read_uvarint, skip_tagged_fields
+from .header import read_uvarint, skip_tagged_fields, uvarint
 
 __all__ = ["FetchedPartition", "read_fetch_response_v12", "write_fetch_response", "PartitionAnswer"]
 
@@ -92,17 +92,6 @@ def read_fetch_response_v12(buf: memoryview, pos: int = 0) -> tuple[int, list[Fe
     return error_code, out
 
 
-def _uvarint(n: int) -> bytes:
-    if n < 0x80:
-        return bytes((n,))
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def write_fetch_response(version: int, error_code: int, session_id: int,
                          topics: list[tuple[str | bytes, list[PartitionAnswer]]]) -> list[object]:
     """A Fetch response body (v12-v17, throttle time 0, no tagged fields) as pieces.
@@ -115,21 +104,21 @@ def write_fetch_response(version: int, error_code: int, session_id: int,
         raise ValueError(f"Fetch v{version} is not written here")
     pieces: list[object] = []
     head = bytearray(_TOP.pack(0, error_code, session_id))
-    head += _uvarint(len(topics) + 1)
+    head += uvarint(len(topics) + 1)
     for topic, parts in topics:
         if version >= 13:
             assert isinstance(topic, bytes) and len(topic) == 16
             head += topic
         else:
             raw = topic.encode() if isinstance(topic, str) else topic
-            head += _uvarint(len(raw) + 1)
+            head += uvarint(len(raw) + 1)
             head += raw
-        head += _uvarint(len(parts) + 1)
+        head += uvarint(len(parts) + 1)
         for index, code, hw, lso, log_start, records in parts:
             head += _PART_OUT.pack(index, code, hw, lso, log_start, 0)
             head += _NO_PREFERRED_REPLICA
             n = len(records)  # type: ignore[arg-type]
-            head += _uvarint(n + 1)
+            head += uvarint(n + 1)
             if n:
                 pieces.append(bytes(head))
                 pieces.append(records)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..errors import ProtocolViolation
 
-__all__ = ["RequestHeader", "parse_request_header", "response_header", "read_uvarint"]
+__all__ = ["RequestHeader", "parse_request_header", "response_header", "read_uvarint", "uvarint"]
 
 _HDR = struct.Struct(">hhih")
 _I32 = struct.Struct(">i")
@@ -30,6 +30,18 @@ class RequestHeader:
     api_version: int
     correlation_id: int
     client_id: str | None
+
+
+def uvarint(n: int) -> bytes:
+    """``n`` (at least 0) as an unsigned varint: the lengths of compact strings and arrays."""
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:

@@ -45,6 +45,7 @@ from typing import Any, NamedTuple
 from ...errors import ApiError, ErrorCode
 from ...protocol.codec import EncodedBody, encode_body
 from ...protocol.entities import ZERO_UUID, has_field, make, sub
+from ...protocol.header import uvarint
 from ..dispatch import api
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__share_group_state"})
@@ -158,7 +159,7 @@ class MetadataCache:
         """A whole response body whose topic array holds ``entries``."""
         f = self.frame(ctx)
         n = len(entries)
-        count = _uvarint(n + 1) if f.flexible else _I32.pack(n)
+        count = uvarint(n + 1) if f.flexible else _I32.pack(n)
         return EncodedBody(b"".join((f.prefix, count, *entries, f.suffix)))
 
     # -- requests ---------------------------------------------------------------------
@@ -201,15 +202,6 @@ def metadata_cache(broker: Any) -> MetadataCache:
     if cache is None:
         cache = broker.extensions["metadata"] = MetadataCache()
     return cache
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _response(ctx: Any, topics: tuple[Any, ...]) -> Any:
