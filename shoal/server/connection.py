@@ -53,6 +53,7 @@ import logging
 import os
 import socket
 import struct
+import threading
 from collections import deque
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -487,14 +488,15 @@ _IOV_MAX = 512
 """Pieces per writev call (Linux takes at most 1024)."""
 SCRATCH_BYTES = 4 << 20
 """Size of the buffer FileSlices are read into before they are written (see _send_direct)."""
-_scratch: memoryview | None = None
+_local = threading.local()
 
 
 def _scratch_buffer() -> memoryview:
-    """The process's one scratch buffer for slices being sent: allocated on first use and
-    then reused, so its pages stay mapped. The event loop writes from it synchronously;
-    nothing that outlives a ``_send_direct`` call refers to it."""
-    global _scratch
-    if _scratch is None or len(_scratch) != SCRATCH_BYTES:
-        _scratch = memoryview(bytearray(SCRATCH_BYTES))
-    return _scratch
+    """This thread's scratch buffer for slices being sent: allocated on first use and then
+    reused, so its pages stay mapped. The event loop writes from it synchronously; nothing
+    that outlives a ``_send_direct`` call refers to it. One per thread, so that brokers on
+    event loops in different threads of one process never share it."""
+    scratch: memoryview | None = getattr(_local, "scratch", None)
+    if scratch is None or len(scratch) != SCRATCH_BYTES:
+        scratch = _local.scratch = memoryview(bytearray(SCRATCH_BYTES))
+    return scratch
