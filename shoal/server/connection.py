@@ -23,8 +23,8 @@ has been handled (its response encoded, or for acks=0 Produce its task ended).
 
 Records from the page cache: a Fetch answer's records may be a
 :class:`~shoal.log.segment.FileSlice` (``sends_file_slices``). ``_flush`` then writes the
-response itself while the transport has nothing buffered: it reads the slices into one
-scratch buffer that the process reuses and writes them with the bytes around them in one
+response itself while the transport has nothing buffered: it reads the slices into a
+scratch buffer that the thread reuses and writes them with the bytes around them in one
 ``writev``. Measured over loopback (docs/PERFORMANCE.md), this costs the sender and the
 receiver less CPU than ``sendfile(2)`` (Kafka's FileRecords path), and far less than a
 new buffer per answer, whose fresh pages the kernel must fault in and zero. What the
