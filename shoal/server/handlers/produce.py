@@ -39,7 +39,7 @@ from typing import Any
 
 from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make, sub
-from ...protocol.records import RecordsError, codec_of_compression_type, needs_worker, validate_produce_batch
+from ...protocol.records import codec_of_compression_type, needs_worker, validate_produce_batch
 from ..dispatch import api
 from .leader_hints import leader_hints
 from .metadata import INTERNAL_TOPICS
