@@ -196,16 +196,11 @@ class FileSlice:
         seg = self.segment
         return seg._changes == self._changes and seg.size >= self.position + self.length
 
-    def fd(self) -> int:
-        """The segment file's descriptor (reopened if the LRU closed it).  Raises OSError."""
-        return self.segment.fd
-
     def read(self, skip: int = 0) -> bytes:
         """The slice's bytes from ``skip`` on, read into memory.  Raises OSError, also when
         the slice is no longer usable."""
-        if not self.usable():
-            raise OSError(errno.ESTALE, f"{self!r}: the segment was truncated or closed")
-        data = os.pread(self.segment.fd, self.length - skip, self.position + skip)
+        fd = self._usable_fd()
+        data = os.pread(fd, self.length - skip, self.position + skip)
         if len(data) != self.length - skip:
             raise OSError(errno.EIO, f"{self!r}: short read")
         return data
@@ -213,10 +208,15 @@ class FileSlice:
     def read_into(self, buffer: memoryview) -> None:
         """Read the whole slice into ``buffer`` (exactly its length).  Raises OSError, also
         when the slice is no longer usable."""
+        if os.preadv(self._usable_fd(), [buffer], self.position) != self.length:
+            raise OSError(errno.EIO, f"{self!r}: short read")
+
+    def _usable_fd(self) -> int:
+        """The segment file's descriptor (reopened if the LRU closed it).  Raises OSError
+        (ESTALE when the slice is no longer usable)."""
         if not self.usable():
             raise OSError(errno.ESTALE, f"{self!r}: the segment was truncated or closed")
-        if os.preadv(self.segment.fd, [buffer], self.position) != self.length:
-            raise OSError(errno.EIO, f"{self!r}: short read")
+        return self.segment.fd
 
 
 class Segment:

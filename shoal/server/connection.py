@@ -416,9 +416,8 @@ class Connection(asyncio.Protocol):
                             continue
                         # the socket is full: the rest waits in the transport, copied out
                         # of the scratch buffer
-                        rest.append(memoryview(piece)[sent:] if sent else piece)
-                        rest.extend(iov[k + 1:])
-                        rest = [bytes(p) if type(p) is memoryview and p.obj is scratch.obj else p for p in rest]
+                        left = [memoryview(piece)[sent:] if sent else piece, *iov[k + 1:]]
+                        rest = [bytes(p) if type(p) is memoryview and p.obj is scratch.obj else p for p in left]
                         break
                     if rest:
                         break
