@@ -1,8 +1,8 @@
 """Cluster throughput, produce latency and leader failover, with confluent-kafka.
 
 Usage:
-    python benchmarks/cluster_bench.py [--records N] [--quick] [--no-failover] [--raw] [--cases 1,3,2]
-        [--per-record] [--idempotence] [--linger-ms MS] [--warmup N] [--profile DIR] [-o KEY=VALUE ...]
+    python benchmarks/cluster_bench.py [--records N] [--rounds R] [--quick] [--no-failover] [--raw]
+        [--cases 1,3,2] [--per-record] [--idempotence] [--linger-ms MS] [--warmup N] [--profile DIR] [-o KEY=VALUE ...]
 
 Three clusters on this machine, each on its own etcd (started from the environment's
 ``bin/`` or PATH), all with Kafka's default broker settings:
@@ -36,7 +36,14 @@ leader broker sending the same prebuilt batches of 512 records in pipelined Prod
 requests, costing the client almost no CPU, so that the brokers set the pace; the
 latency is then per request, and nothing is consumed.
 
-Failover (RF=3 cluster, default ``broker.session.timeout.ms``=9000): a producer sends a
+Every case runs ``--rounds`` times (3), on a fresh cluster each time, the cases taken in
+turn within a round. Printed: every run, the median of each column over the rounds, and
+the two produce ratios the cluster is held to, round by round: RF=3 on three brokers
+against RF=1 on one, and two brokers against one. The runs are short (300 MB take about
+half a second on one broker) and this virtual machine's page-cache writes cost more or
+less from one run to the next, so one run alone can land a few percent either way.
+
+Failover (RF=3 cluster, first round, default ``broker.session.timeout.ms``=9000): a producer sends a
 record to partition 0 every 20 ms; the leader of partition 0 is killed with SIGKILL; the
 time from the kill to the first acknowledged record sent after it is printed.
 
@@ -66,9 +73,19 @@ PARTITIONS = 6
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports (their sockets are open together, so none is given twice)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def find_etcd() -> str:
@@ -99,7 +116,7 @@ class Cluster:
         self.brokers: dict[int, tuple[subprocess.Popen[bytes], int]] = {}
 
     def start(self) -> "Cluster":
-        c, p = free_port(), free_port()
+        c, p = free_ports(2)
         cu, pu = f"http://127.0.0.1:{c}", f"http://127.0.0.1:{p}"
         self.etcd = subprocess.Popen(
             [find_etcd(), "--data-dir", str(self.root / "etcd"), "--listen-client-urls", cu, "--advertise-client-urls",
@@ -396,10 +413,55 @@ class Profiler:
             p.wait(30)
 
 
+def run_case(args: argparse.Namespace, count: int, warmup: int, name: str, brokers: int, rf: int,
+             configs: dict[str, str], with_failover: bool) -> tuple[tuple[float, ...], float | None]:
+    """One case on a fresh cluster: (produce MB/s, consume MB/s, p50 ms, p99 ms, broker CPU s,
+    client CPU s), and the failover time if asked for."""
+    root = Path(tempfile.mkdtemp(prefix="shoal-cluster-bench-"))
+    cluster = Cluster(root, brokers, args.override).start()
+    fail_s = None
+    try:
+        create_topic(cluster.bootstrap, "bench", rf, configs)
+        profiler = Profiler(args.profile, name, cluster) if args.profile else None
+        pids = [proc.pid for proc, _ in cluster.brokers.values()]
+        cpu0 = cpu_seconds(pids)
+
+        def mark() -> None:
+            nonlocal cpu0
+            cpu0 = cpu_seconds(pids)
+        try:
+            if args.raw:
+                p_s, lat, client_cpu = raw_produce(cluster.bootstrap, "bench", count * VALUE)
+            else:
+                p_s, lat, client_cpu = produce(cluster.bootstrap, "bench", count, warmup, args.per_record, mark,
+                                               args.linger_ms, args.idempotence)
+        finally:
+            if profiler is not None:
+                profiler.stop()
+        cpu = cpu_seconds(pids) - cpu0
+        c_s = consume(cluster.bootstrap, "bench", count + warmup) if not args.raw else float("nan")
+        mb = count * VALUE / 1e6
+        row = (mb / p_s, (count + warmup) * VALUE / 1e6 / c_s, pct(lat, 0.5), pct(lat, 0.99), cpu, client_cpu)
+        if with_failover:
+            fail_s = failover(cluster, "bench")
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    return row, fail_s
+
+
+def median(values: list[float]) -> float:
+    s = sorted(values)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=100_000)
-    ap.add_argument("--quick", action="store_true", help="20,000 records per case")
+    ap.add_argument("--records", type=int, default=300_000, help="measured records per run (default 300,000)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="run every case this many times, the cases in turn within a round (default 3)")
+    ap.add_argument("--quick", action="store_true", help="20,000 records per case, one round")
     ap.add_argument("--per-record", action="store_true",
                     help="one Producer.produce() call per record instead of produce_batch() lists of 100")
     ap.add_argument("--linger-ms", type=int, default=5, help="the producer's linger.ms (default 5)")
@@ -417,48 +479,44 @@ def main() -> int:
                     help="a broker configuration for every broker of every case")
     args = ap.parse_args()
     count = 20_000 if args.quick else args.records
+    rounds = 1 if args.quick else max(1, args.rounds)
     warmup = 0 if args.raw else args.warmup
     cases = [("RF=1, 1 broker", 1, 1, {}), ("RF=3, 3 brokers", 3, 3, {"min.insync.replicas": "2"}),
              ("RF=1, 2 brokers", 2, 1, {})]
     wanted = {int(x) for x in args.cases.split(",")}
     cases = [c for c in cases if c[1] in wanted]
-    rows = []
-    fail_s = None
-    for name, brokers, rf, configs in cases:
-        root = Path(tempfile.mkdtemp(prefix="shoal-cluster-bench-"))
-        cluster = Cluster(root, brokers, args.override).start()
-        try:
-            create_topic(cluster.bootstrap, "bench", rf, configs)
-            profiler = Profiler(args.profile, name, cluster) if args.profile else None
-            pids = [proc.pid for proc, _ in cluster.brokers.values()]
-            cpu0 = cpu_seconds(pids)
-
-            def mark() -> None:
-                nonlocal cpu0
-                cpu0 = cpu_seconds(pids)
-            try:
-                if args.raw:
-                    p_s, lat, client_cpu = raw_produce(cluster.bootstrap, "bench", count * VALUE)
-                else:
-                    p_s, lat, client_cpu = produce(cluster.bootstrap, "bench", count, warmup, args.per_record, mark, args.linger_ms, args.idempotence)
-            finally:
-                if profiler is not None:
-                    profiler.stop()
-            cpu = cpu_seconds(pids) - cpu0
-            c_s = consume(cluster.bootstrap, "bench", count + warmup) if not args.raw else float("nan")
-            mb = count * VALUE / 1e6
-            rows.append((name, mb / p_s, (count + warmup) * VALUE / 1e6 / c_s, pct(lat, 0.5), pct(lat, 0.99), cpu, client_cpu))
-            if rf == 3 and not args.no_failover:
-                fail_s = failover(cluster, "bench")
-        finally:
-            cluster.stop()
-            shutil.rmtree(root, ignore_errors=True)
-    print(f"{count} records of {VALUE} B, {PARTITIONS} partitions, acks=all"
+    print(f"{count} records of {VALUE} B, {PARTITIONS} partitions, acks=all, {rounds} round(s)"
           + (", raw load generator (latency per request of 512 records a partition)" if args.raw else ""))
-    print(f"{'case':<18} {'produce MB/s':>13} {'consume MB/s':>13} {'p50 ms':>8} {'p99 ms':>8} {'broker CPU s':>13}"
-          f" {'client CPU s':>13}")
-    for name, pm, cm, p50, p99, cpu, ccpu in rows:
-        print(f"{name:<18} {pm:>13.1f} {cm:>13.1f} {p50:>8.1f} {p99:>8.1f} {cpu:>13.2f} {ccpu:>13.2f}")
+    header = (f"{'case':<18} {'produce MB/s':>13} {'consume MB/s':>13} {'p50 ms':>8} {'p99 ms':>8}"
+              f" {'broker CPU s':>13} {'client CPU s':>13}")
+
+    def line(name: str, row: tuple[float, ...]) -> str:
+        pm, cm, p50, p99, cpu, ccpu = row
+        return f"{name:<18} {pm:>13.1f} {cm:>13.1f} {p50:>8.1f} {p99:>8.1f} {cpu:>13.2f} {ccpu:>13.2f}"
+
+    runs: dict[str, list[tuple[float, ...]]] = {name: [] for name, *_ in cases}
+    fail_s = None
+    for r in range(rounds):
+        print(f"round {r + 1}\n{header}", flush=True)
+        for name, brokers, rf, configs in cases:
+            row, f = run_case(args, count, warmup, name, brokers, rf, configs,
+                              rf == 3 and not args.no_failover and r == 0)
+            fail_s = f if f is not None else fail_s
+            runs[name].append(row)
+            print(line(name, row), flush=True)
+    if rounds > 1:
+        print(f"median of {rounds} rounds\n{header}")
+        for name, rows in runs.items():
+            print(line(name, tuple(median([row[i] for row in rows]) for i in range(6))))
+    # Produce throughput against one broker, round by round: the cases of a round ran
+    # minutes apart at most, so the ratio is steadier than either figure alone.
+    one = runs.get("RF=1, 1 broker")
+    for name, what in (("RF=3, 3 brokers", "RF=3 on three brokers / RF=1 on one"),
+                       ("RF=1, 2 brokers", "two brokers / one broker")):
+        if one and name in runs:
+            ratios = [row[0] / base[0] for row, base in zip(runs[name], one)]
+            print(f"{what}, produce MB/s: " + ", ".join(f"{x:.2f}" for x in ratios)
+                  + (f" (median {median(ratios):.2f})" if len(ratios) > 1 else ""))
     if fail_s is not None:
         print(f"leader failover (kill -9 to first acks=all ack, broker.session.timeout.ms=9000): {fail_s:.2f} s")
     return 0

