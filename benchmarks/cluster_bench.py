@@ -365,10 +365,11 @@ def pct(values: list[float], q: float) -> float:
 
 
 def failover(cluster: Cluster, topic: str) -> float:
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    # log_level 2: the kill's expected connection errors are not printed
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 2})
     leader = admin.list_topics(topic, timeout=5).topics[topic].partitions[0].leader
     p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
-                  "linger.ms": 0, "message.timeout.ms": 60_000})
+                  "linger.ms": 0, "message.timeout.ms": 60_000, "log_level": 2})
     acked_after: list[float] = []
     killed_at = [0.0]
 
