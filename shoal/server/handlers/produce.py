@@ -38,7 +38,9 @@ import sys
 from typing import Any
 
 from ...errors import ApiError, ErrorCode
+from ...protocol.codec import EncodedBody
 from ...protocol.entities import make, sub
+from ...protocol.produce_response import write_produce_response
 from ...protocol.records import codec_of_compression_type, needs_worker, validate_produce_batch
 from ..dispatch import api
 from .leader_hints import leader_hints
@@ -47,6 +49,7 @@ from .metadata import INTERNAL_TOPICS
 log = logging.getLogger("shoal.produce")
 
 _EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
+_ONE_MS = datetime.timedelta(milliseconds=1)
 
 Flush = tuple[dict[str, Any], "asyncio.Future[Any] | None", "tuple[str, int] | None", Any]
 """A partition's wait for the fsync the flush policy asked for: (its result, the flusher's
@@ -58,6 +61,10 @@ def _append_time(ms: int) -> datetime.datetime | None:
     if ms < 0:
         return None
     return _EPOCH + datetime.timedelta(milliseconds=ms)
+
+
+def _append_time_ms(when: datetime.datetime | None) -> int:
+    return -1 if when is None else (when - _EPOCH) // _ONE_MS
 
 
 class _PartitionQueue:
@@ -164,7 +171,7 @@ def handle_produce(ctx: Any, request: Any) -> Any:
         return _after_isr(broker, cls, tcls, pcls, acks, topic_results, flushes, isr_waits, timeout_ms, cluster)
     if flushes:
         return _after_flush(broker, cls, tcls, pcls, acks, topic_results, flushes, cluster)
-    return _response(cls, tcls, pcls, topic_results, cluster)
+    return _response(cls, tcls, pcls, topic_results, cluster, acks)
 
 
 def _append(broker: Any, plog: Any, key: tuple[str, int], batch: Any, now_ms: int, r: dict[str, Any],
@@ -273,14 +280,25 @@ async def _append_later(broker: Any, key: tuple[str, int], records: Any, prev: a
 
 
 def _response(cls: type, tcls: type, pcls: type, topic_results: list[tuple[str, list[dict[str, Any]]]],
-              cluster: Any = None) -> Any:
-    """The response; in cluster mode with KIP-951 leader hints for NOT_LEADER_OR_FOLLOWER partitions."""
+              cluster: Any = None, acks: int = -1) -> Any:
+    """The response; in cluster mode with KIP-951 leader hints for NOT_LEADER_OR_FOLLOWER partitions.
+
+    Without leader hints it is packed directly (``protocol/produce_response.py``), except
+    for acks=0, whose entities the connection reads for errors instead of sending them.
+    """
     extra: dict[str, Any] = {}
     if cluster is not None:
         items = [(name, r["index"], r) for name, results in topic_results for r in results]
         node_endpoints = leader_hints(cluster, cls, pcls, items)
         if node_endpoints:
             extra["node_endpoints"] = node_endpoints
+    if not extra and acks != 0:
+        return EncodedBody(write_produce_response(cls.__version__, [
+            (name, [(r["index"], r.get("error_code", ErrorCode.none), r["base_offset"],
+                     _append_time_ms(r["log_append_time"]), r["log_start_offset"], r.get("error_message"),
+                     [(e.batch_index, e.batch_index_error_message) for e in r.get("record_errors", ())])
+                    for r in results])
+            for name, results in topic_results]))
     return make(
         cls,
         responses=tuple(
@@ -297,7 +315,7 @@ async def _after_flush(broker: Any, cls: type, tcls: type, pcls: type, acks: int
                        flushes: list[Flush], cluster: Any = None) -> Any:
     """Wait for the fsyncs the flush policy asked for, then answer (group commit)."""
     await _wait_flushes(broker, flushes)
-    return _response(cls, tcls, pcls, topic_results, cluster)
+    return _response(cls, tcls, pcls, topic_results, cluster, acks)
 
 
 async def _after_isr(broker: Any, cls: type, tcls: type, pcls: type, acks: int,
@@ -316,4 +334,4 @@ async def _after_isr(broker: Any, cls: type, tcls: type, pcls: type, acks: int,
         code = replicas.isr_outcome(replica, fut)
         if code != ErrorCode.none and r.get("error_code", ErrorCode.none) == ErrorCode.none:
             r.update(error_code=code, base_offset=-1)
-    return _response(cls, tcls, pcls, topic_results, cluster)
+    return _response(cls, tcls, pcls, topic_results, cluster, acks)
