@@ -17,7 +17,7 @@ from .header import uvarint
 
 __all__ = ["PartitionResult", "write_produce_response"]
 
-PartitionResult = tuple[int, int, int, int, int, "str | None", "Iterable[tuple[int, str | None]]"]
+PartitionResult = tuple[int, int, int, int, int, str | None, Iterable[tuple[int, str | None]]]
 """(partition index, error code, base offset, log append time in ms or -1, log start
 offset, error message or None, record errors: (batch index, message or None) each)."""
 
