@@ -68,6 +68,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from shoal.cli.common import free_ports
+
 VALUE = 1024
 PARTITIONS = 6
 
@@ -76,16 +78,6 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct free ports (their sockets are open together, so none is given twice)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def find_etcd() -> str:

@@ -33,7 +33,6 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

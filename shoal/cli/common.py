@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -221,3 +222,15 @@ class Progress:
     def finish(self) -> None:
         if self.enabled and self.printed:
             self._print()
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free local ports: their sockets are bound together, so none comes twice."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()

@@ -19,7 +19,6 @@ import os
 import selectors
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from .common import free_ports
 from .main import command
 
 
@@ -50,18 +50,6 @@ ETCD_ATTEMPTS = 5
 def find_etcd() -> str | None:
     local = Path(sys.executable).parent / "etcd"
     return str(local) if local.exists() else shutil.which("etcd")
-
-
-def _free_ports(n: int) -> list[int]:
-    """``n`` distinct free ports: their sockets are bound together, so none comes twice."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def _etcd_healthy(client_url: str) -> bool:
@@ -128,9 +116,9 @@ def _start_etcd(etcd: str, root: Path, fixed_client_port: int, log: IO[bytes],
     for _ in range(1 if fixed_client_port else ETCD_ATTEMPTS):
         if fixed_client_port:  # of two distinct free ports, one is not the client's
             client_port = fixed_client_port
-            peer_port = next(p for p in _free_ports(2) if p != client_port)
+            peer_port = next(p for p in free_ports(2) if p != client_port)
         else:
-            client_port, peer_port = _free_ports(2)
+            client_port, peer_port = free_ports(2)
         client_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
         proc = subprocess.Popen(
             [etcd, "--name", "shoal-dev", "--data-dir", str(root / "etcd"), "--listen-client-urls", client_url,

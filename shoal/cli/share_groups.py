@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from ..protocol.entities import make, sub
-from .common import CliError, add_connection_options, add_output_options, emit, tool_main, verbose
+from .common import CliError, add_connection_options, add_output_options, emit, tool_main
 from .group_client import GroupClient
 from .main import command
 

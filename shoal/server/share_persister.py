@@ -30,6 +30,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from ..cluster.peer import PeerConnection
 from ..errors import ErrorCode

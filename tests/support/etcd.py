@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from shoal.cli.common import free_ports
+
 __all__ = ["EtcdProcess", "find_etcd", "free_port", "free_ports"]
 
 
@@ -31,18 +33,6 @@ def find_etcd() -> str | None:
 
 def free_port() -> int:
     return free_ports(1)[0]
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct free ports: their sockets are bound together, so none comes twice."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class EtcdProcess:
