@@ -12,10 +12,11 @@ leader epoch, and removes it when that changes again. The fetcher's loop:
 3. sends one Fetch (v12, replica id set, current leader epoch per partition) for every
    partition, waits at most ``replica.fetch.wait.max.ms`` at the leader, appends what comes
    back through the replica manager and repeats. The fsync the flush policy asks for runs
-   in the background, one pass at a time per fetcher, and the loop never waits for it:
-   rounds fetched during a pass are covered by the next one. The leader may count a
-   follower's records before they are on the follower's disk (they are in its page
-   cache, so a killed process loses nothing; Kafka's followers do not fsync by default).
+   in the background, one pass at a time per fetcher and at least ``FLUSH_GAP_S`` after
+   the previous pass ended, and the loop never waits for it: rounds fetched meanwhile
+   are covered by the next pass. The leader may count a follower's records before they
+   are on the follower's disk (they are in its page cache, so a killed process loses
+   nothing; Kafka's followers do not fsync by default).
 
 A partition whose fetch offset is below the leader's log start (a new replica of a
 partition whose old records were deleted) starts again with an empty log at the leader's
@@ -46,6 +47,11 @@ log = logging.getLogger("shoal.cluster.fetcher")
 
 FETCH, OFFSETS_FOR_LEADER_EPOCH = 1, 23
 FETCH_VERSION, OFFSETS_VERSION = 12, 4
+FLUSH_GAP_S = 0.25
+"""The pause between the end of a follower's fsync pass and the start of the next: fewer,
+larger passes cost the brokers less CPU per replicated megabyte (docs/PERFORMANCE.md). A
+machine crash can then take from a follower up to this long plus one pass of what it had
+fetched; a killed process loses nothing of it."""
 
 
 @dataclass(slots=True)
@@ -194,16 +200,18 @@ class Fetcher:
                 self._flushing = asyncio.ensure_future(self._flush_dirty())
 
     async def _flush_dirty(self) -> None:
-        """fsync the partitions appended to, in the background, one pass at a time.
+        """fsync the partitions appended to, in the background, one pass at a time, each
+        pass at least ``FLUSH_GAP_S`` after the previous one ended.
 
-        The fetch loop never waits for it: rounds fetched while a pass runs are covered by
-        the next pass, so under load one fsync covers many rounds (the disk's pace, not
-        the leader's) and a slow fsync does not hold back the followers' progress.
+        The fetch loop never waits for it: rounds fetched while a pass runs or during the
+        gap are covered by the next pass, so under load one fsync covers many rounds and
+        a slow fsync does not hold back the followers' progress.
         """
         try:
             while self._dirty and not self.closed:
                 keys, self._dirty = list(self._dirty), set()
                 await self.manager.flush_followers(keys)
+                await asyncio.sleep(FLUSH_GAP_S)
         finally:
             self._flushing = None
 
