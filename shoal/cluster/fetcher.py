@@ -47,11 +47,13 @@ log = logging.getLogger("shoal.cluster.fetcher")
 
 FETCH, OFFSETS_FOR_LEADER_EPOCH = 1, 23
 FETCH_VERSION, OFFSETS_VERSION = 12, 4
-FLUSH_GAP_S = 0.25
+FLUSH_GAP_S = 0.1
 """The pause between the end of a follower's fsync pass and the start of the next: fewer,
-larger passes cost the brokers less CPU per replicated megabyte (docs/PERFORMANCE.md). A
-machine crash can then take from a follower up to this long plus one pass of what it had
-fetched; a killed process loses nothing of it."""
+larger passes cost the brokers less CPU per replicated megabyte. A much longer pause makes
+each pass a burst of writes on the disk the leaders' own fsyncs (which acks=all answers
+wait for) share: at 250 ms the slowest acks=all answers took longer than with no pause
+(docs/PERFORMANCE.md). A machine crash can take from a follower up to this long plus one
+pass of what it had fetched; a killed process loses nothing of it."""
 
 
 @dataclass(slots=True)
