@@ -60,7 +60,7 @@ from shoal.protocol.batch import (
     validate_batches,
 )
 
-__all__ = ["PartitionLog", "AppendResult", "atomic_write"]
+__all__ = ["PartitionLog", "AppendResult", "atomic_write", "fsync_dir"]
 
 _SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
 LOG_START_FILE = "log-start-offset"
@@ -194,15 +194,17 @@ class PartitionLog:
     # --- opening -----------------------------------------------------------------------
     @classmethod
     def open(cls, directory: Path, config: LogConfig, *, now_ms: int = 0,
-             files: OpenSegments | None = None) -> "PartitionLog":
+             files: OpenSegments | None = None, sync_parent: bool = True) -> "PartitionLog":
         """Open (or create) the log in ``directory``, recovering its tail.
 
-        ``files`` is the LRU of open segment descriptors to share (one per store).
-        Raises OSError if the files cannot be read.
+        ``files`` is the LRU of open segment descriptors to share (one per store).  A new
+        directory's entry is fsynced in its parent unless ``sync_parent`` is False: then the
+        caller fsyncs the parent before anything is acknowledged in the log (one fsync for
+        the many partitions of a new topic).  Raises OSError if the files cannot be read.
         """
         created = not directory.exists()
         directory.mkdir(parents=True, exist_ok=True)
-        if created:  # make the new directory entry durable before anything is acknowledged in it
+        if created and sync_parent:  # make the new directory entry durable before anything is acknowledged in it
             fsync_dir(directory.parent)
         log = cls(directory, config, files)
         log._last_flush_ms = now_ms

@@ -122,6 +122,32 @@ def test_create_topic_that_fails_half_way_leaves_nothing(tmp_path, monkeypatch):
     s.close()
 
 
+def test_new_partitions_directories_are_made_durable_with_one_fsync_of_the_data_dir(tmp_path, monkeypatch):
+    from shoal.log import partition_log as plog_mod
+    from shoal.log import store as store_mod
+
+    synced = []
+    real = plog_mod.fsync_dir
+
+    def fsync_dir(path):
+        synced.append(path)
+        real(path)
+
+    monkeypatch.setattr(plog_mod, "fsync_dir", fsync_dir)
+    monkeypatch.setattr(store_mod, "fsync_dir", fsync_dir)
+    s = LogStore(tmp_path, BrokerConfig())
+    synced.clear()
+    s.create_topic("t", 8)
+    # once for the eight new directories' entries, once for the topic metadata written after them
+    assert synced.count(tmp_path) == 2
+    assert synced.index(tmp_path) < len(synced) - 1
+    assert sorted(p for p in synced if p != tmp_path) == sorted(tmp_path / f"t-{i}" for i in range(8))
+    synced.clear()
+    s.create_partitions("t", 12)
+    assert synced.count(tmp_path) == 2
+    s.close()
+
+
 def test_create_partitions_that_fails_half_way_adds_none(tmp_path, monkeypatch):
     s = LogStore(tmp_path, BrokerConfig())
     s.create_topic("t", 2)
