@@ -3,8 +3,9 @@
 Theory of operation
 -------------------
 A partition directory ``<topic>-<partition>`` holds segments ``<20-digit base>.log``
-(+ ``.index``, ``.timeindex``) and two small checkpoint files, each replaced atomically
-(write temp, fsync, rename, fsync directory):
+(+ ``.index``, ``.timeindex``, written when a segment is sealed or recovered with records:
+the active segment's indexes live in memory, rebuilt at every open) and two small
+checkpoint files, each replaced atomically (write temp, fsync, rename, fsync directory):
 
 * ``log-start-offset``: raised by DeleteRecords and retention; records below it are gone;
 * ``recovery-point``: every byte of the log below this offset was fsynced (written when a

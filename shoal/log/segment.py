@@ -431,7 +431,11 @@ class Segment:
             self.size = good_end
             os.fsync(fd)
         self._pos_cache.clear()
-        self.write_indexes(fsync=False)
+        if self.size:
+            self.write_indexes(fsync=False)
+        # An empty segment (a new one, or one cut to nothing) keeps its empty indexes in
+        # memory only: it can only be the active segment, which every open validates and
+        # re-indexes, and a roll writes the files. A new partition then creates one file.
         return truncated
 
     def _note_batch(self, position: int, h: BatchHeader) -> None:

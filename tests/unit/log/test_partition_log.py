@@ -112,6 +112,27 @@ def test_roll_by_size_and_time_and_restart(tmp_path):
     assert r.base_offset == leo
 
 
+def test_a_new_log_creates_only_its_segment_file_and_indexes_on_roll(tmp_path):
+    log = open_log(tmp_path, segment_bytes=2048, index_interval_bytes=256)
+    assert sorted(os.listdir(tmp_path / "t-0")) == ["00000000000000000000.log"]
+    log.close()
+    log = open_log(tmp_path, segment_bytes=2048, index_interval_bytes=256)  # an empty log reopens as it was
+    assert log.log_end_offset == 0 and sorted(os.listdir(tmp_path / "t-0")) == ["00000000000000000000.log"]
+    while len(log.segments) == 1:
+        log.append(batch(2, value_size=200), 0)
+    names = sorted(os.listdir(tmp_path / "t-0"))
+    # the sealed segment's indexes are on disk; the new active one has only its log file so far
+    assert {"00000000000000000000.index", "00000000000000000000.timeindex"} <= set(names)
+    active = log.segments[-1].log_path.name
+    assert [n for n in names if n.startswith(active[:20])] == [active]
+    leo, data = log.log_end_offset, log.read(0, 1 << 30)
+    log.close()
+    log = open_log(tmp_path, segment_bytes=2048, index_interval_bytes=256)
+    assert log.log_end_offset == leo and log.read(0, 1 << 30) == data
+    assert validate_batches(log.read(leo - 1, 1))[0].last_offset == leo - 1
+    log.close()
+
+
 def test_restart_without_index_files_rebuilds_them(tmp_path):
     log = open_log(tmp_path, segment_bytes=2048, index_interval_bytes=100)
     for i in range(20):
