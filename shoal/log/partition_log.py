@@ -61,7 +61,7 @@ from shoal.protocol.batch import (
     validate_batches,
 )
 
-__all__ = ["PartitionLog", "AppendResult", "atomic_write", "fsync_dir"]
+__all__ = ["PartitionLog", "AppendResult", "atomic_write"]
 
 _SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
 LOG_START_FILE = "log-start-offset"
@@ -205,26 +205,29 @@ class PartitionLog:
         """
         created = not directory.exists()
         directory.mkdir(parents=True, exist_ok=True)
-        if created and sync_parent:  # make the new directory entry durable before anything is acknowledged in it
-            fsync_dir(directory.parent)
         log = cls(directory, config, files)
+        if created and sync_parent:  # make the new directory entry durable before anything is acknowledged in it
+            log.files.fsync_dir(directory.parent)
         log._last_flush_ms = now_ms
         try:
-            log._load()
+            log._load(empty=created)
         except BaseException:  # out of descriptors or space: close what was opened
             for seg in log.segments:
                 seg.close()
             raise
         return log
 
-    def _load(self) -> None:
+    def _load(self, *, empty: bool = False) -> None:
+        """Read the segments and checkpoints of the directory; ``empty``: it was just created
+        (nothing to list, which also spares a descriptor when none may be free)."""
         log, directory, config = self, self.dir, self.config
-        for p in directory.iterdir():
-            if p.name.endswith((".cleaned", ".tmp")):
-                p.unlink()
-        bases = sorted(int(m.group(1)) for p in directory.iterdir() if (m := _SEGMENT_RE.match(p.name)))
-        recovery_point = log._recovery_point = _read_checkpoint(directory / RECOVERY_POINT_FILE)
-        start = _read_checkpoint(directory / LOG_START_FILE)
+        names = [] if empty else [p.name for p in directory.iterdir()]
+        for name in names:
+            if name.endswith((".cleaned", ".tmp")):
+                (directory / name).unlink()
+        bases = sorted(int(m.group(1)) for name in names if (m := _SEGMENT_RE.match(name)))
+        recovery_point = log._recovery_point = None if empty else _read_checkpoint(directory / RECOVERY_POINT_FILE)
+        start = None if empty else _read_checkpoint(directory / LOG_START_FILE)
         # index of the first segment to validate
         if recovery_point is None or not bases:
             first_check = 0
@@ -255,7 +258,7 @@ class PartitionLog:
         if not log.segments:
             log.segments.append(Segment(directory, start or 0, interval, log.files, create=True))
             log.segments[0].recover()
-            fsync_dir(directory)
+            log.files.fsync_dir(directory)
         log._bases = [s.base_offset for s in log.segments]
         leo = log.log_end_offset
         log.log_start_offset = min(max(start or 0, log.segments[0].base_offset), leo)
@@ -465,7 +468,7 @@ class PartitionLog:
             old.write_indexes(fsync=True)
             seg = Segment(self.dir, self.log_end_offset, self.config.index_interval_bytes, self.files, create=True)
             seg.recover()
-            fsync_dir(self.dir)
+            self.files.fsync_dir(self.dir)
         except OSError as exc:
             if seg is not None:
                 seg.delete()

@@ -114,6 +114,15 @@ class OpenSegments:
             self._close_oldest(len(self._lru) - self.capacity)
         return fd
 
+    def fsync_dir(self, path: Path) -> None:
+        """fsync a directory, opened with :meth:`os_open` (so a descriptor shortage closes
+        segment descriptors instead of failing).  Raises OSError."""
+        fd = self.os_open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
     def os_open(self, path: Path, flags: int) -> int:
         """``os.open`` that, on EMFILE/ENFILE, closes half of the segment descriptors, lowers
         the capacity, logs it and tries once more.  Raises OSError."""

@@ -33,7 +33,7 @@ from typing import Any
 
 from shoal.config import BROKER_KEYS_ALSO_TOPIC, CONFIG_DEFS, BrokerConfig, ConfigError, Scope, parse_value
 from shoal.errors import ApiError, ErrorCode
-from shoal.log.partition_log import LOG_START_FILE, PartitionLog, atomic_write, fsync_dir
+from shoal.log.partition_log import LOG_START_FILE, PartitionLog, atomic_write
 from shoal.log.policy import LogConfig
 from shoal.log.segment import OpenSegments
 
@@ -239,7 +239,7 @@ class LogStore:
                     shutil.rmtree(d)
                 logs[(name, i)] = PartitionLog.open(d, cfg, now_ms=now_ms, files=self.files, sync_parent=False)
             # the new directories' entries, all in the data directory, made durable at once
-            fsync_dir(self.data_dir)
+            self.files.fsync_dir(self.data_dir)
         except OSError as e:
             self._discard(logs)
             for i in indexes:

@@ -96,6 +96,25 @@ def test_open_failing_with_emfile_closes_descriptors_and_goes_on(tmp_path):
     log.close()
 
 
+def test_new_partitions_created_with_no_descriptor_free_close_segment_descriptors(tmp_path):
+    from shoal.config import BrokerConfig
+    from shoal.log.store import LogStore
+
+    files = OpenSegments(capacity=1000)
+    store = LogStore(tmp_path, BrokerConfig(), files=files)
+    store.create_topic("old", 30)
+    assert len(files) == 30
+    # every new partition opens its directory (to fsync it) and its segment: each of
+    # those opens may be the one that finds no descriptor free
+    with no_free_descriptors(spare=0):
+        store.create_topic("new", 10)
+    assert files.capacity < 30 and len(files) <= files.capacity
+    store.close()
+    store = LogStore(tmp_path, BrokerConfig(), files=files)
+    assert store.get_topic("new").num_partitions == 10 and store.partition("new", 9).log_end_offset == 0
+    store.close()
+
+
 def test_a_roll_that_fails_fails_the_append_and_the_next_append_rolls(tmp_path):
     files = OpenSegments(capacity=64)
     cfg = LogConfig(segment_bytes=1024)

@@ -124,17 +124,21 @@ def test_create_topic_that_fails_half_way_leaves_nothing(tmp_path, monkeypatch):
 
 def test_new_partitions_directories_are_made_durable_with_one_fsync_of_the_data_dir(tmp_path, monkeypatch):
     from shoal.log import partition_log as plog_mod
-    from shoal.log import store as store_mod
+    from shoal.log.segment import OpenSegments
 
     synced = []
-    real = plog_mod.fsync_dir
+    real, real_method = plog_mod.fsync_dir, OpenSegments.fsync_dir
 
     def fsync_dir(path):
         synced.append(path)
         real(path)
 
-    monkeypatch.setattr(plog_mod, "fsync_dir", fsync_dir)
-    monkeypatch.setattr(store_mod, "fsync_dir", fsync_dir)
+    def fsync_dir_method(self, path):
+        synced.append(path)
+        real_method(self, path)
+
+    monkeypatch.setattr(plog_mod, "fsync_dir", fsync_dir)  # atomic_write's (the metadata)
+    monkeypatch.setattr(OpenSegments, "fsync_dir", fsync_dir_method)  # the logs'
     s = LogStore(tmp_path, BrokerConfig())
     synced.clear()
     s.create_topic("t", 8)
