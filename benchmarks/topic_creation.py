@@ -30,18 +30,8 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from shoal.cli.common import free_ports
-
-
-def wait_port(port: int, timeout: float = 30.0) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listening on {port}")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from produce_consume import free_port, wait_port  # noqa: E402
 
 
 def ping(port: int, answers: list[tuple[float, float]], stop: threading.Event) -> None:
@@ -61,7 +51,7 @@ def ping(port: int, answers: list[tuple[float, float]], stop: threading.Event) -
 def one(partitions: int) -> tuple[float, float, float]:
     """(CreateTopics seconds, slowest and median ApiVersions answer in seconds) on a fresh broker."""
     root = Path(tempfile.mkdtemp(prefix="shoal-topic-creation-"))
-    (port,) = free_ports(1)
+    port = free_port()
     broker = subprocess.Popen([sys.executable, "-m", "shoal", "serve", "--port", str(port), "--data-dir",
                                str(root / "data"), "--log-level", "WARNING"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
