@@ -292,11 +292,7 @@ def _swap(segs: list[Segment], chunks, index_interval: int) -> Segment:
         except FileNotFoundError:
             pass
     os.replace(cleaned, log_path)
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    files.fsync_dir(directory)
     new, _ = Segment.open(directory, base, index_interval, recover=True, files=files)
     new.write_indexes(fsync=True)
     for seg in segs[1:]:  # now wholly inside the new segment
