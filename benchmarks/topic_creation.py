@@ -55,12 +55,13 @@ def one(partitions: int) -> tuple[float, float, float]:
     broker = subprocess.Popen([sys.executable, "-m", "shoal", "serve", "--port", str(port), "--data-dir",
                                str(root / "data"), "--log-level", "WARNING"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stop = threading.Event()
+    pinger: threading.Thread | None = None
     try:
         wait_port(port)
         admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "log_level": 2})  # not the shutdown's disconnects
         admin.list_topics(timeout=10)  # connected before the clock starts
         answers: list[tuple[float, float]] = []
-        stop = threading.Event()
         pinger = threading.Thread(target=ping, args=(port, answers, stop))
         pinger.start()
         time.sleep(0.3)
@@ -72,6 +73,9 @@ def one(partitions: int) -> tuple[float, float, float]:
         during = [s for sent, s in answers if sent >= start - 0.01] or [0.0]
         return took, max(during), statistics.median(during)
     finally:
+        stop.set()  # also when creation failed: the pinger stops before its broker does
+        if pinger is not None:
+            pinger.join(10)
         broker.terminate()
         broker.wait(30)
         shutil.rmtree(root, ignore_errors=True)
