@@ -13,7 +13,10 @@ In cluster mode only the partition's leader answers (NOT_LEADER_OR_FOLLOWER else
 FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH when the request's current leader epoch is
 older / newer than the leader's). Consumers read only below the high watermark. A Fetch
 with a replica id is a follower's: it reports the follower's log end offset (which moves
-the high watermark and the ISR) and reads up to the log end.
+the high watermark and the ISR) and reads up to the log end; one from a broker that is not
+a follower of the partition, at an offset outside [log start, log end] or with a broker
+epoch that is not the follower's registration is refused and moves nothing
+(``cluster/replication.py``).
 """
 
 from __future__ import annotations
@@ -91,7 +94,7 @@ def _read(store: Any, key: tuple[str, int], sp: SessionPartition, budget: int,
 
 def _read_replicated(store: Any, key: tuple[str, int], sp: SessionPartition, budget: int, replicas: Any,
                      replica_id: int, epochs: dict[tuple[str, int], int], now_ms: int,
-                     min_slice: int | None = None) -> dict[str, Any]:
+                     replica_epoch: int = -1, min_slice: int | None = None) -> dict[str, Any]:
     """Cluster mode: the leader's answer to a consumer (below the HW) or a follower (to the LEO)."""
     empty = {"high_watermark": -1, "log_start_offset": -1, "records": b""}
     try:
@@ -104,7 +107,13 @@ def _read_replicated(store: Any, key: tuple[str, int], sp: SessionPartition, bud
         return dict(empty, error_code=code)
     plog = replica.plog
     if replica_id >= 0:
-        replicas.on_follower_fetch(replica, replica_id, sp.fetch_offset, now_ms)
+        code = replicas.on_follower_fetch(replica, replica_id, sp.fetch_offset, now_ms,
+                                          replica_epoch=replica_epoch, names_leader_epoch=want >= 0)
+        if code == ErrorCode.offset_out_of_range:  # the log start tells a follower where to restart
+            return {"error_code": code, "high_watermark": plog.high_watermark,
+                    "log_start_offset": plog.log_start_offset, "records": b""}
+        if code != ErrorCode.none:
+            return dict(empty, error_code=code)
         end = plog.log_end_offset
     else:
         end = plog.high_watermark
@@ -166,13 +175,14 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
     cluster = None
     if broker.replicas is not None:
         replica_id = getattr(request, "replica_id", -1)
+        replica_epoch = -1
         state = getattr(request, "replica_state", None)
         if state is not None:
-            replica_id = state.replica_id
-        cluster = (broker.replicas, replica_id, epochs, 0)
+            replica_id, replica_epoch = state.replica_id, state.replica_epoch
+        cluster = (broker.replicas, replica_id, epochs, 0, replica_epoch)
     while True:
         if cluster is not None:
-            cluster = cluster[:3] + (broker.clock.now_ms(),)
+            cluster = cluster[:3] + (broker.clock.now_ms(),) + cluster[4:]
         results: dict[tuple[str, int], dict[str, Any]] = {}
         budget = max_bytes
         total = 0
