@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import ApiError, ErrorCode
+from ...log.segment import FileSlice
 from ...protocol.batch import read_header
 from ...protocol.codec import LARGE_VALUE, EncodedPieces
 from ...protocol.fetch_response import write_fetch_response
@@ -125,13 +126,30 @@ def _read_replicated(store: Any, key: tuple[str, int], sp: SessionPartition, bud
         return out
     whole = end == plog.log_end_offset  # else only the batches below the HW
     try:
-        data = plog.read(sp.fetch_offset, min(sp.max_bytes, budget), min_slice if whole else None)
+        data = plog.read(sp.fetch_offset, min(sp.max_bytes, budget), min_slice)
+        if not whole:
+            data = _slice_below(data, end) if type(data) is FileSlice else _below(data, end)
     except ApiError as e:
         out["error_code"] = e.error_code
         out["records"] = b""
         return out
-    out["records"] = data if whole else _below(data, end)
+    out["records"] = data
     return out
+
+
+def _slice_below(data: FileSlice, end: int) -> "FileSlice | bytes":
+    """The whole batches of slice ``data`` that end below offset ``end`` (the high
+    watermark), still a slice: the answer is not read into memory before it is sent."""
+    seg = data.segment
+    if end >= seg.next_offset:
+        return data
+    try:
+        pos = seg.find_position(end)  # the batch holding ``end``: it and the rest are above
+    except OSError as e:
+        raise ApiError(ErrorCode.kafka_storage_error, f"reading {seg.log_path.name} failed: {e}") from e
+    if pos is None or pos >= data.position + data.length:
+        return data
+    return data.part(0, pos - data.position) if pos > data.position else b""
 
 
 def _below(data: bytes, end: int) -> bytes:
