@@ -85,11 +85,11 @@ def test_retention_and_cleanup_policy_of_internal_topics_cannot_be_changed(broke
                 ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)])
             err = _error(admin.incremental_alter_configs([res], request_timeout=T)[res])
             assert err.code() == KafkaError.POLICY_VIOLATION, (name, key, value, err)
-        res = ConfigResource(ResourceType.TOPIC, name, incremental_configs=[
-            ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)])
-        if "retention.ms" in before[name] and before[name]["retention.ms"] == "-1":  # an override: deleting it changes it
-            assert _error(admin.incremental_alter_configs([res], request_timeout=T)[res]).code() == \
-                KafkaError.POLICY_VIOLATION
+    # deleting the share-state topic's retention.ms=-1 override would bring back the broker default
+    res = ConfigResource(ResourceType.TOPIC, "__share_group_state", incremental_configs=[
+        ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)])
+    assert _error(admin.incremental_alter_configs([res], request_timeout=T)[res]).code() == \
+        KafkaError.POLICY_VIOLATION
     # other configs of an internal topic may change
     res = ConfigResource(ResourceType.TOPIC, "__consumer_offsets", incremental_configs=[
         ConfigEntry("segment.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
