@@ -22,7 +22,10 @@ it had a chance to fetch), and parked acks=all produces keep waiting. Becoming f
 acks=all waiters fail with NOT_LEADER_OR_FOLLOWER, the partition joins the fetcher of its
 leader, which truncates it first (OffsetsForLeaderEpoch).
 
-As leader, each follower Fetch reports the follower's log end offset (its fetch offset).
+As leader, each follower Fetch reports the follower's log end offset (its fetch offset),
+once checked (``replication.follower_fetch_error``): a replica id outside the partition's
+replicas, a fetch offset outside [log start, log end offset] or a broker epoch that is not
+the follower's current registration is refused and moves nothing.
 The high watermark is the smallest log end offset among the ISR (the leader's own
 included); it only grows. It advancing completes acks=all produces waiting for it and
 wakes consumers' long polls (consumers read only below it). A follower that has not
@@ -48,7 +51,7 @@ from .etcd_store import Snapshot
 from .fetcher import Fetcher
 from .leader_epochs import LeaderEpochCache, divergence_offset
 from .partition_state import PartitionState, expand_isr, shrink_isr
-from .replication import caught_up_at, high_watermark, lagging
+from .replication import caught_up_at, follower_fetch_error, high_watermark, lagging
 
 if TYPE_CHECKING:
     from .node import ClusterNode
@@ -408,23 +411,37 @@ class ReplicaManager:
                 log.info("fsync of the replaced log of %s-%d failed (%s); ignored", key[0], key[1], e)
 
     # -- leader side ----------------------------------------------------------------------------
-    def on_follower_fetch(self, r: Replica, follower: int, fetch_offset: int, now_ms: int) -> None:
-        """Record a follower's progress (Kafka's Replica.updateFetchState), then HW and ISR."""
+    def on_follower_fetch(self, r: Replica, follower: int, fetch_offset: int, now_ms: int, *,
+                          replica_epoch: int = -1, names_leader_epoch: bool = False) -> ErrorCode:
+        """Record a follower's progress (Kafka's Replica.updateFetchState), then HW and ISR;
+        a Fetch that is not a valid one of a follower's (``follower_fetch_error``) moves
+        nothing and its error is returned."""
         leo = r.plog.log_end_offset
+        state = r.state
+        reg = self.node.store.snapshot.brokers.get(follower)
+        code = follower_fetch_error(follower, fetch_offset, leader=self.node_id,
+                                    replicas=state.replicas if state is not None else (),
+                                    log_start=r.plog.log_start_offset, leader_leo=leo,
+                                    names_leader_epoch=names_leader_epoch, replica_epoch=replica_epoch,
+                                    registered_epoch=reg.registration if reg is not None else None)
+        if code != ErrorCode.none:
+            log.debug("fetch of %s-%d from replica %d at offset %d (broker epoch %d) refused: %s",
+                      r.topic, r.index, follower, fetch_offset, replica_epoch, code.name)
+            return code
         at = caught_up_at(fetch_offset, leo, r.last_fetch_leo.get(follower), r.last_fetch_ms.get(follower), now_ms)
         if at is not None:
             r.caught_up_ms[follower] = at
         r.last_fetch_leo[follower] = leo
         r.last_fetch_ms[follower] = now_ms
         r.follower_leo[follower] = fetch_offset
-        state = r.state
         if state is None:
-            return
+            return ErrorCode.none
         if follower not in state.isr:
             start = r.epochs.entries[-1][1] if r.epochs.entries else 0
             if fetch_offset >= r.plog.high_watermark and fetch_offset >= start:
                 self._write_isr(r, expand_isr(state, self.node_id, r.leader_epoch, follower))
         self.maybe_advance_hw(r)
+        return ErrorCode.none
 
     def maybe_advance_hw(self, r: Replica) -> None:
         state = r.state

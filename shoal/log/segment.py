@@ -201,6 +201,12 @@ class FileSlice:
     def __repr__(self) -> str:
         return f"FileSlice({self.segment.log_path.name}, {self.position}, {self.length})"
 
+    def part(self, skip: int, length: int) -> "FileSlice":
+        """``length`` bytes of this slice from ``skip`` on, usable while this slice is."""
+        sub = FileSlice(self.segment, self.position + skip, length)
+        sub._changes = self._changes
+        return sub
+
     def usable(self) -> bool:
         seg = self.segment
         return seg._changes == self._changes and seg.size >= self.position + self.length

@@ -12,8 +12,20 @@ slot: it has no response, and a partition error closes the connection instead (K
 rule, so that the client notices).
 
 Backpressure: past ``queued.max.requests`` open slots, while the transport's write
-buffer is above its high-water mark, or while it waits for request memory, the
-connection stops reading; it resumes when all three clear.
+buffer is above its high-water mark, while responses are queued that the transport has
+not taken (``_out``) or more than ``UNSENT_BYTES`` of encoded responses wait behind an
+unanswered request, or while it waits for request memory, the connection is *muted*: it
+serves no further request, not even one already received, and stops reading; it resumes
+when all of them clear, serving what it had received first. So a client that sends
+requests and never reads its socket gets at most about one response's worth of its
+answers encoded (Kafka mutes a channel while its response is being sent), and pipelined
+small requests are served as before.
+
+Output: the filled slots at the head of the queue move to ``_out`` as their pieces;
+``_pump`` hands them to the socket and the transport at most ``PUMP_BYTES`` at a time
+while the transport's buffer is below its high-water mark, and again when it drains
+(``resume_writing``). A FileSlice waits in ``_out`` unread (split where a pass ends), so
+an unread response costs the broker little memory however large it is.
 
 Request memory (``queued.max.request.bytes``, see ``memory_pool.py``): when the decoder
 has read a frame's size prefix, the connection takes that many bytes from the broker's
@@ -77,13 +89,15 @@ _PRODUCE = 0
 
 
 class _Slot:
-    __slots__ = ("pieces", "task", "reserved")
+    __slots__ = ("pieces", "task", "reserved", "size")
 
     def __init__(self) -> None:
         self.pieces: list[Any] | None = None
         self.task: asyncio.Task[Any] | None = None
         self.reserved = 0
         """Pool bytes of the request's frame, released when its task ends."""
+        self.size = 0
+        """Bytes of the encoded response (counted in ``Connection._held`` until flushed)."""
 
 
 class Connection(asyncio.Protocol):
@@ -99,6 +113,12 @@ class Connection(asyncio.Protocol):
         self._memory_wait: Any = None
         """The pool's handle while this connection waits (muted) for request memory."""
         self._slots: deque[_Slot] = deque()
+        self._held = 0
+        """Bytes of the responses in filled slots not yet moved to ``_out``."""
+        self._out: deque[Any] = deque()
+        """Response pieces (bytes, memoryviews, FileSlices) not yet handed to the transport."""
+        self._serve_pending = False
+        self._eof = False
         self._max_inflight: int = broker.config["queued.max.requests"]
         self._reading_paused = False
         self._write_paused = False
@@ -142,6 +162,8 @@ class Connection(asyncio.Protocol):
             if slot.task is not None and not slot.task.done():
                 slot.task.cancel()
         self._slots.clear()
+        self._out.clear()
+        self._held = 0
         self.broker.connection_closed(self)
         if not self.closed.done():
             self.closed.set_result(None)
@@ -154,9 +176,10 @@ class Connection(asyncio.Protocol):
         self._serve_frames()
 
     def _serve_frames(self) -> None:
+        self._serve_pending = False
         decoder = self._decoder
         try:
-            while not self._closing:
+            while not self._closing and not self._muted():
                 body = decoder.next_frame()
                 if body is None:
                     want = decoder.memory_wanted
@@ -179,11 +202,18 @@ class Connection(asyncio.Protocol):
             self._maybe_pause()
 
     def eof_received(self) -> bool | None:
+        if self._decoder.buffered and (self._muted() or self._serve_pending):
+            # requests received before the end wait to be served: close once answered
+            self._eof = True
+            return True
         try:
             self._decoder.feed(b"")
             self._decoder.next_frame()
         except ProtocolViolation as e:
             log.info("connection %s from %s: %s", self.connection_id, self.peer, e)
+        if self._slots or self._out:
+            self._eof = True  # close once every answer has gone to the transport
+            return True
         return None  # close our side once we are done writing
 
     def pause_writing(self) -> None:
@@ -192,7 +222,7 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
-        self._maybe_resume()
+        self._flush()
 
     # -- request memory -----------------------------------------------------------
     def _wait_for_memory(self, size: int) -> None:
@@ -259,7 +289,7 @@ class Connection(asyncio.Protocol):
             slot.task = task
             task.add_done_callback(lambda t, s=slot, c=ctx, t0=started: self._async_done(s, c, t, t0))
             return slot
-        slot.pieces = encode_response(codec, api_key, header.correlation_id, response)
+        self._fill(slot, encode_response(codec, api_key, header.correlation_id, response))
         if metrics is not None:
             metrics.request_done(api_key, perf_counter() - started)
         self._flush()
@@ -316,7 +346,7 @@ class Connection(asyncio.Protocol):
                 return
         else:
             response = task.result()
-        slot.pieces = encode_response(ctx.codec, ctx.api_key, ctx.header.correlation_id, response)
+        self._fill(slot, encode_response(ctx.codec, ctx.api_key, ctx.header.correlation_id, response))
         if self.broker.metrics is not None:
             self.broker.metrics.request_done(ctx.api_key, perf_counter() - started)
         self._flush()
@@ -338,35 +368,82 @@ class Connection(asyncio.Protocol):
         codec0 = codec_for(_API_VERSIONS, 0)
         assert codec0 is not None
         slot = _Slot()
-        slot.pieces = encode_response(codec0, _API_VERSIONS, header.correlation_id,
-                                      unsupported_version_response(self.broker))
         self._slots.append(slot)
+        self._fill(slot, encode_response(codec0, _API_VERSIONS, header.correlation_id,
+                                         unsupported_version_response(self.broker)))
         self._flush()
         return slot
 
     # -- output and flow control -----------------------------------------------------
+    def _fill(self, slot: _Slot, pieces: list[Any]) -> None:
+        """The slot's response is encoded: it counts as held until it is flushed."""
+        slot.pieces = pieces
+        slot.size = sum(map(len, pieces))
+        self._held += slot.size
+
     def _flush(self) -> None:
         slots = self._slots
         transport = self.transport
         if transport is None or self._closing:
             return
-        out: list[Any] = []
+        out = self._out
         while slots and slots[0].pieces is not None:
-            out.extend(slots.popleft().pieces)  # type: ignore[arg-type]
+            slot = slots.popleft()
+            self._held -= slot.size
+            out.extend(slot.pieces)  # type: ignore[arg-type]
         if out:
-            for piece in out:
-                if type(piece) is FileSlice:
-                    rest = self._send_direct(out)
-                    if rest is None:
-                        return
-                    out = rest
-                    break
-            if out:
-                transport.writelines(out)
-            self.last_active_s = self._loop.time()
+            self._pump()
+            if self._closing:
+                return
         self._maybe_resume()
-        if self.broker.shutting_down and not slots:
+        if (self.broker.shutting_down or (self._eof and not self._serve_pending and not self._decoder.buffered)) \
+                and not slots and not out:
             transport.close()
+
+    def _pump(self) -> None:
+        """Hand ``_out`` to the socket and the transport, ``PUMP_BYTES`` at a time, while
+        the transport's buffer is below its high-water mark (it calls ``pause_writing``
+        once above, ``resume_writing`` once drained). The socket takes what it can
+        directly (``_send_direct``) while the transport holds nothing."""
+        out = self._out
+        transport = self.transport
+        if transport is None:
+            return
+        wrote = False
+        while out and not self._write_paused and not self._closing:
+            batch: list[Any] = []
+            room = PUMP_BYTES
+            has_slice = False
+            while out and room > 0:
+                piece = out[0]
+                n = len(piece)
+                if type(piece) is FileSlice:
+                    has_slice = True
+                    if n > room:  # the rest of the slice waits, unread
+                        out[0] = piece.part(room, n - room)
+                        piece = piece.part(0, room)
+                        n = room
+                    else:
+                        out.popleft()
+                else:
+                    out.popleft()
+                batch.append(piece)
+                room -= n
+            if has_slice and self.sends_file_slices and transport.get_write_buffer_size() == 0:
+                rest = self._send_direct(batch)
+                if rest is None:
+                    return
+            else:
+                try:
+                    rest = [piece.read() if type(piece) is FileSlice else piece for piece in batch]
+                except OSError as e:  # a slice went stale or its read failed
+                    self._abort(f"cannot send a response: {e}")
+                    return
+            if rest:
+                transport.writelines(rest)
+            wrote = True
+        if wrote:
+            self.last_active_s = self._loop.time()
 
     def _send_direct(self, out: list[Any]) -> list[Any] | None:
         """Write ``out`` (bytes and FileSlices) to the socket while it takes them at once.
@@ -433,9 +510,14 @@ class Connection(asyncio.Protocol):
             return None
         return rest
 
+    def _muted(self) -> bool:
+        """Whether to serve no further request for now (see Backpressure above)."""
+        return (self._write_paused or bool(self._out) or self._held > UNSENT_BYTES
+                or len(self._slots) >= self._max_inflight)
+
     def _maybe_pause(self) -> None:
         if not self._reading_paused and self.transport is not None and (
-            len(self._slots) >= self._max_inflight or self._write_paused or self._memory_wait is not None
+            self._muted() or self._memory_wait is not None
         ):
             self._reading_paused = True
             self.transport.pause_reading()
@@ -443,14 +525,18 @@ class Connection(asyncio.Protocol):
     def _maybe_resume(self) -> None:
         if (
             self._reading_paused
-            and not self._write_paused
             and self._memory_wait is None
-            and len(self._slots) < self._max_inflight
+            and not self._muted()
             and not self.broker.shutting_down
             and self.transport is not None
+            and not self._closing
         ):
             self._reading_paused = False
             self.transport.resume_reading()
+            if not self._serve_pending and self._decoder.buffered:
+                # requests received while muted: served from the loop, not from inside a flush
+                self._serve_pending = True
+                self._loop.call_soon(self._serve_frames)
 
     def _abort(self, reason: str | None) -> None:
         if reason:
@@ -475,7 +561,7 @@ class Connection(asyncio.Protocol):
         if not self._reading_paused:
             self._reading_paused = True
             self.transport.pause_reading()
-        if not self._slots:
+        if not self._slots and not self._out:
             self.transport.close()
 
     @property
@@ -485,6 +571,10 @@ class Connection(asyncio.Protocol):
 
 _IOV_MAX = 512
 """Pieces per writev call (Linux takes at most 1024)."""
+PUMP_BYTES = 1 << 20
+"""Response bytes handed to the socket and the transport per pass of ``_pump``."""
+UNSENT_BYTES = 1 << 20
+"""Encoded responses waiting behind an unanswered request beyond which a connection is muted."""
 SCRATCH_BYTES = 4 << 20
 """Size of the buffer FileSlices are read into before they are written (see _send_direct)."""
 _local = threading.local()

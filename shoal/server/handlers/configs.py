@@ -7,7 +7,9 @@ metadata watch; the receiving broker answers once it has); broker and group over
 ``broker.dynamic_configs`` (persisted in the data directory; in cluster mode group
 overrides are the cluster's, changed in etcd and applied from the watch as topic ones). Every value is checked
 against ``shoal.config`` before anything is stored; a resource's changes apply all or
-none.
+none. The configs that decide which records the broker deletes (``cleanup.policy``,
+``retention.ms``, ``retention.bytes``) cannot be changed on the internal topics
+(POLICY_VIOLATION), whose records are the group and share coordinators' state.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ...config import CONFIG_DEFS, ConfigError, Scope, parse_value, share_config
 from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make, sub
 from ..dispatch import api
+from .metadata import INTERNAL_TOPICS
 
 log = logging.getLogger("shoal.configs")
 
@@ -254,11 +257,29 @@ def _log_change(kind: str, name: str, old: dict[str, str], new: dict[str, str]) 
         log.info("%s %s configs changed: %s", kind, name, ", ".join(changes))
 
 
+PROTECTED_INTERNAL_CONFIGS = ("cleanup.policy", "retention.ms", "retention.bytes")
+"""The topic configs that decide which records of a topic the broker deletes: fixed on the
+internal topics, whose records are the coordinators' committed state."""
+
+
+def _check_internal_topic_configs(name: str, current: dict[str, str], new: dict[str, str]) -> None:
+    """Raise ApiError(POLICY_VIOLATION) if ``new`` changes how the records of internal topic
+    ``name`` are deleted (set, changed or removed: AlterConfigs replaces the whole set)."""
+    if name not in INTERNAL_TOPICS:
+        return
+    changed = [k for k in PROTECTED_INTERNAL_CONFIGS if current.get(k) != new.get(k)]
+    if changed:
+        raise ApiError(ErrorCode.policy_violation,
+                       f"{', '.join(changed)} of internal topic {name} cannot be changed: its records are "
+                       "the coordinators' state")
+
+
 def _new_topic_configs(current: dict[str, str], ops: list[tuple[str, int, str | None]],
-                       replace: bool) -> dict[str, str]:
+                       replace: bool, name: str = "") -> dict[str, str]:
     new = _apply_ops({} if replace else current, ops)
     for k, v in new.items():
         _check_topic_config(k, v)
+    _check_internal_topic_configs(name, current, new)
     return new
 
 
@@ -266,7 +287,7 @@ async def _alter_topic_in_cluster(broker: Any, name: str, ops: list[tuple[str, i
                                   validate_only: bool, replace: bool) -> None:
     """Cluster mode: the topic's configs change in etcd; every broker applies them from its watch."""
     old, new = await broker.cluster.alter_topic_configs(
-        name, lambda current: _new_topic_configs(current, ops, replace), validate_only=validate_only)
+        name, lambda current: _new_topic_configs(current, ops, replace, name), validate_only=validate_only)
     if not validate_only:
         _log_change("topic", name, old, new)
 
@@ -302,7 +323,7 @@ def alter_resource(broker: Any, resource_type: int, name: str, ops: list[tuple[s
         meta = broker.store.get_topic(name)
         if meta is None:
             raise ApiError(ErrorCode.unknown_topic_or_partition)
-        new = _new_topic_configs(dict(meta.configs), ops, replace)
+        new = _new_topic_configs(dict(meta.configs), ops, replace, name)
         if not validate_only:
             old = dict(meta.configs)
             broker.store.alter_topic_configs(name, new, [k for k in meta.configs if k not in new])

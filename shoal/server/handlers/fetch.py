@@ -13,7 +13,10 @@ In cluster mode only the partition's leader answers (NOT_LEADER_OR_FOLLOWER else
 FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH when the request's current leader epoch is
 older / newer than the leader's). Consumers read only below the high watermark. A Fetch
 with a replica id is a follower's: it reports the follower's log end offset (which moves
-the high watermark and the ISR) and reads up to the log end.
+the high watermark and the ISR) and reads up to the log end; one from a broker that is not
+a follower of the partition, at an offset outside [log start, log end] or with a broker
+epoch that is not the follower's registration is refused and moves nothing
+(``cluster/replication.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import ApiError, ErrorCode
+from ...log.segment import FileSlice
 from ...protocol.batch import read_header
 from ...protocol.codec import LARGE_VALUE, EncodedPieces
 from ...protocol.fetch_response import write_fetch_response
@@ -91,7 +95,7 @@ def _read(store: Any, key: tuple[str, int], sp: SessionPartition, budget: int,
 
 def _read_replicated(store: Any, key: tuple[str, int], sp: SessionPartition, budget: int, replicas: Any,
                      replica_id: int, epochs: dict[tuple[str, int], int], now_ms: int,
-                     min_slice: int | None = None) -> dict[str, Any]:
+                     replica_epoch: int = -1, min_slice: int | None = None) -> dict[str, Any]:
     """Cluster mode: the leader's answer to a consumer (below the HW) or a follower (to the LEO)."""
     empty = {"high_watermark": -1, "log_start_offset": -1, "records": b""}
     try:
@@ -104,7 +108,13 @@ def _read_replicated(store: Any, key: tuple[str, int], sp: SessionPartition, bud
         return dict(empty, error_code=code)
     plog = replica.plog
     if replica_id >= 0:
-        replicas.on_follower_fetch(replica, replica_id, sp.fetch_offset, now_ms)
+        code = replicas.on_follower_fetch(replica, replica_id, sp.fetch_offset, now_ms,
+                                          replica_epoch=replica_epoch, names_leader_epoch=want >= 0)
+        if code == ErrorCode.offset_out_of_range:  # the log start tells a follower where to restart
+            return {"error_code": code, "high_watermark": plog.high_watermark,
+                    "log_start_offset": plog.log_start_offset, "records": b""}
+        if code != ErrorCode.none:
+            return dict(empty, error_code=code)
         end = plog.log_end_offset
     else:
         end = plog.high_watermark
@@ -116,13 +126,30 @@ def _read_replicated(store: Any, key: tuple[str, int], sp: SessionPartition, bud
         return out
     whole = end == plog.log_end_offset  # else only the batches below the HW
     try:
-        data = plog.read(sp.fetch_offset, min(sp.max_bytes, budget), min_slice if whole else None)
+        data = plog.read(sp.fetch_offset, min(sp.max_bytes, budget), min_slice)
+        if not whole:
+            data = _slice_below(data, end) if type(data) is FileSlice else _below(data, end)
     except ApiError as e:
         out["error_code"] = e.error_code
         out["records"] = b""
         return out
-    out["records"] = data if whole else _below(data, end)
+    out["records"] = data
     return out
+
+
+def _slice_below(data: FileSlice, end: int) -> "FileSlice | bytes":
+    """The whole batches of slice ``data`` that end below offset ``end`` (the high
+    watermark), still a slice: the answer is not read into memory before it is sent."""
+    seg = data.segment
+    if end >= seg.next_offset:
+        return data
+    try:
+        pos = seg.find_position(end)  # the batch holding ``end``: it and the rest are above
+    except OSError as e:
+        raise ApiError(ErrorCode.kafka_storage_error, f"reading {seg.log_path.name} failed: {e}") from e
+    if pos is None or pos >= data.position + data.length:
+        return data
+    return data.part(0, pos - data.position) if pos > data.position else b""
 
 
 def _below(data: bytes, end: int) -> bytes:
@@ -166,13 +193,14 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
     cluster = None
     if broker.replicas is not None:
         replica_id = getattr(request, "replica_id", -1)
+        replica_epoch = -1
         state = getattr(request, "replica_state", None)
         if state is not None:
-            replica_id = state.replica_id
-        cluster = (broker.replicas, replica_id, epochs, 0)
+            replica_id, replica_epoch = state.replica_id, state.replica_epoch
+        cluster = (broker.replicas, replica_id, epochs, 0, replica_epoch)
     while True:
         if cluster is not None:
-            cluster = cluster[:3] + (broker.clock.now_ms(),)
+            cluster = cluster[:3] + (broker.clock.now_ms(),) + cluster[4:]
         results: dict[tuple[str, int], dict[str, Any]] = {}
         budget = max_bytes
         total = 0

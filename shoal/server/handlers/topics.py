@@ -205,6 +205,9 @@ def handle_delete_records(ctx: Any, request: Any) -> Any:
         for p in t.partitions:
             r: dict[str, Any] = {"partition_index": p.partition_index, "low_watermark": -1}
             try:
+                if t.name in INTERNAL_TOPICS:  # Kafka's ReplicaManager.deleteRecords refuses them so
+                    raise ApiError(ErrorCode.invalid_topic_exception,
+                                   f"cannot delete records of internal topic {t.name}")
                 if meta is None or not 0 <= p.partition_index < meta.num_partitions:
                     raise ApiError(ErrorCode.unknown_topic_or_partition)
                 if ctx.broker.replicas is not None:  # cluster mode: the leader moves the log start;

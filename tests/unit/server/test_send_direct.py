@@ -173,3 +173,28 @@ def test_what_waits_in_the_transport_does_not_share_the_scratch_buffer(tmp_path:
         fast_client.close()
 
     run(loop_kind, body())
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_an_unread_response_waits_as_an_unread_slice_and_mutes_the_connection(tmp_path: Path, loop_kind: str) -> None:
+    """A 5 MB slice to a client that does not read: the transport holds about one pass
+    (``PUMP_BYTES``) of it, the rest waits in ``_out`` as a slice; the connection serves no
+    further request meanwhile. Read later, it arrives whole, with what followed it."""
+    log = filled_log(tmp_path, mb=5)
+
+    async def body() -> None:
+        conn, client = await connected(True)
+        big = log.read(0, 1 << 30, 16 * 1024)
+        assert type(big) is FileSlice and len(big) > 4 * connection.PUMP_BYTES
+        expected = b"head" + big.read() + b"next"
+        respond(conn, b"head", big)
+        assert conn.transport.get_write_buffer_size() <= connection.PUMP_BYTES + (64 << 10)
+        assert any(type(p) is FileSlice for p in conn._out)
+        assert conn._muted() and conn._reading_paused
+        respond(conn, b"next")  # queued after it, not before
+        assert await receive(client, len(expected)) == expected
+        await asyncio.sleep(0.05)
+        assert not conn._out and not conn._muted() and not conn._reading_paused
+        client.close()
+
+    run(loop_kind, body())
