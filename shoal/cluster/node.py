@@ -103,7 +103,8 @@ class ClusterNode:
         log.info("node %d joined cluster %s (registration %d)", b.node_id, self.store.snapshot.cluster_id,
                  self.registration)
 
-    async def _register(self) -> None:
+    async def _register(self, *, again: bool = False) -> None:
+        """Register (``again``: under the registration epoch this process already has)."""
         b = self.broker
         rack = self.config["broker.rack"] or None
         deadline = asyncio.get_running_loop().time() + self.config["broker.session.timeout.ms"] / 1000 + 5
@@ -111,7 +112,7 @@ class ClusterNode:
             try:
                 self.registration = await self.store.register(
                     b.node_id, b.advertised_host, b.advertised_port, rack, self.config["broker.session.timeout.ms"],
-                    self._session_lost)
+                    self._session_lost, registration=self.registration if again else None)
                 return
             except RuntimeError:
                 # our previous incarnation's lease has not lapsed yet (a quick restart)
@@ -126,13 +127,13 @@ class ClusterNode:
         async def again() -> None:
             while not self._closed:
                 try:
-                    await self._register()
-                    log.warning("registered again (registration %d)", self.registration)
+                    await self._register(again=True)
+                    log.warning("registered again (registration %d kept)", self.registration)
                     self.store.mark_stale()
                     return
                 except Exception as e:
                     log.error("cannot register again: %s", e)
-                    await asyncio.sleep(1)
+                    await asyncio.sleep(0.25)
 
         self._tasks.append(asyncio.ensure_future(again()))
 
@@ -175,8 +176,11 @@ class ClusterNode:
         if self._closed:
             return
         if snap.controller < 0 and not self._leaving:
-            if await self.store.campaign(self.broker.node_id):
-                log.info("node %d is the controller", self.broker.node_id)
+            try:
+                if await self.store.campaign(self.broker.node_id):
+                    log.info("node %d is the controller", self.broker.node_id)
+            except Exception as e:  # our lease expired (registering again) or etcd went away
+                log.warning("cannot stand for controller: %s", e)
             self.store.mark_stale()
             return
         if snap.controller == self.broker.node_id:

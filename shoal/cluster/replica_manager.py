@@ -168,10 +168,10 @@ class ReplicaManager:
                 if key[0] in snap.topics:
                     self._empty_stray_log(key)  # reassigned away from this broker
         for leader_id, f in list(self.fetchers.items()):
-            info = snap.brokers.get(leader_id)
-            if not f.partitions or info is None or (info.host, info.port) != (f.host, f.port):
-                if f.partitions and info is not None:
-                    continue  # address changed: handled when partitions re-add
+            # A fetcher with partitions stays while its leader is unregistered (partitions
+            # move when a new leader is elected) or at another address (handled when they
+            # re-add): only a fetcher with nothing to fetch goes.
+            if not f.partitions:
                 del self.fetchers[leader_id]
                 asyncio.ensure_future(f.close())
 
