@@ -70,6 +70,8 @@ class BrokerInfo:
     rack: str | None
     registration: int
     shutting_down: bool = False
+    log_dir_offline: bool = False
+    """Its log directory failed (KIP-112): it leads and follows nothing until it recovers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +97,10 @@ class Snapshot:
     """group id -> its config overrides."""
 
     def live(self) -> dict[int, int]:
-        """node id -> registration epoch of every registered broker."""
-        return {b.node_id: b.registration for b in self.brokers.values()}
+        """node id -> registration epoch of every registered broker that can hold replicas
+        (its log directory is online): the brokers the controller elects leaders from and
+        keeps in the ISRs."""
+        return {b.node_id: b.registration for b in self.brokers.values() if not b.log_dir_offline}
 
     def state(self, topic: str, index: int) -> PartitionState | None:
         got = self.partitions.get((topic, index))
@@ -279,8 +283,14 @@ class EtcdStore:
             return
 
     async def set_shutting_down(self) -> None:
-        info = dict(self._node_info, shutting_down=True)
+        await self.update_registration(shutting_down=True)
+
+    async def update_registration(self, **changes: Any) -> None:
+        """Change fields of this broker's registration (kept when it registers again)."""
+        info = dict(self._node_info, **changes)
         await self.client.put(self._node_key, json.dumps(info).encode(), lease=self.lease)
+        self._node_info = info
+        self._stale.set()
 
     async def deregister(self) -> None:
         self._node_key = b""  # leaving: our key vanishing is no trouble
@@ -414,7 +424,8 @@ class EtcdStore:
             elif parts[0] == "brokers" and len(parts) == 2:
                 d = json.loads(kv.value)
                 snap.brokers[int(parts[1])] = BrokerInfo(int(parts[1]), d["host"], int(d["port"]), d.get("rack"),
-                                                         int(d["registration"]), bool(d.get("shutting_down")))
+                                                         int(d["registration"]), bool(d.get("shutting_down")),
+                                                         bool(d.get("log_dir_offline")))
             elif parts[0] == "topics" and len(parts) == 2:
                 d = json.loads(kv.value)
                 snap.topics[parts[1]] = TopicRecord(parts[1], uuid.UUID(d["topic_id"]), int(d["num_partitions"]),

@@ -245,8 +245,9 @@ class ClusterNode:
         state = snap.state(topic, index)
         if state is None:
             return None
+        live = snap.live()
         return PartitionView(state.leader, state.leader_epoch, state.replicas, state.isr,
-                             tuple(r for r in state.replicas if r not in snap.brokers))
+                             tuple(r for r in state.replicas if r not in live))
 
     def coordinator(self) -> BrokerEndpoint | None:
         snap = self.store.snapshot

@@ -79,7 +79,7 @@ class Sender:
 
 
 def _create(bootstrap: str, topic: str, partitions: int = 0, assignment: list[list[int]] | None = None) -> None:
-    new = (NewTopic(topic, replica_assignment=assignment) if assignment
+    new = (NewTopic(topic, len(assignment), replica_assignment=assignment) if assignment
            else NewTopic(topic, partitions, 3))
     admin = admin_client(bootstrap)
     admin.create_topics([new], operation_timeout=15)[topic].result(15)
@@ -189,3 +189,76 @@ def test_an_etcd_pause_past_the_session_timeout_fences_nobody(tmp_path: Path,
             os.kill(c.etcd.proc.pid, signal.SIGCONT)
 
     _store_outage(tmp_path, request, pause)
+
+
+# ---------------------------------------------------------------- a follower's disk fills up
+@contextmanager
+def _small_disk(path: Path, size: str = "32m") -> Iterator[Path]:
+    """A fresh tmpfs mounted at ``path``, unmounted at the end."""
+    if os.geteuid() != 0:
+        pytest.fail("the full-disk test mounts a tmpfs and must run as root (CI runs it as root)")
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def _fill(path: Path) -> None:
+    """Write ``path`` until its file system is full."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        chunk = b"\0" * (1 << 16)
+        while True:
+            try:
+                os.write(fd, chunk)
+            except OSError:
+                if len(chunk) == 1:
+                    return
+                chunk = chunk[: len(chunk) // 16 or 1]
+    finally:
+        os.close(fd)
+
+
+def test_a_follower_with_a_full_disk_leaves_the_isr_and_is_never_elected(tmp_path: Path,
+                                                                         request: pytest.FixtureRequest) -> None:
+    # Kafka's default lag time: without the log directory going offline, the full follower
+    # would stay in the ISR for 30 s (and be electable) while it cannot write anything.
+    overrides = {"min.insync.replicas": "2", "replica.lag.time.max.ms": "30000"}
+    with _small_disk(tmp_path / "broker3") as disk, running_cluster(tmp_path, request, overrides) as c:
+        topic = "full-follower"
+        # broker 3 follows both partitions, and comes before the other follower in preference order
+        _create(c.bootstrap, topic, assignment=[[1, 3, 2], [2, 3, 1]])
+        wait_until("leaders", _full_isr(c.bootstrap, topic), timeout_s=20)
+        sender = Sender(c.bootstrap, topic, 2, "all", **{"enable.idempotence": True}).start()
+        try:
+            sender.wait_progress(200, "records acknowledged")
+            _fill(disk / "filler")
+            wait_until("broker 3 out of every ISR", lambda: (lambda ps: ps and all(
+                3 not in isr for _, _, isr in ps.values()))(partition_states(c.bootstrap, topic)), timeout_s=10)
+            sender.wait_progress(200, "records acknowledged without broker 3")
+            # the leader of partition 0 dies: broker 3 is next in preference, but its directory is offline
+            c.broker_for(1).kill()
+            boot23 = ",".join(c.broker_for(n).bootstrap for n in (2, 3))
+            new = wait_until("a new leader of partition 0", lambda: (lambda ps: ps and ps[0][0] not in (-1, 1)
+                                                                   and ps)(partition_states(boot23, topic)),
+                             timeout_s=20)
+            assert new[0][0] == 2 and new[1][0] == 2, new
+            c.broker_for(1).start()
+            sender.wait_progress(200, "records acknowledged with broker 1 back")
+            # space returns: broker 3 follows again, catches up and rejoins the ISRs
+            (disk / "filler").unlink()
+            wait_until("broker 3 back in the ISRs", _full_isr(c.bootstrap, topic), timeout_s=30)
+            # and can lead again
+            c.broker_for(2).kill()
+            boot13 = ",".join(c.broker_for(n).bootstrap for n in (1, 3))
+            wait_until("new leaders", lambda: (lambda ps: ps and all(p[0] in (1, 3) for p in ps.values()))(
+                partition_states(boot13, topic)), timeout_s=20)
+            sender.wait_progress(200, "records acknowledged without broker 2")
+            c.broker_for(2).start()
+            sender.wait_progress(100, "records acknowledged with broker 2 back")
+        finally:
+            sender.stop()
+        assert not sender.failed, sender.failed[:3]
+        _check(c, topic, 2, [sender], no_duplicates=("all",))
