@@ -262,3 +262,27 @@ def test_a_follower_with_a_full_disk_leaves_the_isr_and_is_never_elected(tmp_pat
             sender.stop()
         assert not sender.failed, sender.failed[:3]
         _check(c, topic, 2, [sender], no_duplicates=("all",))
+
+
+def test_a_leader_with_a_full_disk_hands_its_leadership_to_an_in_sync_replica(
+        tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    with _small_disk(tmp_path / "broker3") as disk, running_cluster(tmp_path, request,
+                                                                      {"min.insync.replicas": "2"}) as c:
+        topic = "full-leader"
+        _create(c.bootstrap, topic, assignment=[[3, 1, 2]])
+        wait_until("leaders", _full_isr(c.bootstrap, topic), timeout_s=20)
+        sender = Sender(c.bootstrap, topic, 1, "all", **{"enable.idempotence": True}).start()
+        try:
+            sender.wait_progress(200, "records acknowledged")
+            _fill(disk / "filler")
+            moved = wait_until("another leader, broker 3 out of the ISR", lambda: (lambda ps: ps and ps[0][0] in (1, 2)
+                               and 3 not in ps[0][2] and ps)(partition_states(c.bootstrap, topic)), timeout_s=10)
+            assert moved[0][0] == 1, moved
+            sender.wait_progress(200, "records acknowledged by the new leader")
+            (disk / "filler").unlink()
+            wait_until("broker 3 back in the ISR", _full_isr(c.bootstrap, topic), timeout_s=30)
+            sender.wait_progress(100, "records acknowledged with broker 3 back")
+        finally:
+            sender.stop()
+        assert not sender.failed, sender.failed[:3]
+        _check(c, topic, 1, [sender], no_duplicates=("all",))
