@@ -31,6 +31,13 @@ that reached the high watermark joins it again. Both are compare-and-swap writes
 that the leader makes only under its current leader epoch: a leader that lost leadership
 (paused, partitioned) cannot change the ISR, so it cannot acknowledge acks=all writes alone.
 
+A failed write to any partition log (``broker.storage_errors`` reports it) takes the log
+directory offline (Kafka's KIP-112, for shoal's one directory): every replica goes
+offline, the fetchers close, ``log_dir_offline`` is set in the broker's registration (the
+controller then drops it from every ISR and elects it nowhere), and a probe write in the
+data directory, retried with a backoff, brings it back: the flag is cleared and the next
+``apply`` follows and leads again.
+
 Concurrency: event loop only; ``apply`` never awaits between reading a snapshot and
 acting on it, except for etcd writes whose outcome is re-read through the next snapshot.
 """
