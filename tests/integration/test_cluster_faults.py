@@ -247,8 +247,12 @@ def test_a_follower_with_a_full_disk_leaves_the_isr_and_is_never_elected(tmp_pat
             assert new[0][0] == 2 and new[1][0] == 2, new
             c.broker_for(1).start()
             sender.wait_progress(200, "records acknowledged with broker 1 back")
-            # space returns: broker 3 follows again, catches up and rejoins the ISRs
+            # the full follower crashes; space returns and it starts again: it follows,
+            # catches up and rejoins the ISRs (a disk that frees up while the broker runs
+            # brings it back too: the full-leader test)
+            c.broker_for(3).kill()
             (disk / "filler").unlink()
+            c.broker_for(3).start()
             wait_until("broker 3 back in the ISRs", _full_isr(c.bootstrap, topic), timeout_s=30)
             # and can lead again
             c.broker_for(2).kill()
