@@ -136,6 +136,7 @@ class EtcdStore:
         """Loop time of this broker's latest failed (or just restored) contact with etcd."""
         self._regrace: asyncio.TimerHandle | None = None
         self._carried: set[int] = set()
+        self._read_failing = self._watch_failing = False
 
     # -- connection ---------------------------------------------------------------------
     async def connect(self) -> None:
@@ -337,7 +338,9 @@ class EtcdStore:
             except Exception as e:
                 if self._closed:
                     return
-                log.warning("etcd watch broke (%s); watching again", e)
+                if not self._watch_failing:  # once per outage, not at every attempt
+                    log.warning("etcd watch broke (%s); watching again", e)
+                    self._watch_failing = True
                 self.note_trouble()
             await asyncio.sleep(0.5)
             self._stale.set()
@@ -348,10 +351,15 @@ class EtcdStore:
             self._stale.clear()
             try:
                 await self.reload()
+                if self._read_failing:
+                    log.warning("reading cluster metadata works again")
+                    self._read_failing = self._watch_failing = False
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                log.warning("reading cluster metadata failed: %s", e)
+                if not self._read_failing:  # once per outage, not at every attempt
+                    log.warning("reading cluster metadata failed: %s; retrying", e)
+                    self._read_failing = True
                 self.note_trouble()
                 await asyncio.sleep(0.2)
                 self._stale.set()
