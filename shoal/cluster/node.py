@@ -27,6 +27,14 @@ completes every reassignment whose target replicas are all in sync (switching th
 set and, if needed, the leader) before its usual leader and ISR decisions. Removed
 replicas empty their local log (``ReplicaManager.apply``).
 
+An outage of etcd fences nobody: the lease is refreshed for as long as etcd knows it; when
+etcd expired it (a pause longer than the session timeout), :meth:`_session_lost`
+registers again under the same registration epoch, and while this broker's contact had
+trouble its copy of the metadata keeps the brokers whose registration lapsed for one
+session timeout (``EtcdStore._carry_lapsed``), so the controller sees them as they were.
+A broker whose log directory is offline (``replica_manager.py``) stays registered with
+``log_dir_offline`` set; ``Snapshot.live()`` leaves it out of every decision.
+
 Stop (SIGTERM, ``controlled.shutdown.enable``): the registration is marked
 ``shutting_down``; the controller moves every leadership that has another in-sync
 replica; the broker waits for that (at most ``shutdown.timeout.ms``), stops its fetchers
