@@ -210,7 +210,8 @@ _DEFS: list[Definition] = [
                dynamic=False),
     Definition("broker.session.timeout.ms", int, 9000, Scope.BROKER,
                "A broker that has not refreshed its etcd lease for this long is dead to the cluster "
-               "(rounded up to whole seconds, etcd's lease unit).", check=_ge(1000), dynamic=False),
+               "(rounded up to whole seconds, etcd's lease unit); after an outage of etcd itself every "
+               "broker gets this long again to register before it is fenced.", check=_ge(1000), dynamic=False),
     Definition("replica.lag.time.max.ms", int, 30_000, Scope.BROKER,
                "A follower that has not caught up with the leader's log end for this long leaves the ISR.",
                check=_ge(1)),

@@ -4,9 +4,13 @@ Keys, under ``/shoal/`` (values are JSON):
 
 * ``cluster_id``: written once, by the first broker (create-if-absent transaction);
 * ``brokers/<node.id>``: a broker's registration ``{host, port, rack, registration,
-  shutting_down}``, attached to its lease: a broker that stops refreshing it disappears
-  within ``broker.session.timeout.ms``. ``registration`` is the lease id, new at every
-  start, so a restart is visible even before the old lease lapses;
+  shutting_down, log_dir_offline}``, attached to its lease: a broker that stops refreshing
+  it disappears within ``broker.session.timeout.ms``. ``registration`` is the lease id of
+  the process's first registration, new at every start, so a restart is visible even
+  before the old lease lapses; a broker whose lease etcd let expire (an outage of etcd
+  longer than the session timeout) registers again under a new lease with the same
+  epoch, and brokers that had trouble reaching etcd keep the lapsed brokers registered
+  for one session timeout (``_carry_lapsed``), so an outage of the store fences nobody;
 * ``controller``: the elected controller's node id, attached to its lease; created only if
   absent (a lease-backed election: whoever creates it leads until its lease goes);
 * ``topics/<name>``: ``{topic_id, num_partitions, configs}``; created only if absent, then
@@ -66,6 +70,8 @@ class BrokerInfo:
     rack: str | None
     registration: int
     shutting_down: bool = False
+    log_dir_offline: bool = False
+    """Its log directory failed (KIP-112): it leads and follows nothing until it recovers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +97,10 @@ class Snapshot:
     """group id -> its config overrides."""
 
     def live(self) -> dict[int, int]:
-        """node id -> registration epoch of every registered broker."""
-        return {b.node_id: b.registration for b in self.brokers.values()}
+        """node id -> registration epoch of every registered broker that can hold replicas
+        (its log directory is online): the brokers the controller elects leaders from and
+        keeps in the ISRs."""
+        return {b.node_id: b.registration for b in self.brokers.values() if not b.log_dir_offline}
 
     def state(self, topic: str, index: int) -> PartitionState | None:
         got = self.partitions.get((topic, index))
@@ -118,6 +126,17 @@ class EtcdStore:
         self._closed = False
         self.loaded = asyncio.Event()
         self._session_lost: Callable[[], None] | None = None
+        self._node_id = -1
+        self._node_key = b""
+        self._node_info: dict[str, Any] = {}
+        self.grace_s = 0.0
+        """How long a broker whose registration lapsed during trouble is still taken as
+        registered (one session timeout)."""
+        self.trouble_at = -math.inf
+        """Loop time of this broker's latest failed (or just restored) contact with etcd."""
+        self._regrace: asyncio.TimerHandle | None = None
+        self._carried: set[int] = set()
+        self._read_failing = self._watch_failing = False
 
     # -- connection ---------------------------------------------------------------------
     async def connect(self) -> None:
@@ -145,6 +164,8 @@ class EtcdStore:
 
     async def close(self) -> None:
         self._closed = True
+        if self._regrace is not None:
+            self._regrace.cancel()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -180,68 +201,100 @@ class EtcdStore:
 
     # -- registration -------------------------------------------------------------------
     async def register(self, node_id: int, host: str, port: int, rack: str | None, session_timeout_ms: int,
-                       on_session_lost: Callable[[], None]) -> int:
-        """Register under a new lease; returns the registration epoch (the lease id).
+                       on_session_lost: Callable[[], None], *, registration: int | None = None) -> int:
+        """Register under a new lease; returns the registration epoch.
 
-        Raises RuntimeError when another live broker already holds ``node_id``.
+        The epoch is the lease id at a process's first registration; ``registration``
+        keeps an earlier one, for a broker that registers again after etcd let its lease
+        expire (the same process, so the same incarnation). Raises RuntimeError when
+        another live broker already holds ``node_id``.
         """
         c = self.client
         ttl = max(1, math.ceil(session_timeout_ms / 1000))
-        self.lease = await c.lease(ttl)
-        self.registration = int(self.lease.id)
+        self.grace_s = ttl
+        lease = await c.lease(ttl)
+        epoch = int(lease.id) if registration is None else registration
         key = _key("brokers", node_id)
-        info = {"host": host, "port": port, "rack": rack, "registration": self.registration,
-                "shutting_down": False}
+        info = dict(self._node_info, registration=epoch) if registration is not None and self._node_info else {
+            "host": host, "port": port, "rack": rack, "registration": epoch, "shutting_down": False}
+        value = json.dumps(info).encode()
         ok, _ = await c.transaction(compare=[c.transactions.create(key) == 0],
-                                    success=[c.transactions.put(key, json.dumps(info).encode(), lease=self.lease)],
-                                    failure=[])
+                                    success=[c.transactions.put(key, value, lease=lease)], failure=[])
+        if not ok and registration is not None:
+            # our own key from before, still there: take it over with the new lease
+            got = await c.get(key)
+            if got is not None and json.loads(got.value).get("registration") == registration:
+                ok, _ = await c.transaction(compare=[c.transactions.mod(key) == got.mod_revision],
+                                            success=[c.transactions.put(key, value, lease=lease)], failure=[])
         if not ok:
-            await self.lease.revoke()
+            await lease.revoke()
             raise RuntimeError(f"node.id {node_id} is registered by another live broker")
+        self.lease = lease
+        self.registration = epoch
+        self._node_id = node_id
         self._node_key = key
         self._node_info = info
         self._session_lost = on_session_lost
-        self._tasks.append(asyncio.ensure_future(self._keep_alive(ttl)))
+        self._tasks.append(asyncio.ensure_future(self._keep_alive(lease, ttl)))
         return self.registration
 
-    async def _keep_alive(self, ttl: int) -> None:
-        """Refresh the lease every ttl/4; the session is lost only once the lease has expired.
+    def note_trouble(self) -> None:
+        """This broker's contact with etcd failed, or just came back: brokers whose
+        registration lapses now are not fenced for the next session timeout."""
+        self.trouble_at = asyncio.get_running_loop().time()
 
-        A failed refresh (etcd slow or briefly unreachable) is retried until ``ttl`` has
-        passed since the last good one; an expired lease (TTL 0) is lost at once.
+    async def _keep_alive(self, lease: Any, ttl: int) -> None:
+        """Refresh the lease every ttl/4 for as long as etcd knows it.
+
+        A refresh that fails (etcd down, paused, unreachable) is retried without end: a
+        broker keeps serving through an outage of the store, and a lease etcd kept (a
+        restart keeps them) simply goes on. Only when etcd answers that the lease is gone
+        (it expired: the outage was longer than the session timeout) is the session lost,
+        and the broker registers again under the same registration epoch.
         """
-        loop = asyncio.get_running_loop()
         interval = max(0.2, ttl / 4)
-        last_ok = loop.time()
-        while not self._closed:
+        failing = False
+        while not self._closed and self.lease is lease:
             await asyncio.sleep(interval)
             try:
-                reply = await asyncio.wait_for(self.lease.refresh(), interval * 2)
+                reply = await asyncio.wait_for(lease.refresh(), interval * 2)
                 if reply is not None and reply.TTL <= 0:
                     raise LookupError("lease expired")
-                last_ok = loop.time()
+                if failing:
+                    log.warning("etcd answers again: the broker lease is still valid")
+                    failing = False
+                    self.note_trouble()
                 continue
             except asyncio.CancelledError:
                 raise
             except LookupError as e:
                 reason: Exception = e
             except Exception as e:
-                if loop.time() - last_ok < ttl:
+                if not failing:
                     log.warning("lease refresh failed (%s); retrying", e)
-                    continue
-                reason = e
+                failing = True
+                self.note_trouble()
+                continue
             if self._closed:
                 return
-            log.error("broker session lost (%s)", reason)
+            self.note_trouble()
+            log.error("broker session lost (%s); registering again", reason)
             if self._session_lost is not None:
                 self._session_lost()
             return
 
     async def set_shutting_down(self) -> None:
-        info = dict(self._node_info, shutting_down=True)
+        await self.update_registration(shutting_down=True)
+
+    async def update_registration(self, **changes: Any) -> None:
+        """Change fields of this broker's registration (kept when it registers again)."""
+        info = dict(self._node_info, **changes)
         await self.client.put(self._node_key, json.dumps(info).encode(), lease=self.lease)
+        self._node_info = info
+        self._stale.set()
 
     async def deregister(self) -> None:
+        self._node_key = b""  # leaving: our key vanishing is no trouble
         if self.lease is not None:
             try:
                 await asyncio.wait_for(self.lease.revoke(), self.timeout_s)
@@ -285,7 +338,10 @@ class EtcdStore:
             except Exception as e:
                 if self._closed:
                     return
-                log.warning("etcd watch broke (%s); watching again", e)
+                if not self._watch_failing:  # once per outage, not at every attempt
+                    log.warning("etcd watch broke (%s); watching again", e)
+                    self._watch_failing = True
+                self.note_trouble()
             await asyncio.sleep(0.5)
             self._stale.set()
 
@@ -295,10 +351,16 @@ class EtcdStore:
             self._stale.clear()
             try:
                 await self.reload()
+                if self._read_failing:
+                    log.warning("reading cluster metadata works again")
+                    self._read_failing = self._watch_failing = False
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                log.warning("reading cluster metadata failed: %s", e)
+                if not self._read_failing:  # once per outage, not at every attempt
+                    log.warning("reading cluster metadata failed: %s; retrying", e)
+                    self._read_failing = True
+                self.note_trouble()
                 await asyncio.sleep(0.2)
                 self._stale.set()
 
@@ -311,6 +373,7 @@ class EtcdStore:
             snap.revision = max((kv.mod_revision for kv in got), default=0)
         if snap.revision < self.snapshot.revision:
             return  # an older read finished late
+        self._carry_lapsed(snap)
         self.snapshot = snap
         self.loaded.set()
         for fn in self._listeners:
@@ -320,6 +383,43 @@ class EtcdStore:
                     await r
             except Exception:
                 log.exception("cluster metadata listener failed")
+
+    def _carry_lapsed(self, snap: Snapshot) -> None:
+        """Keep in ``snap`` the brokers whose registration vanished while this broker had
+        trouble reaching etcd, for one session timeout after the trouble ended.
+
+        When etcd was down or paused for longer than the session timeout, it expires
+        every lease as it comes back, although the brokers kept running and serving: as
+        Kafka's new controller waits a session for the brokers' heartbeats, a broker
+        (and so the controller) keeps every broker it knew as registered, with the same
+        registration epoch, until it had one session timeout of working contact, time for
+        each of them to register again (under the same epoch). One that does not by then
+        is gone. A broker that left on purpose (controlled shutdown) is not kept, and a
+        broker with working contact keeps nobody: a lapsed lease then means a dead broker.
+        """
+        loop = asyncio.get_running_loop()
+        if self._node_key and self._node_id not in snap.brokers and not self._closed:
+            self.note_trouble()  # our own lease expired: etcd lost sight of us
+        until = self.trouble_at + self.grace_s
+        now = loop.time()
+        carried = set()
+        if now < until:
+            for node_id, info in self.snapshot.brokers.items():
+                if node_id not in snap.brokers and not info.shutting_down:
+                    snap.brokers[node_id] = info
+                    carried.add(node_id)
+            if carried and self._regrace is None:
+                def again() -> None:
+                    self._regrace = None
+                    self._stale.set()
+                self._regrace = loop.call_at(until + 0.05, again)
+        for node_id in sorted(carried - self._carried):
+            log.warning("the registration of broker %d lapsed while etcd was unreachable; it stays registered"
+                        " for %.1f s to register again", node_id, until - now)
+        for node_id in sorted(self._carried - carried):
+            if node_id not in snap.brokers:
+                log.warning("broker %d did not register again: it is gone", node_id)
+        self._carried = carried
 
     @staticmethod
     def _parse(snap: Snapshot, kv: Any) -> None:
@@ -332,7 +432,8 @@ class EtcdStore:
             elif parts[0] == "brokers" and len(parts) == 2:
                 d = json.loads(kv.value)
                 snap.brokers[int(parts[1])] = BrokerInfo(int(parts[1]), d["host"], int(d["port"]), d.get("rack"),
-                                                         int(d["registration"]), bool(d.get("shutting_down")))
+                                                         int(d["registration"]), bool(d.get("shutting_down")),
+                                                         bool(d.get("log_dir_offline")))
             elif parts[0] == "topics" and len(parts) == 2:
                 d = json.loads(kv.value)
                 snap.topics[parts[1]] = TopicRecord(parts[1], uuid.UUID(d["topic_id"]), int(d["num_partitions"]),

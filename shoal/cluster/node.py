@@ -27,6 +27,14 @@ completes every reassignment whose target replicas are all in sync (switching th
 set and, if needed, the leader) before its usual leader and ISR decisions. Removed
 replicas empty their local log (``ReplicaManager.apply``).
 
+An outage of etcd fences nobody: the lease is refreshed for as long as etcd knows it; when
+etcd expired it (a pause longer than the session timeout), :meth:`_session_lost`
+registers again under the same registration epoch, and while this broker's contact had
+trouble its copy of the metadata keeps the brokers whose registration lapsed for one
+session timeout (``EtcdStore._carry_lapsed``), so the controller sees them as they were.
+A broker whose log directory is offline (``replica_manager.py``) stays registered with
+``log_dir_offline`` set; ``Snapshot.live()`` leaves it out of every decision.
+
 Stop (SIGTERM, ``controlled.shutdown.enable``): the registration is marked
 ``shutting_down``; the controller moves every leadership that has another in-sync
 replica; the broker waits for that (at most ``shutdown.timeout.ms``), stops its fetchers
@@ -103,7 +111,8 @@ class ClusterNode:
         log.info("node %d joined cluster %s (registration %d)", b.node_id, self.store.snapshot.cluster_id,
                  self.registration)
 
-    async def _register(self) -> None:
+    async def _register(self, *, again: bool = False) -> None:
+        """Register (``again``: under the registration epoch this process already has)."""
         b = self.broker
         rack = self.config["broker.rack"] or None
         deadline = asyncio.get_running_loop().time() + self.config["broker.session.timeout.ms"] / 1000 + 5
@@ -111,7 +120,7 @@ class ClusterNode:
             try:
                 self.registration = await self.store.register(
                     b.node_id, b.advertised_host, b.advertised_port, rack, self.config["broker.session.timeout.ms"],
-                    self._session_lost)
+                    self._session_lost, registration=self.registration if again else None)
                 return
             except RuntimeError:
                 # our previous incarnation's lease has not lapsed yet (a quick restart)
@@ -126,13 +135,13 @@ class ClusterNode:
         async def again() -> None:
             while not self._closed:
                 try:
-                    await self._register()
-                    log.warning("registered again (registration %d)", self.registration)
+                    await self._register(again=True)
+                    log.warning("registered again (registration %d kept)", self.registration)
                     self.store.mark_stale()
                     return
                 except Exception as e:
                     log.error("cannot register again: %s", e)
-                    await asyncio.sleep(1)
+                    await asyncio.sleep(0.25)
 
         self._tasks.append(asyncio.ensure_future(again()))
 
@@ -175,8 +184,11 @@ class ClusterNode:
         if self._closed:
             return
         if snap.controller < 0 and not self._leaving:
-            if await self.store.campaign(self.broker.node_id):
-                log.info("node %d is the controller", self.broker.node_id)
+            try:
+                if await self.store.campaign(self.broker.node_id):
+                    log.info("node %d is the controller", self.broker.node_id)
+            except Exception as e:  # our lease expired (registering again) or etcd went away
+                log.warning("cannot stand for controller: %s", e)
             self.store.mark_stale()
             return
         if snap.controller == self.broker.node_id:
@@ -241,8 +253,9 @@ class ClusterNode:
         state = snap.state(topic, index)
         if state is None:
             return None
+        live = snap.live()
         return PartitionView(state.leader, state.leader_epoch, state.replicas, state.isr,
-                             tuple(r for r in state.replicas if r not in snap.brokers))
+                             tuple(r for r in state.replicas if r not in live))
 
     def coordinator(self) -> BrokerEndpoint | None:
         snap = self.store.snapshot

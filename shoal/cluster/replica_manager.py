@@ -34,6 +34,13 @@ that reached the high watermark joins it again. Both are compare-and-swap writes
 that the leader makes only under its current leader epoch: a leader that lost leadership
 (paused, partitioned) cannot change the ISR, so it cannot acknowledge acks=all writes alone.
 
+A failed write to any partition log (``broker.storage_errors`` reports it) takes the log
+directory offline (Kafka's KIP-112, for shoal's one directory): every replica goes
+offline, the fetchers close, ``log_dir_offline`` is set in the broker's registration (the
+controller then drops it from every ISR and elects it nowhere), and a probe write in the
+data directory, retried with a backoff, brings it back: the flag is cleared and the next
+``apply`` follows and leads again.
+
 Concurrency: event loop only; ``apply`` never awaits between reading a snapshot and
 acting on it, except for etcd writes whose outcome is re-read through the next snapshot.
 """
@@ -42,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import struct
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +67,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("shoal.cluster.replicas")
 
 LEADER, FOLLOWER, OFFLINE = "leader", "follower", "offline"
+PROBE_MIN_S, PROBE_MAX_S = 1.0, 30.0
+"""While the log directory is offline, a probe write every PROBE_MIN_S; after each relapse
+within RELAPSE_S of coming back, twice as long (at most PROBE_MAX_S)."""
+RELAPSE_S = 60.0
+PROBE_FILE = ".log-dir-probe"
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__share_group_state"})
 EPOCH_FILE = "leader-epoch-checkpoint"
 _I64 = struct.Struct(">q")
@@ -114,12 +127,18 @@ class ReplicaManager:
         self.fetchers: dict[int, Fetcher] = {}
         self._task: asyncio.Task[None] | None = None
         self._emptying: set[tuple[str, int]] = set()
+        self.dir_offline: str | None = None
+        """Why the log directory is offline (a write to it failed), or None while it is online."""
+        self._dir_task: asyncio.Task[None] | None = None
+        self._probe_delay_s = PROBE_MIN_S
+        self._online_since = -1.0
+        node.broker.storage_errors.listeners.append(self._storage_error)
 
     # -- lookups used by the handlers --------------------------------------------------------
     def leader_replica(self, topic: str, index: int) -> Replica:
         """The partition's replica if this broker leads it; else ApiError(NOT_LEADER_OR_FOLLOWER)."""
         r = self.replicas.get((topic, index))
-        if r is None or r.role != LEADER:
+        if r is None or r.role != LEADER or self.dir_offline is not None:
             raise ApiError(ErrorCode.not_leader_or_follower, f"broker {self.node_id} does not lead {topic}-{index}")
         return r
 
@@ -143,7 +162,7 @@ class ReplicaManager:
             if key[0] not in snap.topics:
                 continue
             if me not in state.replicas:
-                if key not in self.replicas:
+                if key not in self.replicas and self.dir_offline is None:
                     self._empty_stray_log(key)
                 continue
             try:
@@ -155,7 +174,9 @@ class ReplicaManager:
             if r is None or r.plog is not plog:
                 r = self.replicas[key] = Replica(key[0], key[1], plog)
             r.state, r.mod_revision = state, rev
-            if state.leader == me and state.leader_registration == reg and reg != 0:
+            if self.dir_offline is not None:
+                self._go_offline(r)
+            elif state.leader == me and state.leader_registration == reg and reg != 0:
                 if r.role != LEADER or r.leader_epoch != state.leader_epoch:
                     self._become_leader(r, state, now)
                 else:
@@ -168,13 +189,13 @@ class ReplicaManager:
         for key in list(self.replicas):
             if key not in seen:
                 self._go_offline(self.replicas.pop(key))
-                if key[0] in snap.topics:
+                if key[0] in snap.topics and self.dir_offline is None:
                     self._empty_stray_log(key)  # reassigned away from this broker
         for leader_id, f in list(self.fetchers.items()):
-            info = snap.brokers.get(leader_id)
-            if not f.partitions or info is None or (info.host, info.port) != (f.host, f.port):
-                if f.partitions and info is not None:
-                    continue  # address changed: handled when partitions re-add
+            # A fetcher with partitions stays while its leader is unregistered (partitions
+            # move when a new leader is elected) or at another address (handled when they
+            # re-add): only a fetcher with nothing to fetch goes.
+            if not f.partitions:
                 del self.fetchers[leader_id]
                 asyncio.ensure_future(f.close())
 
@@ -347,7 +368,7 @@ class ReplicaManager:
         far as its own high watermark.
         """
         r = self.replicas.get(key)
-        if r is None or r.role != FOLLOWER:
+        if r is None or r.role != FOLLOWER or self.dir_offline is not None:
             return None
         plog = r.plog
         r.leader_hw = leader_hw
@@ -363,8 +384,12 @@ class ReplicaManager:
             try:
                 epochs = plog.append_as_follower(records, self.broker.clock.now_ms())
             except ApiError as e:
-                log.warning("follower append to %s-%d failed: %s", key[0], key[1], e)
+                if e.error_code == ErrorCode.kafka_storage_error:
+                    self.broker.storage_errors.failed(key, e.message)  # the log directory goes offline
+                else:
+                    log.warning("follower append to %s-%d failed: %s", key[0], key[1], e)
                 return None
+            self.broker.storage_errors.ok(key)
             changed = False
             for epoch, base in epochs:
                 changed |= r.epochs.follow(epoch, base)
@@ -436,7 +461,7 @@ class ReplicaManager:
         r.follower_leo[follower] = fetch_offset
         if state is None:
             return ErrorCode.none
-        if follower not in state.isr:
+        if follower not in state.isr and follower in self.node.store.snapshot.live():
             start = r.epochs.entries[-1][1] if r.epochs.entries else 0
             if fetch_offset >= r.plog.high_watermark and fetch_offset >= start:
                 self._write_isr(r, expand_isr(state, self.node_id, r.leader_epoch, follower))
@@ -517,6 +542,98 @@ class ReplicaManager:
 
         asyncio.ensure_future(write())
 
+    # -- a failed log directory (KIP-112) -----------------------------------------------------
+    def _storage_error(self, what: Any, cause: str) -> None:
+        """``broker.storage_errors`` reports a failed write: one to a partition log takes the
+        log directory offline."""
+        if isinstance(what, tuple) and len(what) == 2 and isinstance(what[1], int) and self.dir_offline is None:
+            self.log_dir_failed(f"a write to {what[0]}-{what[1]} failed: {cause}")
+
+    def log_dir_failed(self, reason: str) -> None:
+        """Take the log directory offline, as Kafka does at the first storage error in one:
+        stop leading and following every partition (at once: no more appends, no more
+        fetches; the roles change on the next loop iteration, outside the failing call),
+        tell the controller through the registration (``log_dir_offline``: it leaves every
+        ISR and is elected nowhere), then probe the directory until writes succeed again."""
+        if self.dir_offline is not None:
+            return
+        self.dir_offline = reason
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._online_since < RELAPSE_S and self._online_since >= 0:
+            self._probe_delay_s = min(PROBE_MAX_S, self._probe_delay_s * 2)
+        else:
+            self._probe_delay_s = PROBE_MIN_S
+        log.error("log directory %s is offline (%s): this broker leads and follows none of its partitions until"
+                  " writes to it succeed again", self.broker.data_dir, reason)
+        loop.call_soon(self._stop_replicas)
+        if self._dir_task is None:
+            self._dir_task = asyncio.ensure_future(self._offline_dir())
+
+    def _stop_replicas(self) -> None:
+        if self.dir_offline is None:
+            return
+        for r in self.replicas.values():
+            self._go_offline(r)
+        for f in self.fetchers.values():
+            asyncio.ensure_future(f.close())
+        self.fetchers.clear()
+
+    async def _offline_dir(self) -> None:
+        """Tell the controller, probe until the directory takes writes, tell the controller again."""
+        try:
+            await self._set_offline_flag(True)
+            while True:
+                await asyncio.sleep(self._probe_delay_s)
+                failed = [f"{k[0]}-{k[1]}" for k, r in self.replicas.items() if r.plog.offline is not None]
+                if failed:
+                    # memory ahead of the disk after a failed fsync: only a restart recovers
+                    if self._probe_delay_s < PROBE_MAX_S:
+                        log.error("log directory stays offline until a restart: an fsync of %s failed",
+                                  ", ".join(failed[:5]))
+                        self._probe_delay_s = PROBE_MAX_S
+                    continue
+                error = await asyncio.to_thread(self._probe, self.broker.data_dir,
+                                                int(self.config["replica.fetch.max.bytes"]))
+                if error is None:
+                    break
+                log.debug("log directory probe failed: %s", error)
+            await self._set_offline_flag(False)
+            self.dir_offline = None
+            self._online_since = asyncio.get_running_loop().time()
+            log.warning("log directory %s takes writes again: following and leading its partitions again",
+                        self.broker.data_dir)
+            self.node.store.mark_stale()  # apply the current metadata: follow (and catch up), lead
+        finally:
+            self._dir_task = None
+
+    async def _set_offline_flag(self, offline: bool) -> None:
+        while True:
+            try:
+                await self.node.store.update_registration(log_dir_offline=offline)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("cannot mark the log directory %s in etcd (%s); retrying",
+                            "offline" if offline else "online", e)
+                await asyncio.sleep(0.5)
+
+    @staticmethod
+    def _probe(data_dir: Any, size: int) -> str | None:
+        """Write ``size`` bytes to a file in the directory, fsync and delete it; None if it worked."""
+        path = data_dir / PROBE_FILE
+        try:
+            try:
+                with open(path, "wb") as f:
+                    f.write(b"\0" * max(size, 4096))
+                    f.flush()
+                    os.fsync(f.fileno())
+            finally:
+                path.unlink(missing_ok=True)
+        except OSError as e:
+            return str(e)
+        return None
+
     # -- periodic ISR shrink ------------------------------------------------------------------
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._shrink_loop())
@@ -549,6 +666,8 @@ class ReplicaManager:
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
+        if self._dir_task is not None:
+            self._dir_task.cancel()
         for r in self.replicas.values():
             r.fail_waiters(ErrorCode.not_leader_or_follower)
         for f in list(self.fetchers.values()):

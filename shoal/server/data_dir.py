@@ -26,7 +26,7 @@ import errno
 import fcntl
 import logging
 import os
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 
 __all__ = ["DataDirLock", "DataDirInUse", "StorageErrors", "LOCK_FILE"]
@@ -109,6 +109,9 @@ class StorageErrors:
 
     def __init__(self) -> None:
         self._failing: dict[Hashable, tuple[str, str]] = {}
+        self.listeners: list[Callable[[Hashable, str], None]] = []
+        """Called with (writer, cause) at every failure (cluster mode: a failed partition
+        write takes the log directory offline)."""
 
     def failed(self, what: Hashable, cause: object, label: str | None = None) -> None:
         """Report a failed write of ``what``; logs only the first of a run of failures.
@@ -120,6 +123,8 @@ class StorageErrors:
             name = label or _label(what)
             self._failing[what] = (str(cause), name)
             log.error("%s: write failed: %s (not logged again until it writes again)", name, cause)
+        for listener in self.listeners:
+            listener(what, str(cause))
 
     def ok(self, what: Hashable) -> None:
         """Report a successful write of ``what``; logs if it was failing."""

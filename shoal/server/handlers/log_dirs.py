@@ -6,7 +6,9 @@ cluster mode the partitions it is a replica of (every broker keeps an empty log 
 others, which is not listed) and the topics only it has (``__share_group_state``).
 Per partition: the size of its segments, and the offset lag: 0 on a leader, on a
 follower the leader's high watermark (from its last Fetch answer) minus its log end
-offset. ``total_bytes``/``usable_bytes`` are the volume's size and free space.
+offset. ``total_bytes``/``usable_bytes`` are the volume's size and free space. In
+cluster mode a log directory taken offline by a failed write is answered with
+KAFKA_STORAGE_ERROR and no partitions.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ def handle_describe_log_dirs(ctx: Any, request: Any) -> Any:
     data_dir = broker.store.data_dir.resolve()
     fields: dict[str, Any] = dict(error_code=ErrorCode.none, log_dir=str(data_dir),
                                   topics=tuple(make(tcls, name=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
+    if broker.replicas is not None and broker.replicas.dir_offline is not None:
+        # an offline log directory (a write failed): named with the error and no partitions, as Kafka does
+        fields.update(error_code=ErrorCode.kafka_storage_error, topics=())
     if has_field(rcls, "total_bytes"):
         usage = shutil.disk_usage(data_dir)
         fields.update(total_bytes=usage.total, usable_bytes=usage.free)
