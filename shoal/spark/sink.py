@@ -36,7 +36,9 @@ def _b(v: Any) -> bytes | None:
         return None
     if isinstance(v, str):
         return v.encode()
-    return bytes(v)
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v)
+    raise TypeError(f"expected string or binary, got {type(v).__name__}")
 
 
 def _rows(iterator: Iterator[Any]) -> Iterator[dict[str, Any]]:
@@ -103,8 +105,9 @@ except ImportError:  # pragma: no cover
 
 
 class ShoalWriter(_BatchBase):  # type: ignore[misc,valid-type]
-    def __init__(self, opts: Options, schema: Any) -> None:
+    def __init__(self, opts: Options, schema: Any, overwrite: bool = False) -> None:
         self.opts = opts
+        _check_mode(overwrite)
         _check_schema(opts, schema)
 
     def write(self, iterator: Iterator[Any]) -> WriteReport:
@@ -118,6 +121,8 @@ class ShoalWriter(_BatchBase):  # type: ignore[misc,valid-type]
 
 
 class ShoalStreamWriter(_StreamBase):  # type: ignore[misc,valid-type]
+    """The streaming sink; Complete output mode writes every row (as Spark's Kafka sink: a topic is never truncated)."""
+
     def __init__(self, opts: Options, schema: Any) -> None:
         self.opts = opts
         _check_schema(opts, schema)
@@ -133,8 +138,33 @@ class ShoalStreamWriter(_StreamBase):  # type: ignore[misc,valid-type]
 
 
 def _check_schema(opts: Options, schema: Any) -> None:
-    names = set(schema.names)
-    if "value" not in names:
+    """Refuse the columns Spark's Kafka sink refuses, before any task runs."""
+    from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
+
+    types = {f.name: f.dataType for f in schema.fields}
+    if "value" not in types:
         raise ValueError("the sink needs a value column (string or binary)")
-    if opts.topic is None and "topic" not in names:
-        raise ValueError("the sink needs the option topic or a topic column")
+    for column in ("key", "value"):
+        if column in types and not isinstance(types[column], (StringType, BinaryType)):
+            raise ValueError(f"{column} column type must be string or binary, not {types[column].simpleString()}")
+    if opts.topic is None:
+        if "topic" not in types:
+            raise ValueError("the sink needs the option topic or a topic column")
+        if not isinstance(types["topic"], StringType):
+            raise ValueError(f"topic column type must be string, not {types['topic'].simpleString()}")
+    if "partition" in types and not isinstance(types["partition"], IntegerType):
+        raise ValueError(f"partition column type must be int, not {types['partition'].simpleString()}")
+    if "headers" in types:
+        h = types["headers"]
+        ok = (isinstance(h, ArrayType) and isinstance(h.elementType, StructType)
+              and [f.name for f in h.elementType.fields] == ["key", "value"]
+              and isinstance(h.elementType["key"].dataType, StringType)
+              and isinstance(h.elementType["value"].dataType, BinaryType))
+        if not ok:
+            raise ValueError(f"headers column type must be array<struct<key:string,value:binary>>, "
+                             f"not {h.simpleString()}")
+
+
+def _check_mode(overwrite: bool) -> None:
+    if overwrite:
+        raise ValueError("save mode overwrite is not allowed for a topic (records cannot be replaced): use append")

@@ -72,6 +72,18 @@ class RangePartition(InputPartition):
         self.range = r
 
 
+def _read_partition(opts: Options, partition: InputPartition, schema: Any) -> Iterator[Any]:
+    """The records of one task; nothing for the placeholder task Spark runs when a read has none.
+
+    pyspark replaces an empty list of input partitions by one ``InputPartition(None)``
+    (a range read where every partition is empty, e.g. ``startingOffsets=latest``).
+    """
+    r = getattr(partition, "range", None)
+    if r is None:
+        return
+    yield from read_range(opts, r, arrow_schema_of(schema))
+
+
 class ShoalDataSource(DataSource):
     """``spark.read.format("shoal")`` / ``readStream`` / ``write`` / ``writeStream``."""
 
@@ -101,7 +113,7 @@ class ShoalDataSource(DataSource):
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
         from .sink import ShoalWriter
 
-        return ShoalWriter(parse_options(self.options), schema)
+        return ShoalWriter(parse_options(self.options), schema, overwrite)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
         from .sink import ShoalStreamWriter
@@ -157,7 +169,7 @@ class ShoalBatchReader(DataSourceReader):
         return [RangePartition(r) for r in parts]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        yield from read_range(self.opts, partition.range, arrow_schema_of(self.schema))
+        yield from _read_partition(self.opts, partition, self.schema)
 
 
 class ShoalFilteringBatchReader(ShoalBatchReader):
@@ -293,7 +305,7 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [RangePartition(r) for r in split_range(ranges, self.opts.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        yield from read_range(self.opts, partition.range, arrow_schema_of(self.schema))
+        yield from _read_partition(self.opts, partition, self.schema)
 
     def commit(self, end: dict) -> None:
         pass

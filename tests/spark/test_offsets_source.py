@@ -184,3 +184,35 @@ def test_sink_batch_and_streaming(spark, spark_broker, topic_name, tmp_path: Pat
     copied = records_of(bs, dst, 1, 500)
     assert sorted((r.key, r.value, tuple(r.headers)) for r in copied) == \
         sorted((b"k%d" % i, b"v%d" % i, (("h", b"%d" % i),)) for i in range(500))
+
+
+def test_empty_ranges_read_as_empty(spark, spark_broker, topic_name, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    bs = spark_broker.bootstrap
+    create_topic(bs, topic_name, partitions=2)
+    # an idle topic, and a topic with records read from latest: no partition has anything to read
+    assert _reader(spark, bs, topic_name).count() == 0
+    _fill(bs, topic_name, 10, partitions=2)
+    assert _reader(spark, bs, topic_name, startingOffsets="latest").count() == 0
+    assert _reader(spark, bs, topic_name).count() == 10
+
+
+def test_sink_refuses_what_spark_kafka_sink_refuses(spark, spark_broker, topic_name) -> None:  # type: ignore[no-untyped-def]
+    bs = spark_broker.bootstrap
+    create_topic(bs, topic_name, partitions=1)
+
+    def write(df, mode: str = "append") -> None:  # type: ignore[no-untyped-def]
+        df.write.mode(mode).format("shoal").option("kafka.bootstrap.servers", bs).option("topic", topic_name).save()
+
+    for schema, rows, message in [
+        ("value int", [(7,)], "value column type must be string or binary"),
+        ("key long, value string", [(1, "a")], "key column type must be string or binary"),
+        ("value string, partition string", [("a", "0")], "partition column type must be int"),
+        ("key string", [("a",)], "needs a value column"),
+    ]:
+        with pytest.raises(Exception, match=message):
+            write(spark.createDataFrame(rows, schema))
+    with pytest.raises(Exception, match="overwrite is not allowed"):
+        write(spark.createDataFrame([("a",)], "value string"), mode="overwrite")
+    write(spark.createDataFrame([("ok",)], "value string"))
+    # nothing refused reached the topic
+    assert [r.value for r in records_of(bs, topic_name, 1, 1)] == [b"ok"]
