@@ -41,51 +41,61 @@ def _b(v: Any) -> bytes | None:
     raise TypeError(f"expected string or binary, got {type(v).__name__}")
 
 
-def _rows(iterator: Iterator[Any]) -> Iterator[dict[str, Any]]:
-    """Rows as dicts, from Spark Rows or pyarrow RecordBatches."""
+def _columns(iterator: Iterator[Any]) -> Iterator[dict[str, list[Any]]]:
+    """Column lists per batch, from pyarrow RecordBatches (the Arrow writers) or Spark Rows."""
+    rows: list[dict[str, Any]] = []
     for item in iterator:
-        if hasattr(item, "to_pylist") and hasattr(item, "schema"):
-            yield from item.to_pylist()
+        if hasattr(item, "to_pydict") and hasattr(item, "schema"):
+            yield item.to_pydict()
         else:
-            yield item.asDict(recursive=True)
+            rows.append(item.asDict(recursive=True))
+            if len(rows) >= 8192:
+                yield {k: [r.get(k) for r in rows] for k in rows[0]}
+                rows = []
+    if rows:
+        yield {k: [r.get(k) for r in rows] for k in rows[0]}
 
 
 def write_rows(opts: Options, iterator: Iterator[Any]) -> WriteReport:
+    """Produce every row; only failed deliveries call back (``delivery.report.only.error``)."""
     from confluent_kafka import KafkaException, Producer
 
-    producer = Producer(producer_conf(opts))
     errors: list[Any] = []
 
     def on_delivery(err: Any, _msg: Any) -> None:
         if err is not None:
             errors.append(err)
 
+    producer = Producer({**producer_conf(opts), "delivery.report.only.error": True, "on_delivery": on_delivery})
+    produce, poll = producer.produce, producer.poll
     n = size = 0
-    for row in _rows(iterator):
-        topic = opts.topic or row.get("topic")
-        if not topic:
-            raise ValueError("no topic: give the option topic or a topic column")
-        value = _b(row.get("value"))
-        key = _b(row.get("key"))
-        kw: dict[str, Any] = {"value": value, "key": key, "on_delivery": on_delivery}
-        part = row.get("partition")
-        if part is not None:
-            kw["partition"] = int(part)
-        hdrs = row.get("headers")
-        if hdrs:
-            kw["headers"] = [(h["key"], _b(h["value"])) for h in hdrs]
-        while True:
-            try:
-                producer.produce(topic, **kw)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        n += 1
-        size += len(value or b"") + len(key or b"")
+    for cols in _columns(iterator):
+        count = len(cols.get("value", ()))
+        values = [_b(v) for v in cols["value"]]
+        keys = [_b(k) for k in cols["key"]] if "key" in cols else [None] * count
+        topics = [opts.topic] * count if opts.topic else cols.get("topic") or [None] * count
+        parts = cols.get("partition")
+        hdrs = cols.get("headers")
+        for i in range(count):
+            topic = topics[i]
+            if not topic:
+                raise ValueError("no topic: give the option topic or a topic column")
+            kw: dict[str, Any] = {}
+            if parts is not None and parts[i] is not None:
+                kw["partition"] = int(parts[i])
+            if hdrs is not None and hdrs[i]:
+                kw["headers"] = [(h["key"], _b(h["value"])) for h in hdrs[i]]
+            while True:
+                try:
+                    produce(topic, values[i], keys[i], **kw)
+                    break
+                except BufferError:
+                    poll(0.05)
+            size += len(values[i] or b"") + len(keys[i] or b"")
+        n += count
+        poll(0)
         if errors:
             raise KafkaException(errors[0])
-        if n % 10_000 == 0:
-            producer.poll(0)
     left = producer.flush(FLUSH_TIMEOUT_S)
     if errors:
         raise KafkaException(errors[0])
