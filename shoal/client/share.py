@@ -16,7 +16,7 @@ records acquired in it; opening a new session (epoch 0) for a member that has on
 replaces it, releasing its records.
 
 Acknowledge types (ShareAcknowledge ``acknowledge_types``): 0 gap, 1 accept, 2 release,
-3 reject.
+3 reject, 4 renew (version 2: the records stay acquired and their lock starts again).
 """
 
 from __future__ import annotations
@@ -33,17 +33,18 @@ from ..protocol.entities import make, sub
 from .connection import Connection, KafkaProtocolError
 
 __all__ = [
-    "ACCEPT", "RELEASE", "REJECT", "GAP",
-    "TopicInfo", "topic_metadata", "ShareMembership", "ShareSession", "AcquiredRecord", "FetchResult",
-    "next_epoch", "coalesce",
+    "ACCEPT", "RELEASE", "REJECT", "GAP", "RENEW",
+    "TopicInfo", "topic_metadata", "share_group_lag", "ShareMembership", "ShareSession", "AcquiredRecord",
+    "FetchResult", "next_epoch", "coalesce",
 ]
 
 METADATA = 3
 SHARE_GROUP_HEARTBEAT = 76
 SHARE_FETCH = 78
 SHARE_ACKNOWLEDGE = 79
+DESCRIBE_SHARE_GROUP_OFFSETS = 90
 
-GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3
+GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
 _MAX_EPOCH = (1 << 31) - 1
 
 
@@ -69,6 +70,34 @@ def topic_metadata(conn: Connection, topics: Iterable[str] | None) -> dict[str, 
         if t.error_code != ErrorCode.none or t.name is None:
             continue
         out[t.name] = TopicInfo(t.name, t.topic_id, len(t.partitions))
+    return out
+
+
+def share_group_lag(conn: Connection, group_id: str, topics: Mapping[str, int]
+                    ) -> dict[tuple[str, int], int] | None:
+    """(topic, partition) -> records the group has not yet delivered completely (its lag).
+
+    DescribeShareGroupOffsets v1 sent on ``conn``, which must reach the group's coordinator.
+    ``topics``: name -> partition count. A partition with no state yet, or whose lag the
+    broker does not know, is -1. None when the broker cannot answer (no v1, an error).
+    """
+    try:
+        v = conn.version_for(DESCRIBE_SHARE_GROUP_OFFSETS, 1, 1)
+    except KafkaProtocolError:
+        return None
+    req_type = conn.request_type(DESCRIBE_SHARE_GROUP_OFFSETS, v)
+    gcls, tcls = sub(req_type, "DescribeShareGroupOffsetsRequestGroup"), sub(req_type,
+                                                                             "DescribeShareGroupOffsetsRequestTopic")
+    wanted = tuple(make(tcls, topic_name=t, partitions=tuple(range(n))) for t, n in sorted(topics.items()))
+    resp = conn.send(make(req_type, groups=(make(gcls, group_id=group_id, topics=wanted),)))
+    out: dict[tuple[str, int], int] = {}
+    for g in resp.groups:
+        if g.error_code != ErrorCode.none:
+            return None
+        for t in g.topics:
+            for p in t.partitions:
+                ok = p.error_code == ErrorCode.none and p.start_offset >= 0
+                out[(t.topic_name, int(p.partition_index))] = int(p.lag) if ok else -1
     return out
 
 
@@ -233,8 +262,13 @@ class ShareSession:
             by_topic.setdefault(tid, []).append(make(part_cls, partition_index=p,
                                                      acknowledgement_batches=_ack_batches(ack_cls, ranges)))
         topics = tuple(make(topic_cls, topic_id=tid, partitions=tuple(ps)) for tid, ps in by_topic.items())
+        fields: dict[str, Any] = {}
+        if v >= 2:
+            fields["is_renew_ack"] = any(t == RENEW for ranges in acknowledgements.values() for *_, t in ranges)
+        elif any(t == RENEW for ranges in acknowledgements.values() for *_, t in ranges):
+            raise KafkaProtocolError(ErrorCode.unsupported_version, "renewing locks needs ShareAcknowledge v2")
         resp = self.conn.send(make(req_type, group_id=self.group_id, member_id=self.member_id,
-                                   share_session_epoch=self.epoch, topics=topics))
+                                   share_session_epoch=self.epoch, topics=topics, **fields))
         if resp.error_code != ErrorCode.none:
             raise KafkaProtocolError(resp.error_code, resp.error_message or "ShareAcknowledge")
         self.epoch = next_epoch(self.epoch)

@@ -22,6 +22,10 @@ __all__ = ["register", "release", "reject"]
 def register(spark: Any) -> None:
     """Register the data source name ``shoal`` in ``spark`` and enable Python filter pushdown.
 
+    It also adds a streaming query listener that tells the share-group source which
+    micro-batches Spark committed, so that a stopped query acknowledges its last batch
+    instead of handing its records back (without it, a clean stop redelivers that batch).
+
     Spark starts its Python workers with ``PYSPARK_PYTHON``, or ``python3`` from the PATH
     when that is unset, which is usually an interpreter without shoal (and pyarrow). When
     neither ``PYSPARK_PYTHON`` nor ``spark.pyspark.python`` is set, the workers are made to
@@ -32,6 +36,7 @@ def register(spark: Any) -> None:
 
     _use_this_python(spark)
     spark.dataSource.register(ShoalDataSource)
+    _listen_for_commits(spark)
     try:
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     except Exception:  # pragma: no cover - Spark versions without the setting
@@ -54,6 +59,23 @@ def reject(rows: Any, *, state_dir: str, share_group: str) -> int:
     from .share import note_dispositions
 
     return note_dispositions(rows, state_dir=state_dir, share_group=share_group, kind="reject")
+
+
+_LISTENING: set[int] = set()
+
+
+def _listen_for_commits(spark: Any) -> None:
+    """Add (once per session) the listener that passes committed share-source offsets on."""
+    key = id(spark)
+    if key in _LISTENING:
+        return
+    from .listener import CommitListener
+
+    try:
+        spark.streams.addListener(CommitListener())
+    except Exception:  # pragma: no cover - a session that takes no Python listener (Spark Connect)
+        return
+    _LISTENING.add(key)
 
 
 def _use_this_python(spark: Any) -> None:

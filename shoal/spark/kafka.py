@@ -73,29 +73,67 @@ def watermarks(c: Any, tps: Sequence[TopicPartition_]) -> dict[TopicPartition_, 
             for t, p in tps}
 
 
-def _for_times(c: Any, tps: Sequence[TopicPartition_], ts_ms: int, marks: Mapping[TopicPartition_, tuple[int, int]]
-               ) -> dict[TopicPartition_, int]:
+def _for_times(c: Any, wanted: Mapping[TopicPartition_, int], marks: Mapping[TopicPartition_, tuple[int, int]],
+               strategy: str) -> dict[TopicPartition_, int]:
+    """The first offset at or after each partition's timestamp (ListOffsets by time).
+
+    Where no record is that recent: the high watermark with ``strategy`` "latest", an
+    error with "error" (Spark's startingOffsetsByTimestampStrategy).
+    """
     from confluent_kafka import TopicPartition
 
-    if not tps:
+    if not wanted:
         return {}
-    found = c.offsets_for_times([TopicPartition(t, p, ts_ms) for t, p in tps], timeout=METADATA_TIMEOUT_S)
+    found = c.offsets_for_times([TopicPartition(t, p, ts) for (t, p), ts in wanted.items()],
+                                timeout=METADATA_TIMEOUT_S)
     out = {}
     for tp in found:
-        # -1: no record at or after the timestamp; the range ends at the high watermark
-        out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else marks[(tp.topic, tp.partition)][1]
+        key = (tp.topic, tp.partition)
+        if tp.offset >= 0:
+            out[key] = tp.offset
+        elif strategy == "latest":
+            out[key] = marks[key][1]
+        else:
+            raise ValueError(f"no record of {tp.topic}-{tp.partition} at or after timestamp {wanted[key]}; "
+                             f"set startingOffsetsByTimestampStrategy=latest to start at the latest offset")
     return out
 
 
-def resolve_offsets(c: Any, tps: Sequence[TopicPartition_], spec: Any, ts_ms: int | None, default: str,
-                    marks: Mapping[TopicPartition_, tuple[int, int]] | None = None) -> dict[TopicPartition_, int]:
-    """Concrete offsets for ``spec`` ("earliest", "latest", JSON dict with -2/-1) or a timestamp.
+def _check_complete(spec: Mapping[str, Mapping[int, Any]], tps: Sequence[TopicPartition_], name: str) -> None:
+    """Spark's rule: specific offsets (or timestamps) name every partition of their topics, and only those."""
+    given = {(t, p) for t, parts in spec.items() for p in parts}
+    topics = set(spec)
+    actual = {tp for tp in tps if tp[0] in topics}
+    missing, unknown = sorted(actual - given), sorted(given - set(tps))
+    if missing or unknown or not topics <= {t for t, _ in tps}:
+        detail = "; ".join(x for x in (
+            f"missing {', '.join(f'{t}-{p}' for t, p in missing)}" if missing else "",
+            f"unknown {', '.join(f'{t}-{p}' for t, p in unknown)}" if unknown else "") if x)
+        raise ValueError(f"{name} must give every partition of its topics ({detail}); "
+                         "use -2 for earliest and -1 for latest")
 
-    A timestamp wins over ``spec``. A partition missing from a JSON spec gets ``default``.
+
+def resolve_offsets(c: Any, tps: Sequence[TopicPartition_], spec: Any, ts_ms: int | None, default: str,
+                    marks: Mapping[TopicPartition_, tuple[int, int]] | None = None, *,
+                    by_timestamp: Mapping[str, Mapping[int, int]] | None = None, strategy: str = "latest",
+                    name: str = "offsets", check_past_end: bool = False) -> dict[TopicPartition_, int]:
+    """Concrete offsets for ``spec`` ("earliest", "latest", JSON dict with -2/-1) or timestamps.
+
+    A timestamp for all partitions (``ts_ms``) wins over per-partition timestamps
+    (``by_timestamp``), which win over ``spec``. A JSON spec, like ``by_timestamp``, must
+    name every partition of the topics it names. ``check_past_end``: a specific offset past
+    a partition's latest offset is an error (batch queries).
     """
     marks = dict(marks) if marks is not None else watermarks(c, tps)
     if ts_ms is not None:
-        return _for_times(c, tps, ts_ms, marks)
+        return _for_times(c, {tp: ts_ms for tp in tps}, marks, strategy)
+    if by_timestamp is not None:
+        _check_complete(by_timestamp, tps, name + "ByTimestamp")
+        return _for_times(c, {tp: by_timestamp[tp[0]][tp[1]] for tp in tps if tp[0] in by_timestamp}, marks,
+                          strategy) | {tp: marks[tp][0 if default == "earliest" else 1]
+                                       for tp in tps if tp[0] not in by_timestamp}
+    if isinstance(spec, dict):
+        _check_complete(spec, tps, name)
     out = {}
     for tp in tps:
         lo, hi = marks[tp]
@@ -110,6 +148,8 @@ def resolve_offsets(c: Any, tps: Sequence[TopicPartition_], spec: Any, ts_ms: in
             out[tp] = hi
         else:
             out[tp] = int(want)
+            if check_past_end and out[tp] > hi:
+                raise ValueError(f"{name}: offset {out[tp]} of {tp[0]}-{tp[1]} is past its latest offset {hi}")
     return out
 
 

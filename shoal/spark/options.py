@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "Options", "parse_options", "schema_ddl", "split_range", "OffsetRange", "to_arrow_batch",
-    "EARLIEST", "LATEST",
+    "Options", "parse_options", "check_batch_options", "check_stream_options", "schema_ddl", "split_range",
+    "OffsetRange", "to_arrow_batch", "EARLIEST", "LATEST", "FORBIDDEN_KAFKA_OPTIONS",
 ]
 
 EARLIEST = -2
@@ -41,7 +41,12 @@ class Options:
     ending_offsets: Any = None
     starting_timestamp: int | None = None
     ending_timestamp: int | None = None
+    starting_offsets_by_timestamp: dict[str, dict[int, int]] | None = None
+    ending_offsets_by_timestamp: dict[str, dict[int, int]] | None = None
+    starting_timestamp_strategy: str = "error"  # no offset at or after the timestamp: "error" | "latest"
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60_000
     min_partitions: int | None = None
     include_headers: bool = False
     fail_on_data_loss: bool = True
@@ -68,6 +73,41 @@ def _offsets(v: str | None) -> Any:
     return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in data.items()}
 
 
+# Kafka client settings Spark's Kafka connector refuses, with what to use instead.
+FORBIDDEN_KAFKA_OPTIONS = {
+    "auto.offset.reset": "set the source option startingOffsets instead",
+    "key.deserializer": "keys are always read as bytes: cast or convert the key column",
+    "value.deserializer": "values are always read as bytes: cast or convert the value column",
+    "key.serializer": "keys are always written as bytes: cast the key column to string or binary",
+    "value.serializer": "values are always written as bytes: cast the value column to string or binary",
+    "enable.auto.commit": "the source commits no offsets to Kafka",
+    "interceptor.classes": "interceptors would see the records as bytes and may break the query",
+}
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|sec|seconds?|m|min|minutes?|h|hours?|d|days?)?\s*$", re.I)
+_UNIT_MS = {"ms": 1, "s": 1000, "sec": 1000, "second": 1000, "seconds": 1000, "m": 60_000, "min": 60_000,
+            "minute": 60_000, "minutes": 60_000, "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
+            "d": 86_400_000, "day": 86_400_000, "days": 86_400_000}
+
+
+def _duration_ms(v: str) -> int:
+    """Spark's duration strings (``15m``, ``30s``, ``500ms``; a bare number is milliseconds)."""
+    m = _DURATION.match(v)
+    if not m:
+        raise ValueError(f"not a duration: {v!r} (e.g. 15m, 30s, 500ms)")
+    return int(m.group(1)) * _UNIT_MS[(m.group(2) or "ms").lower()]
+
+
+def _by_timestamp(v: str | None, name: str) -> dict[str, dict[int, int]] | None:
+    if v is None:
+        return None
+    try:
+        data = json.loads(v)
+        return {t: {int(p): int(ts) for p, ts in parts.items()} for t, parts in data.items()}
+    except (ValueError, AttributeError, TypeError) as e:
+        raise ValueError(f'{name} must be JSON like {{"topic": {{"0": 1700000000000}}}}: {e}') from None
+
+
 def parse_options(options: Mapping[str, str]) -> Options:
     """Options from Spark's (case-insensitive) option map. Raises ValueError when invalid."""
     o = {k.lower(): v for k, v in options.items()}
@@ -85,6 +125,12 @@ def parse_options(options: Mapping[str, str]) -> Options:
         raise ValueError("give only one of subscribe, subscribePattern and assign")
     kafka_conf = tuple(sorted((k[len("kafka."):], v) for k, v in o.items()
                               if k.startswith("kafka.") and k != "kafka.bootstrap.servers"))
+    for k, _ in kafka_conf:
+        if k in FORBIDDEN_KAFKA_OPTIONS:
+            raise ValueError(f"Kafka option 'kafka.{k}' is not supported: {FORBIDDEN_KAFKA_OPTIONS[k]}")
+    strategy = o.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise ValueError(f"startingOffsetsByTimestampStrategy must be error or latest, not {strategy!r}")
     opts = Options(
         bootstrap=bootstrap,
         subscribe=subscribe,
@@ -94,7 +140,13 @@ def parse_options(options: Mapping[str, str]) -> Options:
         ending_offsets=_offsets(o.get("endingoffsets")),
         starting_timestamp=int(o["startingtimestamp"]) if o.get("startingtimestamp") else None,
         ending_timestamp=int(o["endingtimestamp"]) if o.get("endingtimestamp") else None,
+        starting_offsets_by_timestamp=_by_timestamp(o.get("startingoffsetsbytimestamp"),
+                                                    "startingOffsetsByTimestamp"),
+        ending_offsets_by_timestamp=_by_timestamp(o.get("endingoffsetsbytimestamp"), "endingOffsetsByTimestamp"),
+        starting_timestamp_strategy=strategy,
         max_offsets_per_trigger=int(o["maxoffsetspertrigger"]) if o.get("maxoffsetspertrigger") else None,
+        min_offsets_per_trigger=int(o["minoffsetspertrigger"]) if o.get("minoffsetspertrigger") else None,
+        max_trigger_delay_ms=_duration_ms(o.get("maxtriggerdelay", "15m")),
         min_partitions=int(o["minpartitions"]) if o.get("minpartitions") else None,
         include_headers=_bool(o.get("includeheaders"), False),
         fail_on_data_loss=_bool(o.get("failondataloss"), True),
@@ -108,7 +160,30 @@ def parse_options(options: Mapping[str, str]) -> Options:
     )
     if opts.ending_offsets == "earliest":
         raise ValueError("endingOffsets cannot be earliest")
+    if opts.min_offsets_per_trigger is not None and opts.max_offsets_per_trigger is not None \
+            and opts.min_offsets_per_trigger > opts.max_offsets_per_trigger:
+        raise ValueError("minOffsetsPerTrigger cannot be larger than maxOffsetsPerTrigger")
     return opts
+
+
+def check_batch_options(opts: Options) -> None:
+    """What Spark's Kafka connector refuses in a batch query."""
+    if opts.starting_offsets == "latest":
+        raise ValueError("startingOffsets cannot be latest for a batch query")
+    if isinstance(opts.starting_offsets, dict) and any(o == LATEST for ps in opts.starting_offsets.values()
+                                                         for o in ps.values()):
+        raise ValueError("startingOffsets cannot hold -1 (latest) for a batch query")
+    if isinstance(opts.ending_offsets, dict) and any(o == EARLIEST for ps in opts.ending_offsets.values()
+                                                       for o in ps.values()):
+        raise ValueError("endingOffsets cannot hold -2 (earliest) for a batch query")
+
+
+def check_stream_options(opts: Options) -> None:
+    """What Spark's Kafka connector refuses in a streaming query."""
+    for given, name in ((opts.ending_offsets, "endingOffsets"), (opts.ending_timestamp, "endingTimestamp"),
+                        (opts.ending_offsets_by_timestamp, "endingOffsetsByTimestamp")):
+        if given is not None:
+            raise ValueError(f"{name} is not valid in a streaming query (a stream has no end)")
 
 
 def schema_ddl(options: Options) -> str:

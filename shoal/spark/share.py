@@ -21,24 +21,50 @@ its next epoch.
 * **Member state file.** ``<stateDir>/<group>/<member>.json`` (under an ``flock``) holds the
   session's next epoch and the ranges acquired per micro-batch and not yet acknowledged.
   A task writes the ranges it acquired before it yields a single row.
-* **Acknowledgement after commit.** Spark calls ``commit(end)`` once micro-batch N is in the
-  commit log. The driver then, for each member, continues the member's session with the
-  epoch from its state file (on its own connection) and acknowledges the ranges of batches
-  <= N with ACCEPT (or RELEASE/REJECT where :func:`shoal.spark.release`/``reject`` asked).
-  If the driver cannot see the state files (executors on other hosts), the next task of
-  member k does the same before fetching: its batch starts only after N committed.
+* **Acknowledgement after commit.** Spark asks a source for its next offset only after the
+  previous micro-batch is in the query's commit log. So ``latestOffset(start)`` first
+  acknowledges what the batches up to ``start`` acquired: for each member it continues the
+  member's session with the epoch from its state file (on its own connection) and sends
+  ACCEPT (or RELEASE/REJECT where :func:`shoal.spark.release`/``reject`` asked). Then it
+  asks the group coordinator for the group's lag (DescribeShareGroupOffsets): with nothing
+  left to deliver it returns ``start`` and Spark runs no micro-batch, otherwise the next
+  batch. ``commit(end)`` acknowledges too, for what is left. If the driver cannot see the
+  state files (executors on other hosts), the next task of member k does the same before
+  fetching: its batch starts only after the previous one committed.
+* **Lock renewal.** While a batch's records wait for it to commit, the driver's heartbeat
+  thread renews their acquisition locks (RENEW, ShareAcknowledge v2) every third of the
+  group's ``share.record.lock.duration.ms``, so a micro-batch slower than the lock keeps
+  its records.
+* **Stopping.** When a query stops, Spark has not yet said whether its last micro-batch
+  committed. The query listener that :func:`shoal.spark.register` adds writes, for every
+  progress event (posted after the commit log), the share source's end offset into
+  ``<stateDir>/<group>/committed/``; ``stop()`` waits up to ``STOP_WAIT_S`` for it, accepts
+  what committed batches acquired, releases the rest and leaves the group. Spark ends the
+  reader's process with SIGTERM; the reader turns that into a normal exit so that
+  ``stop()`` runs.
+* **Trigger.AvailableNow** runs micro-batches until the group has nothing to deliver (its
+  lag is 0, or the last batch acquired nothing), then the query ends; its last batch is
+  accepted at the stop.
 * **Retries.** A task that finds ranges of its *own* micro-batch in the state file is a
   retry of a failed attempt: it RELEASEs them (they come back with a higher delivery
   count) before fetching. A task whose worker process died lost its connection, so the
   broker released its records already.
 
-Guarantees: at-least-once. Exactly once when nothing fails and every task's worker shares
-a file system with the driver (local mode, or a cluster on one host / with ``stateDir`` on
-shared storage). A failed task, executor or driver: its records come back after the
-connection drops, the member is fenced, or the acquisition lock expires
-(``group.share.record.lock.duration.ms``), with a higher ``deliveryCount``. When the state
-is not shared, a task of member k that runs in a new place opens a new session, which
-releases member k's records of the last, committed batch: they are delivered again.
+Guarantees: at-least-once; exactly once when nothing fails, including clean stops,
+restarts from the checkpoint and ``Trigger.AvailableNow``, provided that every task's
+worker shares a file system with the driver (local mode, or a cluster on one host / with
+``stateDir`` on shared storage) and the session called :func:`shoal.spark.register`. What
+each failure costs, always as records delivered again with a higher ``deliveryCount``:
+
+* a failed task: its records, when the task is retried (released) or its worker's
+  connection drops;
+* a killed driver: the records of the batch in progress and of the last batch not yet
+  acknowledged, after the acquisition lock expires or the members are fenced
+  (``group.share.session.timeout.ms``);
+* a stop without the listener (no ``register`` call): the last micro-batch, unless the
+  next trigger acknowledged it before the stop;
+* state not shared with the executors: a task of member k that runs in a new place opens a
+  new session, which releases member k's records of the last, committed batch.
 """
 
 from __future__ import annotations
@@ -48,6 +74,8 @@ import fcntl
 import json
 import logging
 import os
+import signal
+import sys
 import tempfile
 import threading
 import time
@@ -58,8 +86,23 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
+try:  # Spark 4.2+
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError:  # pragma: no cover - Spark 4.0/4.1: no Trigger.AvailableNow for Python sources
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        pass
+
 from ..client.connection import Connection, KafkaProtocolError
-from ..client.share import ACCEPT, REJECT, RELEASE, ShareMembership, ShareSession, topic_metadata
+from ..client.share import (
+    ACCEPT,
+    REJECT,
+    RELEASE,
+    RENEW,
+    ShareMembership,
+    ShareSession,
+    share_group_lag,
+    topic_metadata,
+)
 from .options import Options, to_arrow_batch
 
 log = logging.getLogger("shoal.spark.share")
@@ -211,13 +254,16 @@ class ShareTask(InputPartition):
     """Task k of micro-batch ``batch``: fetch as ``member_id`` from ``partitions``."""
 
     def __init__(self, batch: int, index: int, member_id: str, partitions: list[tuple[str, str, int]],
-                 overrides: dict[tuple[str, int, int], int]) -> None:
+                 overrides: dict[tuple[str, int, int], int], *, reader_id: str = "", wait_ms: int | None = None
+                 ) -> None:
         super().__init__((batch, index))
         self.batch = batch
         self.index = index
         self.member_id = member_id
         self.partitions = partitions  # (topic id, topic name, partition)
         self.overrides = overrides  # (topic id, partition, offset) -> acknowledge type
+        self.reader_id = reader_id
+        self.wait_ms = wait_ms  # the first ShareFetch's long poll (None: the option maxWaitMs)
 
 
 def read_share_task(opts: Options, task: ShareTask, arrow_schema: Any) -> Iterator[Any]:
@@ -252,9 +298,10 @@ def read_share_task(opts: Options, task: ShareTask, arrow_schema: Any) -> Iterat
         acquired: dict[str, list[list[int]]] = {}
         total = 0
         first = True
+        first_wait = opts.max_wait_ms if task.wait_ms is None else task.wait_ms
         while total < opts.max_records_per_task:
             try:
-                res = session.fetch(wanted, max_wait_ms=opts.max_wait_ms if first else 0,
+                res = session.fetch(wanted, max_wait_ms=first_wait if first else 0,
                                     max_records=opts.max_records_per_task - total)
             except KafkaProtocolError as e:
                 if e.code in _SESSION_GONE and session.epoch != 0:
@@ -289,25 +336,133 @@ def read_share_task(opts: Options, task: ShareTask, arrow_schema: Any) -> Iterat
                 break
         if cols["offset"]:
             batches.append(to_arrow_batch(cols, arrow_schema))
+        if total and task.reader_id:
+            _touch(os.path.join(_group_dir(state_dir, group), "acquired", f"{task.reader_id}.{task.batch}"))
     yield from batches
+
+
+def _touch(path: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a"):
+        pass
 
 
 # --- driver side -------------------------------------------------------------------------------
 
-class _Heartbeats(threading.Thread):
-    """Keeps the members alive; one connection, one heartbeat per member per interval."""
+STOP_WAIT_S = 5.0
+"""How long ``stop`` waits to learn whether the last planned micro-batch committed."""
 
-    def __init__(self, bootstrap: str, members: list[ShareMembership]) -> None:
+
+def _committed_marker(state_dir: str, group: str, reader: str) -> str:
+    return os.path.join(_group_dir(state_dir, group), "committed", reader)
+
+
+def note_committed(offset: Mapping[str, Any]) -> bool:
+    """Record that the micro-batch ending at ``offset`` (a share-source offset) is in Spark's commit log.
+
+    Called by the query listener that :func:`shoal.spark.register` installs, for every
+    progress event: Spark reports progress only after it wrote the batch to the commit
+    log. Returns False for an offset that is not the share source's.
+    """
+    reader, group, state_dir = offset.get("reader"), offset.get("group"), offset.get("stateDir")
+    if not reader or group is None or not state_dir:
+        return False
+    path = _committed_marker(state_dir, group, reader)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    batch = int(offset.get("batch", 0))
+    with contextlib.suppress(OSError, ValueError):
+        with open(path) as f:
+            if int(f.read().strip() or -1) >= batch:
+                return True
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    with open(tmp, "w") as f:
+        f.write(str(batch))
+    os.replace(tmp, path)
+    return True
+
+
+def _read_committed(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+class _MemberLock:
+    """Non-blocking variant of :class:`MemberState`: enter() is False while a task holds the member."""
+
+    def __init__(self, state: MemberState) -> None:
+        self.state = state
+
+    def try_enter(self) -> bool:
+        st = self.state
+        st._fd = os.open(st.path + ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(st._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(st._fd)
+            st._fd = None
+            return False
+        try:
+            with open(st.path) as f:
+                data = json.load(f)
+            st.epoch = int(data.get("epoch", 0))
+            st.pending = list(data.get("pending", []))
+        except (FileNotFoundError, ValueError):
+            st.epoch, st.pending = 0, []
+        return True
+
+
+class _Heartbeats(threading.Thread):
+    """Keeps the members alive (one heartbeat per member per interval) and renews their locks.
+
+    While a micro-batch's records wait for the batch to commit, every ``renew_ms`` the
+    records each member acquired get a RENEW acknowledgement (ShareAcknowledge v2), so a
+    batch that runs longer than the acquisition lock keeps its records. A member whose
+    task is fetching right now (its state file is locked) is renewed at the next round.
+    """
+
+    def __init__(self, bootstrap: str, members: list[ShareMembership], *, state_dir: str, group: str,
+                 renew_ms: int | None) -> None:
         super().__init__(name="shoal-share-heartbeat", daemon=True)
         self.bootstrap = bootstrap
         self.members = members
+        self.state_dir = state_dir
+        self.group = group
+        self.renew_ms = renew_ms
         self.stopping = threading.Event()
         self.joined = threading.Event()
         self.conn: Connection | None = None
         self.error: Exception | None = None
+        self.leave_on_stop = True
+
+    def _renew(self) -> None:
+        assert self.conn is not None
+        for m in self.members:
+            st = MemberState(self.state_dir, self.group, m.member_id)
+            if not _MemberLock(st).try_enter():
+                continue
+            try:
+                if not st.pending or st.epoch == 0:
+                    continue
+                session = ShareSession(self.conn, self.group, m.member_id, epoch=st.epoch)
+                try:
+                    session.acknowledge(_acks(st.pending, RENEW, {}))
+                except KafkaProtocolError as e:
+                    if e.code not in _SESSION_GONE:
+                        log.warning("member %s: renewing locks: %s", m.member_id, e)
+                        continue
+                    session.epoch = 0  # the session is gone: the broker released those records
+                    st.pending = []
+                st.epoch = session.epoch
+                st.save()
+            finally:
+                st.__exit__()
 
     def run(self) -> None:
         due = {m.member_id: 0.0 for m in self.members}
+        renew_due = time.monotonic() + (self.renew_ms or 0) / 1000
         while not self.stopping.is_set():
             try:
                 if self.conn is None or not self.conn.connected:
@@ -321,6 +476,9 @@ class _Heartbeats(threading.Thread):
                         due[m.member_id] = time.monotonic() + max(0.1, m.interval_ms / 1000 * 0.8)
                 if all(m.member_epoch > 0 for m in self.members):
                     self.joined.set()
+                if self.renew_ms and time.monotonic() >= renew_due:
+                    self._renew()
+                    renew_due = time.monotonic() + self.renew_ms / 1000
                 self.error = None
             except (OSError, ConnectionError) as e:
                 self.error = e
@@ -329,16 +487,25 @@ class _Heartbeats(threading.Thread):
                     self.conn.close()
                 self.stopping.wait(1.0)
                 continue
-            self.stopping.wait(max(0.05, min(due.values()) - time.monotonic()))
+            wake = min(due.values())
+            if self.renew_ms:
+                wake = min(wake, renew_due)
+            self.stopping.wait(max(0.05, wake - time.monotonic()))
         if self.conn is not None:
-            for m in self.members:
-                with contextlib.suppress(Exception):
-                    m.leave(self.conn)
+            if self.leave_on_stop:
+                for m in self.members:
+                    with contextlib.suppress(Exception):
+                        m.leave(self.conn)
             self.conn.close()
 
 
-class ShareStreamReader(DataSourceStreamReader):
-    """Driver side of the share-group source. Offsets are ``{"batch": n}``."""
+class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Driver side of the share-group source.
+
+    Offsets are ``{"batch": n, "reader": id, "group": g, "stateDir": d}``: ``n`` numbers the
+    micro-batches that read records; the rest lets the query listener of
+    :func:`shoal.spark.register` tell this reader which batches Spark committed.
+    """
 
     def __init__(self, opts: Options, schema: Any) -> None:
         if not opts.subscribe:
@@ -346,13 +513,20 @@ class ShareStreamReader(DataSourceStreamReader):
         self.opts = opts
         self.schema = schema
         self.state_dir = opts.state_dir or default_state_dir()
+        self.group = opts.share_group or ""
         self.num_tasks = opts.num_tasks or 1
+        self.reader_id = str(uuid.uuid4())
         self.member_ids = [str(uuid.uuid4()) for _ in range(self.num_tasks)]
         self._members: list[ShareMembership] | None = None
         self._hb: _Heartbeats | None = None
         self._conn: Connection | None = None
         self._topics: dict[str, Any] = {}
-        self._committed = -1
+        self._settled = 0  # batches <= this one are acknowledged
+        self._planned = 0  # the newest batch handed to tasks
+        self._available_now = False
+        self._last_lag: dict[tuple[str, int], int] | None = None
+        self._offset_readers = {self.reader_id}  # reader ids in the offsets of the batches planned here
+        _stop_on_sigterm()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -365,13 +539,13 @@ class ShareStreamReader(DataSourceStreamReader):
             return
         if self.opts.starting_offsets in ("earliest", "latest"):
             _set_group_reset(self.opts, self.opts.starting_offsets)
-        self._members = [ShareMembership(self.opts.share_group or "", mid, topics=self.opts.subscribe)
-                         for mid in self.member_ids]
-        self._hb = _Heartbeats(self.opts.bootstrap, self._members)
+        self._members = [ShareMembership(self.group, mid, topics=self.opts.subscribe) for mid in self.member_ids]
+        lock_ms = _group_lock_duration_ms(self.opts)
+        self._hb = _Heartbeats(self.opts.bootstrap, self._members, state_dir=self.state_dir, group=self.group,
+                               renew_ms=max(500, lock_ms // 3) if lock_ms else None)
         self._hb.start()
         if not self._hb.joined.wait(30.0):
-            raise RuntimeError(f"share group {self.opts.share_group}: members did not join within 30 s "
-                               f"({self._hb.error})")
+            raise RuntimeError(f"share group {self.group}: members did not join within 30 s ({self._hb.error})")
 
     def _driver_conn(self) -> Connection:
         if self._conn is None or not self._conn.connected:
@@ -382,31 +556,108 @@ class ShareStreamReader(DataSourceStreamReader):
         self._topics = topic_metadata(self._driver_conn(), self.opts.subscribe)
         return self._topics
 
+    def _offset(self, batch: int) -> dict:
+        return {"batch": batch, "reader": self.reader_id, "group": self.group, "stateDir": self.state_dir}
+
+    # -- acknowledging -----------------------------------------------------------------
+    def _settle(self, committed: int, *, release_rest: bool = False) -> None:
+        """ACCEPT what batches <= ``committed`` acquired (RELEASE the later ones if asked)."""
+        topics = self._topics or self._refresh_topics()
+        overrides, files = _load_dispositions(self.state_dir, self.group, {t: i.topic_id for t, i in topics.items()})
+        conn = self._driver_conn()
+        for mid in self.member_ids:
+            with MemberState(self.state_dir, self.group, mid) as st:
+                done = [e for e in st.pending if e["batch"] <= committed]
+                rest = [e for e in st.pending if e["batch"] > committed] if release_rest else []
+                if (not done and not rest) or st.epoch == 0:
+                    continue  # nothing to do, or no session to continue: the next task settles it
+                acks = _acks(done, ACCEPT, overrides)
+                for k, v in _acks(rest, RELEASE, {}).items():
+                    acks.setdefault(k, []).extend(v)
+                session = ShareSession(conn, self.group, mid, epoch=st.epoch)
+                try:
+                    failed = session.acknowledge(acks)
+                    if failed:
+                        log.info("member %s: acknowledgements refused: %s", mid, failed)
+                except KafkaProtocolError as e:
+                    if e.code not in _SESSION_GONE:
+                        raise
+                    session.epoch = 0  # another session replaced it: those records were released
+                st.pending = [e for e in st.pending if e["batch"] > committed and not release_rest]
+                st.epoch = session.epoch
+                st.save()
+        for path in files:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        self._settled = max(self._settled, committed)
+
+    def _lag(self) -> dict[tuple[str, int], int] | None:
+        topics = self._topics or self._refresh_topics()
+        try:
+            return share_group_lag(self._driver_conn(), self.group, {t: i.partitions for t, i in topics.items()})
+        except (KafkaProtocolError, OSError, ConnectionError) as e:
+            log.info("share group %s: lag unknown: %s", self.group, e)
+            return None
+
     # -- DataSourceStreamReader ---------------------------------------------------------
     def initialOffset(self) -> dict:
-        return {"batch": 0}
+        return self._offset(0)
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        """A new batch when the group has records to deliver; ``start`` again when it has none.
+
+        Spark asks for the next batch only once the previous one is in its commit log, so
+        this is where what that batch acquired is acknowledged (ACCEPT).
+        """
         self._start()
-        b = int((start or {}).get("batch", self._committed + 1 if self._committed >= 0 else 0))
-        return {"batch": b + 1}
+        start = start or self.initialOffset()
+        b = int(start.get("batch", 0))
+        if b > self._settled:
+            self._settle(b)  # labels only grow, also across restarts: ours <= b are committed
+        if self._available_now and self._planned > 0 and not self._acquired_in(self._planned):
+            return start  # the last batch found nothing: the group has nothing available for us
+        lag = self._lag()
+        self._last_lag = lag
+        if lag is not None and lag and all(v == 0 for v in lag.values()):
+            return start
+        return self._offset(max(b, self._planned) + 1)
+
+    def _acquired_in(self, batch: int) -> bool:
+        marker = os.path.join(_group_dir(self.state_dir, self.group), "acquired", f"{self.reader_id}.{batch}")
+        return os.path.exists(marker)
+
+    def reportLatestOffset(self) -> dict | None:
+        lag = self._last_lag
+        out: dict[str, Any] = {"batch": self._planned}
+        if lag is not None:
+            out["lag"] = {f"{t}-{p}": v for (t, p), v in sorted(lag.items())}
+        return out
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now = True
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        if int(start.get("batch", 0)) >= int(end["batch"]):
+        if int(start.get("batch", 0)) >= int(end["batch"]) and start.get("reader") == end.get("reader"):
             return []
         self._start()
         topics = self._refresh_topics()
         by_id = {info.topic_id: info for info in topics.values()}
         everything = [(str(i.topic_id), i.name, p) for i in topics.values() for p in range(i.partitions)]
-        overrides, _ = _load_dispositions(self.state_dir, self.opts.share_group or "",
-                                          {n: i.topic_id for n, i in topics.items()})
+        overrides, _ = _load_dispositions(self.state_dir, self.group, {n: i.topic_id for n, i in topics.items()})
+        n = int(end["batch"])
+        self._planned = max(self._planned, n)
+        if end.get("reader"):
+            self._offset_readers.add(end["reader"])  # a batch planned by an earlier run, retried
+        # the driver saw records to deliver: a task that finds none returns at once, no long poll
+        wait_ms = 0 if self._last_lag else self.opts.max_wait_ms
         tasks = []
         assert self._members is not None
         for k, m in enumerate(self._members):
             assigned = [(str(tid), by_id[tid].name, p) for tid, ps in sorted(m.assignment.items(), key=str)
                         for p in ps if tid in by_id]
-            tasks.append(ShareTask(int(end["batch"]), k, m.member_id, assigned or everything,
-                                   {(str(t), p, o): v for (t, p, o), v in overrides.items()}))
+            tasks.append(ShareTask(n, k, m.member_id, assigned or everything,
+                                   {(str(t), p, o): v for (t, p, o), v in overrides.items()},
+                                   reader_id=self.reader_id, wait_ms=wait_ms))
         return tasks
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -416,55 +667,88 @@ class ShareStreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict) -> None:
         """Micro-batch ``end["batch"]`` is durable: acknowledge what its tasks acquired."""
-        n = int(end["batch"])
-        group = self.opts.share_group or ""
-        topics = self._topics or self._refresh_topics()
-        overrides, files = _load_dispositions(self.state_dir, group, {t: i.topic_id for t, i in topics.items()})
-        conn = self._driver_conn()
-        for mid in self.member_ids:
-            with MemberState(self.state_dir, group, mid) as st:
-                done = [e for e in st.pending if e["batch"] <= n]
-                if not done or st.epoch == 0:
-                    continue  # nothing to do, or no session to continue: the next task settles it
-                session = ShareSession(conn, group, mid, epoch=st.epoch)
-                try:
-                    failed = session.acknowledge(_acks(done, ACCEPT, overrides))
-                    if failed:
-                        log.info("member %s: acknowledgements refused: %s", mid, failed)
-                except KafkaProtocolError as e:
-                    if e.code not in _SESSION_GONE:
-                        raise
-                    session.epoch = 0  # another session replaced it: those records were released
-                st.pending = [e for e in st.pending if e["batch"] > n]
-                st.epoch = session.epoch
-                st.save()
-        for path in files:
-            with contextlib.suppress(OSError):
-                os.remove(path)
-        self._committed = n
+        if int(end["batch"]) > self._settled:
+            self._settle(int(end["batch"]))
 
     def stop(self) -> None:
-        """Release what uncommitted batches acquired, then leave the group (which releases the rest)."""
-        group = self.opts.share_group or ""
+        """Accept what committed batches acquired, release the rest, then leave the group.
+
+        Spark tells a source which batch committed only when it plans the next one, so at
+        a stop the last batch's fate comes from the query listener (see :func:`note_committed`);
+        its note is waited for up to ``STOP_WAIT_S``.
+        """
         try:
-            conn = self._driver_conn()
-            for mid in self.member_ids:
-                with MemberState(self.state_dir, group, mid) as st:
-                    if st.pending and st.epoch != 0:
-                        session = ShareSession(conn, group, mid, epoch=st.epoch)
-                        with contextlib.suppress(KafkaProtocolError):
-                            session.acknowledge(_acks(st.pending, RELEASE, {}))
-                    with contextlib.suppress(OSError):
-                        os.remove(st.path)
-        except (OSError, ConnectionError) as e:
+            if self._planned > self._settled:
+                deadline = time.monotonic() + STOP_WAIT_S
+                committed = self._committed_by_listener()
+                while committed < self._planned and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    committed = self._committed_by_listener()
+                self._settle(max(self._settled, committed), release_rest=True)
+        except (OSError, ConnectionError, KafkaProtocolError) as e:
             log.warning("share source stop: %s", e)
         if self._hb is not None:
             self._hb.stopping.set()
             self._hb.join(10.0)
         if self._conn is not None:
             self._conn.close()
+        self._clean_files()
+
+    def _committed_by_listener(self) -> int:
+        marks = [_read_committed(_committed_marker(self.state_dir, self.group, r)) for r in self._offset_readers]
+        return max((m for m in marks if m is not None), default=0)
+
+    def _clean_files(self) -> None:
+        d = _group_dir(self.state_dir, self.group)
+        paths = [_committed_marker(self.state_dir, self.group, r) for r in self._offset_readers]
+        for mid in self.member_ids:
+            paths += [os.path.join(d, f"{mid}.json"), os.path.join(d, f"{mid}.json.lock")]
+        acquired = os.path.join(d, "acquired")
+        with contextlib.suppress(OSError):
+            paths += [os.path.join(acquired, f) for f in os.listdir(acquired) if f.startswith(self.reader_id)]
+        for path in paths:
+            with contextlib.suppress(OSError):
+                os.remove(path)
 
 
+def _stop_on_sigterm() -> None:
+    """Make SIGTERM end the streaming source runner through ``stop()``.
+
+    Spark ends the Python process that runs a streaming reader with SIGTERM (twice) when
+    the query stops; by default that ends Python at once, and ``stop()`` (which pyspark
+    calls in a ``finally``) never runs. The first SIGTERM now raises SystemExit in the main
+    thread, and later ones are ignored so that ``stop()`` can finish. Other processes that
+    make a reader (Spark's planner workers) keep their handlers.
+    """
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if getattr(spec, "name", None) != _RUNNER_MODULE or threading.current_thread() is not threading.main_thread():
+        return
+
+    def _raise(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _raise)
+
+
+_RUNNER_MODULE = "pyspark.sql.streaming.python_streaming_source_runner"
+
+
+def _group_lock_duration_ms(opts: Options) -> int | None:
+    """The group's ``share.record.lock.duration.ms`` (its own config, else the broker's default)."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": opts.bootstrap, "broker.address.family": "v4"})
+    try:
+        res = ConfigResource(ResourceType.GROUP, opts.share_group)
+        for fut in admin.describe_configs([res]).values():
+            entry = fut.result(timeout=15).get("share.record.lock.duration.ms")
+            if entry is not None and entry.value is not None:
+                return int(entry.value)
+    except Exception as e:  # an older broker: no group configs
+        log.info("share group %s: lock duration unknown (%s); locks are not renewed", opts.share_group, e)
+    return None
 def _set_group_reset(opts: Options, value: str) -> None:
     """Set the group's ``share.auto.offset.reset`` (where a new share-partition starts)."""
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType

@@ -36,54 +36,66 @@ def _b(v: Any) -> bytes | None:
         return None
     if isinstance(v, str):
         return v.encode()
-    return bytes(v)
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v)
+    raise TypeError(f"expected string or binary, got {type(v).__name__}")
 
 
-def _rows(iterator: Iterator[Any]) -> Iterator[dict[str, Any]]:
-    """Rows as dicts, from Spark Rows or pyarrow RecordBatches."""
+def _columns(iterator: Iterator[Any]) -> Iterator[dict[str, list[Any]]]:
+    """Column lists per batch, from pyarrow RecordBatches (the Arrow writers) or Spark Rows."""
+    rows: list[dict[str, Any]] = []
     for item in iterator:
-        if hasattr(item, "to_pylist") and hasattr(item, "schema"):
-            yield from item.to_pylist()
+        if hasattr(item, "to_pydict") and hasattr(item, "schema"):
+            yield item.to_pydict()
         else:
-            yield item.asDict(recursive=True)
+            rows.append(item.asDict(recursive=True))
+            if len(rows) >= 8192:
+                yield {k: [r.get(k) for r in rows] for k in rows[0]}
+                rows = []
+    if rows:
+        yield {k: [r.get(k) for r in rows] for k in rows[0]}
 
 
 def write_rows(opts: Options, iterator: Iterator[Any]) -> WriteReport:
+    """Produce every row; only failed deliveries call back (``delivery.report.only.error``)."""
     from confluent_kafka import KafkaException, Producer
 
-    producer = Producer(producer_conf(opts))
     errors: list[Any] = []
 
     def on_delivery(err: Any, _msg: Any) -> None:
         if err is not None:
             errors.append(err)
 
+    producer = Producer({**producer_conf(opts), "delivery.report.only.error": True, "on_delivery": on_delivery})
+    produce, poll = producer.produce, producer.poll
     n = size = 0
-    for row in _rows(iterator):
-        topic = opts.topic or row.get("topic")
-        if not topic:
-            raise ValueError("no topic: give the option topic or a topic column")
-        value = _b(row.get("value"))
-        key = _b(row.get("key"))
-        kw: dict[str, Any] = {"value": value, "key": key, "on_delivery": on_delivery}
-        part = row.get("partition")
-        if part is not None:
-            kw["partition"] = int(part)
-        hdrs = row.get("headers")
-        if hdrs:
-            kw["headers"] = [(h["key"], _b(h["value"])) for h in hdrs]
-        while True:
-            try:
-                producer.produce(topic, **kw)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        n += 1
-        size += len(value or b"") + len(key or b"")
+    for cols in _columns(iterator):
+        count = len(cols.get("value", ()))
+        values = [_b(v) for v in cols["value"]]
+        keys = [_b(k) for k in cols["key"]] if "key" in cols else [None] * count
+        topics = [opts.topic] * count if opts.topic else cols.get("topic") or [None] * count
+        parts = cols.get("partition")
+        hdrs = cols.get("headers")
+        for i in range(count):
+            topic = topics[i]
+            if not topic:
+                raise ValueError("no topic: give the option topic or a topic column")
+            kw: dict[str, Any] = {}
+            if parts is not None and parts[i] is not None:
+                kw["partition"] = int(parts[i])
+            if hdrs is not None and hdrs[i]:
+                kw["headers"] = [(h["key"], _b(h["value"])) for h in hdrs[i]]
+            while True:
+                try:
+                    produce(topic, values[i], keys[i], **kw)
+                    break
+                except BufferError:
+                    poll(0.05)
+            size += len(values[i] or b"") + len(keys[i] or b"")
+        n += count
+        poll(0)
         if errors:
             raise KafkaException(errors[0])
-        if n % 10_000 == 0:
-            producer.poll(0)
     left = producer.flush(FLUSH_TIMEOUT_S)
     if errors:
         raise KafkaException(errors[0])
@@ -103,8 +115,9 @@ except ImportError:  # pragma: no cover
 
 
 class ShoalWriter(_BatchBase):  # type: ignore[misc,valid-type]
-    def __init__(self, opts: Options, schema: Any) -> None:
+    def __init__(self, opts: Options, schema: Any, overwrite: bool = False) -> None:
         self.opts = opts
+        _check_mode(overwrite)
         _check_schema(opts, schema)
 
     def write(self, iterator: Iterator[Any]) -> WriteReport:
@@ -118,6 +131,8 @@ class ShoalWriter(_BatchBase):  # type: ignore[misc,valid-type]
 
 
 class ShoalStreamWriter(_StreamBase):  # type: ignore[misc,valid-type]
+    """The streaming sink; Complete output mode writes every row (as Spark's Kafka sink: a topic is never truncated)."""
+
     def __init__(self, opts: Options, schema: Any) -> None:
         self.opts = opts
         _check_schema(opts, schema)
@@ -133,8 +148,33 @@ class ShoalStreamWriter(_StreamBase):  # type: ignore[misc,valid-type]
 
 
 def _check_schema(opts: Options, schema: Any) -> None:
-    names = set(schema.names)
-    if "value" not in names:
+    """Refuse the columns Spark's Kafka sink refuses, before any task runs."""
+    from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
+
+    types = {f.name: f.dataType for f in schema.fields}
+    if "value" not in types:
         raise ValueError("the sink needs a value column (string or binary)")
-    if opts.topic is None and "topic" not in names:
-        raise ValueError("the sink needs the option topic or a topic column")
+    for column in ("key", "value"):
+        if column in types and not isinstance(types[column], (StringType, BinaryType)):
+            raise ValueError(f"{column} column type must be string or binary, not {types[column].simpleString()}")
+    if opts.topic is None:
+        if "topic" not in types:
+            raise ValueError("the sink needs the option topic or a topic column")
+        if not isinstance(types["topic"], StringType):
+            raise ValueError(f"topic column type must be string, not {types['topic'].simpleString()}")
+    if "partition" in types and not isinstance(types["partition"], IntegerType):
+        raise ValueError(f"partition column type must be int, not {types['partition'].simpleString()}")
+    if "headers" in types:
+        h = types["headers"]
+        ok = (isinstance(h, ArrayType) and isinstance(h.elementType, StructType)
+              and [f.name for f in h.elementType.fields] == ["key", "value"]
+              and isinstance(h.elementType["key"].dataType, StringType)
+              and isinstance(h.elementType["value"].dataType, BinaryType))
+        if not ok:
+            raise ValueError(f"headers column type must be array<struct<key:string,value:binary>>, "
+                             f"not {h.simpleString()}")
+
+
+def _check_mode(overwrite: bool) -> None:
+    if overwrite:
+        raise ValueError("save mode overwrite is not allowed for a topic (records cannot be replaced): use append")

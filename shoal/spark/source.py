@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -39,7 +40,15 @@ from pyspark.sql.datasource import (
 
 from .kafka import list_partitions, read_range, resolve_offsets, watermarks
 from .kafka import consumer as _consumer
-from .options import OffsetRange, Options, parse_options, schema_ddl, split_range
+from .options import (
+    OffsetRange,
+    Options,
+    check_batch_options,
+    check_stream_options,
+    parse_options,
+    schema_ddl,
+    split_range,
+)
 
 log = logging.getLogger("shoal.spark")
 
@@ -72,6 +81,18 @@ class RangePartition(InputPartition):
         self.range = r
 
 
+def _read_partition(opts: Options, partition: InputPartition, schema: Any) -> Iterator[Any]:
+    """The records of one task; nothing for the placeholder task Spark runs when a read has none.
+
+    pyspark replaces an empty list of input partitions by one ``InputPartition(None)``
+    (a range read where every partition is empty, e.g. ``startingOffsets=latest``).
+    """
+    r = getattr(partition, "range", None)
+    if r is None:
+        return
+    yield from read_range(opts, r, arrow_schema_of(schema))
+
+
 class ShoalDataSource(DataSource):
     """``spark.read.format("shoal")`` / ``readStream`` / ``write`` / ``writeStream``."""
 
@@ -86,12 +107,14 @@ class ShoalDataSource(DataSource):
         opts = parse_options(self.options)
         if opts.is_share:
             raise ValueError("shareGroup is a streaming source: use spark.readStream")
+        check_batch_options(opts)
         if str(self.options.get("pushFilters", "true")).lower() == "true":
             return ShoalFilteringBatchReader(opts, schema)
         return ShoalBatchReader(opts, schema)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         opts = parse_options(self.options)
+        check_stream_options(opts)
         if opts.is_share:
             from .share import ShareStreamReader
 
@@ -101,7 +124,7 @@ class ShoalDataSource(DataSource):
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
         from .sink import ShoalWriter
 
-        return ShoalWriter(parse_options(self.options), schema)
+        return ShoalWriter(parse_options(self.options), schema, overwrite)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
         from .sink import ShoalStreamWriter
@@ -136,9 +159,14 @@ class ShoalBatchReader(DataSourceReader):
             if self.partitions_in is not None:
                 tps = [tp for tp in tps if tp[1] in self.partitions_in]
             marks = watermarks(c, tps)
-            starts = resolve_offsets(c, tps, self.opts.starting_offsets, self.opts.starting_timestamp, "earliest",
-                                     marks)
-            ends = resolve_offsets(c, tps, self.opts.ending_offsets, self.opts.ending_timestamp, "latest", marks)
+            o = self.opts
+            starts = resolve_offsets(c, tps, o.starting_offsets, o.starting_timestamp, "earliest", marks,
+                                     by_timestamp=o.starting_offsets_by_timestamp,
+                                     strategy=o.starting_timestamp_strategy, name="startingOffsets",
+                                     check_past_end=True)
+            ends = resolve_offsets(c, tps, o.ending_offsets, o.ending_timestamp, "latest", marks,
+                                   by_timestamp=o.ending_offsets_by_timestamp, name="endingOffsets",
+                                   check_past_end=True)
             ts_starts = resolve_offsets(c, tps, None, self.ts_lo, "earliest", marks) if self.ts_lo is not None \
                 else {}
         finally:
@@ -146,6 +174,8 @@ class ShoalBatchReader(DataSourceReader):
         ranges = []
         for tp in tps:
             lo, hi = starts[tp], ends[tp]
+            if lo > hi:
+                raise ValueError(f"{tp[0]}-{tp[1]}: the starting offset {lo} is after the ending offset {hi}")
             if self.offset_lo is not None:
                 lo = max(lo, self.offset_lo)
             if self.offset_hi is not None:
@@ -157,7 +187,7 @@ class ShoalBatchReader(DataSourceReader):
         return [RangePartition(r) for r in parts]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        yield from read_range(self.opts, partition.range, arrow_schema_of(self.schema))
+        yield from _read_partition(self.opts, partition, self.schema)
 
 
 class ShoalFilteringBatchReader(ShoalBatchReader):
@@ -208,6 +238,7 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._consumer: Any = None
         self._target: dict[tuple[str, int], int] | None = None
         self._latest: dict[tuple[str, int], int] | None = None
+        self._last_batch = time.monotonic()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -222,7 +253,10 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         c = self._c()
         tps = list_partitions(c, self.opts)
-        return _to_json(resolve_offsets(c, tps, self.opts.starting_offsets, self.opts.starting_timestamp, "latest"))
+        o = self.opts
+        return _to_json(resolve_offsets(c, tps, o.starting_offsets, o.starting_timestamp, "latest",
+                                        by_timestamp=o.starting_offsets_by_timestamp,
+                                        strategy=o.starting_timestamp_strategy, name="startingOffsets"))
 
     def _available(self, start: dict[tuple[str, int], int]) -> tuple[dict[tuple[str, int], int],
                                                                        dict[tuple[str, int], int]]:
@@ -249,19 +283,20 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         begin, latest = self._available(_from_json(start or {}))
+        self._check_data_loss(begin, latest)
         if self._target is not None:
             latest = {tp: min(o, self._target.get(tp, begin[tp])) for tp, o in latest.items()}
             latest = {tp: max(o, begin[tp]) for tp, o in latest.items()}
         self._latest = latest
+        backlog = {tp: max(0, latest[tp] - begin[tp]) for tp in latest}
+        total = sum(backlog.values())
+        if self._too_few(total):
+            return start or _to_json(begin)
         max_rows = getattr(limit, "max_rows", None)
         if max_rows is None and limit is None and self.opts.max_offsets_per_trigger:
             max_rows = self.opts.max_offsets_per_trigger  # Spark 4.0/4.1 call latestOffset() without a limit
-        if max_rows is None:
-            return _to_json(latest)
-        backlog = {tp: max(0, latest[tp] - begin[tp]) for tp in latest}
-        total = sum(backlog.values())
-        if total <= max_rows:
-            return _to_json(latest)
+        if max_rows is None or total <= max_rows:
+            return self._batch(_to_json(latest), total)
         end = {}
         given = 0
         for tp in sorted(backlog):
@@ -274,7 +309,29 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if end[tp] < latest[tp]:
                 end[tp] += 1
                 given += 1
-        return _to_json(end)
+        return self._batch(_to_json(end), total)
+
+    def _too_few(self, available: int) -> bool:
+        """minOffsetsPerTrigger: wait for more, unless maxTriggerDelay passed since the last batch."""
+        least = self.opts.min_offsets_per_trigger
+        if not least or self._target is not None or available == 0:
+            return False
+        waited_ms = (time.monotonic() - self._last_batch) * 1000
+        return available < least and waited_ms < self.opts.max_trigger_delay_ms
+
+    def _batch(self, end: dict, available: int) -> dict:
+        if available:
+            self._last_batch = time.monotonic()
+        return end
+
+    def _check_data_loss(self, begin: dict[tuple[str, int], int], latest: dict[tuple[str, int], int]) -> None:
+        """A partition whose latest offset is below the stream's position lost records (re-created topic)."""
+        lost = sorted(tp for tp in latest if latest[tp] < begin[tp])
+        if lost and self.opts.fail_on_data_loss:
+            t, p = lost[0]
+            raise RuntimeError(f"{t}-{p}: the latest offset {latest[(t, p)]} is below the stream's offset "
+                               f"{begin[(t, p)]}: the topic was deleted and re-created, or records were lost; "
+                               "set failOnDataLoss=false to go on from its earliest offset")
 
     def reportLatestOffset(self) -> dict | None:
         return _to_json(self._latest) if self._latest is not None else None
@@ -288,12 +345,19 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             marks = watermarks(c, missing)
             for tp in missing:
                 s[tp] = marks[tp][0]
+        behind = [tp for tp in e if tp in s and e[tp] < s[tp]]  # failOnDataLoss=false: start over
+        if behind:
+            marks = watermarks(self._c(), behind)
+            for tp in behind:
+                log.warning("%s-%d: offsets went back from %d to %d; reading from its earliest offset %d",
+                            tp[0], tp[1], s[tp], e[tp], marks[tp][0])
+                s[tp] = min(marks[tp][0], e[tp])
         for tp in sorted(e):
             ranges.append(OffsetRange(tp[0], tp[1], s[tp], e[tp]))
         return [RangePartition(r) for r in split_range(ranges, self.opts.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        yield from read_range(self.opts, partition.range, arrow_schema_of(self.schema))
+        yield from _read_partition(self.opts, partition, self.schema)
 
     def commit(self, end: dict) -> None:
         pass

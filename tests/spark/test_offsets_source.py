@@ -184,3 +184,131 @@ def test_sink_batch_and_streaming(spark, spark_broker, topic_name, tmp_path: Pat
     copied = records_of(bs, dst, 1, 500)
     assert sorted((r.key, r.value, tuple(r.headers)) for r in copied) == \
         sorted((b"k%d" % i, b"v%d" % i, (("h", b"%d" % i),)) for i in range(500))
+
+
+def test_empty_ranges_read_as_empty(spark, spark_broker, topic_name, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    bs = spark_broker.bootstrap
+    create_topic(bs, topic_name, partitions=2)
+    # an idle topic, and a topic with records read from latest: no partition has anything to read
+    assert _reader(spark, bs, topic_name).count() == 0
+    _fill(bs, topic_name, 10, partitions=2)
+    assert _reader(spark, bs, topic_name, startingOffsets="latest").count() == 0
+    assert _reader(spark, bs, topic_name).count() == 10
+
+
+def test_sink_refuses_what_spark_kafka_sink_refuses(spark, spark_broker, topic_name) -> None:  # type: ignore[no-untyped-def]
+    bs = spark_broker.bootstrap
+    create_topic(bs, topic_name, partitions=1)
+
+    def write(df, mode: str = "append") -> None:  # type: ignore[no-untyped-def]
+        df.write.mode(mode).format("shoal").option("kafka.bootstrap.servers", bs).option("topic", topic_name).save()
+
+    for schema, rows, message in [
+        ("value int", [(7,)], "value column type must be string or binary"),
+        ("key long, value string", [(1, "a")], "key column type must be string or binary"),
+        ("value string, partition string", [("a", "0")], "partition column type must be int"),
+        ("key string", [("a",)], "needs a value column"),
+    ]:
+        with pytest.raises(Exception, match=message):
+            write(spark.createDataFrame(rows, schema))
+    with pytest.raises(Exception, match="overwrite is not allowed"):
+        write(spark.createDataFrame([("a",)], "value string"), mode="overwrite")
+    write(spark.createDataFrame([("ok",)], "value string"))
+    # nothing refused reached the topic
+    assert [r.value for r in records_of(bs, topic_name, 1, 1)] == [b"ok"]
+
+
+def test_offsets_by_timestamp_and_spark_errors(spark, spark_broker, topic_name) -> None:  # type: ignore[no-untyped-def]
+    bs = spark_broker.bootstrap
+    create_topic(bs, topic_name, partitions=2)
+    _fill(bs, topic_name, 200, partitions=2)  # record i: partition i % 2, offset i // 2, time BASE_TS + i s
+
+    def offsets(**opts) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
+        return sorted((r.partition, r.offset) for r in _reader(spark, bs, topic_name, **opts)
+                      .select("partition", "offset").collect())
+
+    # per-partition timestamps: partition 0 from i=40 (offset 20), partition 1 from i=81 (offset 40);
+    # partition 0 up to i=60 (offset 30), partition 1 to the end (no record after its timestamp)
+    got = offsets(startingOffsetsByTimestamp=json.dumps({topic_name: {"0": BASE_TS + 40_000, "1": BASE_TS + 81_000}}),
+                  endingOffsetsByTimestamp=json.dumps({topic_name: {"0": BASE_TS + 60_000, "1": BASE_TS + 10**9}}))
+    assert got == [(0, o) for o in range(20, 30)] + [(1, o) for o in range(40, 100)]
+    # no record at or after the starting timestamp: an error by default, the latest offset on request
+    late = json.dumps({topic_name: {"0": BASE_TS + 10**9, "1": BASE_TS}})
+    with pytest.raises(Exception, match="no record of .* at or after timestamp"):
+        offsets(startingOffsetsByTimestamp=late)
+    assert offsets(startingOffsetsByTimestamp=late, startingOffsetsByTimestampStrategy="latest") == \
+        [(1, o) for o in range(100)]
+    # specific offsets name every partition, and none past the end
+    with pytest.raises(Exception, match="must give every partition"):
+        offsets(startingOffsets=json.dumps({topic_name: {"0": 5}}))
+    with pytest.raises(Exception, match="past its latest offset"):
+        offsets(endingOffsets=json.dumps({topic_name: {"0": 500, "1": -1}}))
+    with pytest.raises(Exception, match="startingOffsets cannot be latest"):
+        offsets(startingOffsets="latest")
+    with pytest.raises(Exception, match="endingOffsets is not valid in a streaming query"):
+        spark.readStream.format("shoal").option("kafka.bootstrap.servers", bs).option("subscribe", topic_name) \
+            .option("endingOffsets", "latest").load().writeStream.format("console").start().awaitTermination(30)
+
+
+def test_min_offsets_per_trigger_and_a_recreated_topic(spark, spark_broker, topic_name,  # type: ignore[no-untyped-def]
+                                                      tmp_path: Path) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    bs = spark_broker.bootstrap
+    create_topic(bs, topic_name, partitions=1)
+    out, cp = str(tmp_path / "out"), str(tmp_path / "cp")
+
+    def start(**opts):  # type: ignore[no-untyped-def]
+        r = spark.readStream.format("shoal").option("kafka.bootstrap.servers", bs).option("subscribe", topic_name) \
+            .option("startingOffsets", "earliest")
+        for k, v in opts.items():
+            r = r.option(k, v)
+        return r.load().writeStream.format("parquet").option("path", out).option("checkpointLocation", cp) \
+            .trigger(processingTime="500 milliseconds").start()
+
+    def rows() -> int:
+        try:
+            return spark.read.parquet(out).count()
+        except Exception:
+            return 0
+
+    q = start(minOffsetsPerTrigger="100", maxTriggerDelay="6s")
+    try:
+        _fill(bs, topic_name, 60)
+        time.sleep(3)
+        assert rows() == 0  # fewer than 100 new records, and the delay has not passed
+        _fill(bs, topic_name, 60, start=60)
+        deadline = time.monotonic() + 60
+        while rows() < 120 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert rows() == 120
+    finally:
+        q.stop()
+    # the topic is deleted and created again: its offsets start over, below the checkpoint's
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.delete_topics([topic_name])[topic_name].result(30)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            create_topic(bs, topic_name, partitions=1)
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    _fill(bs, topic_name, 10)
+    q = start()
+    try:
+        with pytest.raises(Exception, match="failOnDataLoss=false"):
+            q.awaitTermination(60)
+    finally:
+        q.stop()
+    q = start(failOnDataLoss="false")
+    try:
+        deadline = time.monotonic() + 60
+        while rows() < 130 and time.monotonic() < deadline:
+            assert q.exception() is None, q.exception()
+            time.sleep(0.5)
+        assert rows() == 130
+    finally:
+        q.stop()

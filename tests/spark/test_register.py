@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import Any
@@ -65,3 +66,42 @@ def test_an_explicit_choice_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     s = _Session({"spark.pyspark.python": "/opt/other/python"})
     shoal.spark.register(s)
     assert s.sparkContext.pythonExec == "/opt/other/python"
+
+
+class _Streams:
+    def __init__(self) -> None:
+        self.listeners: list[Any] = []
+
+    def addListener(self, listener: Any) -> None:  # noqa: N802 - pyspark's name
+        self.listeners.append(listener)
+
+
+def test_the_commit_listener_is_added_once_per_session(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    from shoal.spark.share import _committed_marker, _read_committed
+
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    s = _Session(python_exec=sys.executable)
+    s.streams = _Streams()  # type: ignore[attr-defined]
+    shoal.spark.register(s)
+    shoal.spark.register(s)
+    assert [type(x).__name__ for x in s.streams.listeners] == ["CommitListener"]  # type: ignore[attr-defined]
+
+    # a progress event carrying the share source's end offset notes that batch as committed
+    offset = {"batch": 3, "reader": "r1", "group": "g", "stateDir": str(tmp_path)}
+
+    class _Source:
+        endOffset = json.dumps(offset)
+
+    class _Progress:
+        sources = [_Source(), type("Other", (), {"endOffset": '{"t": {"0": 5}}'})()]
+
+    class _Event:
+        progress = _Progress()
+
+    listener = s.streams.listeners[0]  # type: ignore[attr-defined]
+    listener.onQueryProgress(_Event())
+    assert _read_committed(_committed_marker(str(tmp_path), "g", "r1")) == 3
+    offset["batch"] = 2  # an older batch never moves the note back
+    _Source.endOffset = json.dumps(offset)
+    listener.onQueryProgress(_Event())
+    assert _read_committed(_committed_marker(str(tmp_path), "g", "r1")) == 3

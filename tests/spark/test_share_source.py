@@ -136,3 +136,100 @@ def test_release_on_request(spark, spark_broker, topic_name, state_dir, tmp_path
     values = sorted(v for v, _ in seen)
     assert values == sorted(list(range(50)) + list(range(0, 50, 10)))
     assert sorted(v for v, dc in seen if dc == 2) == list(range(0, 50, 10))
+
+
+def _values(spark, path: str) -> list[int]:  # type: ignore[no-untyped-def]
+    try:
+        return [int(r.value) for r in spark.read.parquet(path).select("value").collect()]
+    except Exception:  # no file yet
+        return []
+
+
+def _wait_idle(q, n: int, timeout_s: float = 120.0) -> None:  # type: ignore[no-untyped-def]
+    """Until this run of the query read ``n`` rows and no micro-batch is running: a stop between micro-batches."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert q.exception() is None, q.exception()
+        done = sum(p["numInputRows"] for p in q.recentProgress)
+        if done >= n and not q.status["isTriggerActive"]:
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"this run read fewer than {n} rows after {timeout_s}s")
+
+
+def _ran_empty(progress: list[dict]) -> list[int]:
+    """Batch ids of micro-batches that ran (a sink was called) and read nothing."""
+    return [p["batchId"] for p in progress if p["numInputRows"] == 0 and "addBatch" in p.get("durationMs", {})]
+
+
+def test_clean_stops_deliver_nothing_twice(spark, spark_broker, topic_name, state_dir,  # type: ignore[no-untyped-def]
+                                           tmp_path: Path) -> None:
+    bs = spark_broker.bootstrap
+    create_topic(bs, topic_name, partitions=2)
+    out, cp = str(tmp_path / "out"), str(tmp_path / "cp")
+    total = 0
+    empty: list[int] = []
+    for round_ in range(3):  # three runs of one query, each stopped between micro-batches
+        _fill(bs, topic_name, 300, start=total)
+        total += 300
+        q = _share_stream(spark, bs, topic_name, "g-" + topic_name, state_dir).writeStream.format("parquet") \
+            .option("path", out).option("checkpointLocation", cp).trigger(processingTime="3 seconds").start()
+        try:
+            _wait_idle(q, 300)
+            if round_ == 0:
+                time.sleep(7)  # idle triggers: nothing to read, so no micro-batch may run
+                empty += _ran_empty(q.recentProgress)
+            # rounds 1 and 2 stop before the next trigger: only the stop can accept the last batch
+        finally:
+            q.stop()
+    values = _values(spark, out)
+    assert sorted(values) == list(range(total))  # every record once: the stops delivered nothing again
+    assert {r.deliveryCount for r in spark.read.parquet(out).select("deliveryCount").collect()} == {1}
+    assert empty == []
+    assert not [f for f in os.listdir(os.path.join(state_dir, "g-" + topic_name)) if f.endswith(".json")]
+
+
+def test_available_now_reads_what_is_there_and_acknowledges_it(spark, spark_broker, topic_name,  # type: ignore[no-untyped-def]
+                                                               state_dir, tmp_path: Path) -> None:
+    bs = spark_broker.bootstrap
+    create_topic(bs, topic_name, partitions=2)
+    out = str(tmp_path / "out")
+    _fill(bs, topic_name, 500)
+    for run, (start, n) in enumerate([(0, 500), (500, 100)]):
+        if run:
+            _fill(bs, topic_name, n, start=start)
+        q = _share_stream(spark, bs, topic_name, "g-" + topic_name, state_dir).writeStream.format("parquet") \
+            .option("path", out).option("checkpointLocation", str(tmp_path / f"cp{run}")) \
+            .trigger(availableNow=True).start()
+        assert q.awaitTermination(120), "an AvailableNow query ends by itself"
+        assert q.exception() is None
+        assert sorted(_values(spark, out)) == list(range(start + n))  # the second run reads only the new ones
+
+
+def test_a_slow_micro_batch_keeps_its_locks(spark, spark_broker, topic_name, state_dir,  # type: ignore[no-untyped-def]
+                                            tmp_path: Path) -> None:
+    # the test broker's lock lasts 15 s; the first micro-batch takes 20 s
+    bs = spark_broker.bootstrap
+    group = "g-" + topic_name
+    create_topic(bs, topic_name, partitions=1)
+    _fill(bs, topic_name, 200)
+    seen: list[tuple[int, int]] = []
+
+    def handle(batch, batch_id: int) -> None:  # type: ignore[no-untyped-def]
+        rows = batch.select("value", "deliveryCount").collect()
+        seen.extend((int(r.value), r.deliveryCount) for r in rows)
+        if rows and len(seen) == len(rows):
+            time.sleep(20)
+
+    q = _share_stream(spark, bs, topic_name, group, state_dir, tasks=2).writeStream.foreachBatch(handle) \
+        .option("checkpointLocation", str(tmp_path / "cp")).trigger(processingTime="1 second").start()
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(seen) < 200:
+            assert q.exception() is None, q.exception()
+            time.sleep(0.5)
+        time.sleep(3)  # anything released by an expired lock would come back now
+    finally:
+        q.stop()
+    assert sorted(v for v, _ in seen) == list(range(200))
+    assert {dc for _, dc in seen} == {1}
