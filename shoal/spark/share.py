@@ -351,6 +351,8 @@ def _touch(path: str) -> None:
 
 STOP_WAIT_S = 5.0
 """How long ``stop`` waits to learn whether the last planned micro-batch committed."""
+RECONNECT_S = 60.0
+"""How long the driver side retries a broker it cannot reach before the query fails."""
 
 
 def _committed_marker(state_dir: str, group: str, reader: str) -> str:
@@ -603,7 +605,25 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         return self._offset(0)
 
+    def _reconnecting(self, what: str, fn: Any, *args: Any) -> Any:
+        """Run ``fn`` again on a new connection while the broker is unreachable (a restart, a
+        leader move), for up to ``RECONNECT_S``; the query fails only after that."""
+        deadline = time.monotonic() + RECONNECT_S
+        while True:
+            try:
+                return fn(*args)
+            except (OSError, ConnectionError) as e:
+                if self._conn is not None:
+                    self._conn.close()
+                if time.monotonic() >= deadline:
+                    raise
+                log.warning("share source %s: %s; connecting again", what, e)
+                time.sleep(1.0)
+
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        return self._reconnecting("latestOffset", self._latest_offset, start)
+
+    def _latest_offset(self, start: dict | None) -> dict:
         """A new batch when the group has records to deliver; ``start`` again when it has none.
 
         Spark asks for the next batch only once the previous one is in its commit log, so
@@ -637,6 +657,9 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = True
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return self._reconnecting("planning a batch", self._partitions, start, end)
+
+    def _partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         if int(start.get("batch", 0)) >= int(end["batch"]) and start.get("reader") == end.get("reader"):
             return []
         self._start()
@@ -668,7 +691,7 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict) -> None:
         """Micro-batch ``end["batch"]`` is durable: acknowledge what its tasks acquired."""
         if int(end["batch"]) > self._settled:
-            self._settle(int(end["batch"]))
+            self._reconnecting("commit", self._settle, int(end["batch"]))
 
     def stop(self) -> None:
         """Accept what committed batches acquired, release the rest, then leave the group.
