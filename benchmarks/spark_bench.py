@@ -1,10 +1,14 @@
 """Spark data source throughput against a shoal broker it starts: batch read and write with 1, 2
-and 4 tasks on a one-partition topic, and the share-group streaming source.
+and 4 tasks on a one-partition topic, the share-group streaming source on one and on eight
+partitions with its default options, each beside a plain client on the same records (an
+idempotent confluent-kafka Producer for the sink, a confluent-kafka ShareConsumer for the
+share source), with the ratio.
 
-    python benchmarks/spark_bench.py [--records 200000] [--value-bytes 1000] [--bootstrap HOST:PORT]
+    python benchmarks/spark_bench.py [--records 200000] [--value-bytes 1000] [--master local[2]]
+                                     [--bootstrap HOST:PORT]
 
 Prints MB/s and records/s per case. Times include Spark's job overhead (a few hundred ms per
-job on local[4]), so small runs understate the steady state.
+job), so small runs understate the steady state.
 """
 
 from __future__ import annotations
@@ -27,11 +31,49 @@ def _broker(data_dir: str) -> tuple[subprocess.Popen[bytes], str]:
     return proc, line.split()[-1]
 
 
-def _topic(bootstrap: str, name: str) -> None:
+def _topic(bootstrap: str, name: str, partitions: int = 1) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
-    admin.create_topics([NewTopic(name, 1, 1)])[name].result(15)
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(15)
+
+
+def _plain_produce(bootstrap: str, topic: str, n: int, size: int) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "broker.address.family": "v4", "enable.idempotence": True,
+                  "linger.ms": 5})
+    value = b"ABC" * (size // 3)
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, value, str(i).encode())
+                break
+            except BufferError:
+                p.poll(0.05)
+    p.flush(120)
+
+
+def _plain_share_consume(bootstrap: str, topic: str, group: str, n: int) -> int:
+    """Records a confluent-kafka ShareConsumer (implicit acknowledgement) reads in ``group`` from the start."""
+    from confluent_kafka import ShareConsumer
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    for fut in admin.incremental_alter_configs([res]).values():
+        fut.result(15)
+    c = ShareConsumer({"bootstrap.servers": bootstrap, "broker.address.family": "v4", "group.id": group})
+    c.subscribe([topic])
+    got = 0
+    deadline = time.monotonic() + 600
+    try:
+        while got < n and time.monotonic() < deadline:
+            got += sum(1 for m in c.poll(1.0) if not m.error())
+    finally:
+        c.close()
+    return got
 
 
 def _line(what: str, n: int, nbytes: int, seconds: float) -> None:
@@ -44,6 +86,7 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--value-bytes", type=int, default=1000)
     ap.add_argument("--bootstrap")
+    ap.add_argument("--master", default="local[2]")
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -58,7 +101,7 @@ def main() -> int:
 
         import shoal.spark
 
-        spark = (SparkSession.builder.master("local[4]").config("spark.ui.enabled", "false")
+        spark = (SparkSession.builder.master(args.master).config("spark.ui.enabled", "false")
                  .config("spark.sql.shuffle.partitions", "4").getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
         shoal.spark.register(spark)
@@ -69,13 +112,15 @@ def main() -> int:
         src.count()
         nbytes = n * (size // 3 * 3)
         read_topic = None
+        write_s = {}
         for tasks in (1, 2, 4):
             topic = f"bench-w{tasks}-{stamp}"
             _topic(bootstrap, topic)
             t = time.perf_counter()
             src.repartition(tasks).write.mode("append").format("shoal").option("kafka.bootstrap.servers", bootstrap) \
                 .option("topic", topic).save()
-            _line(f"batch write, {tasks} task(s)", n, nbytes, time.perf_counter() - t)
+            write_s[tasks] = time.perf_counter() - t
+            _line(f"batch write, {tasks} task(s)", n, nbytes, write_s[tasks])
             read_topic = read_topic or topic
         for tasks in (1, 2, 4):
             df = spark.read.format("shoal").option("kafka.bootstrap.servers", bootstrap) \
@@ -84,22 +129,44 @@ def main() -> int:
             got = df.select(F.sum(F.length("value"))).collect()[0][0]
             _line(f"batch read, {tasks} task(s)", n, got, time.perf_counter() - t)
 
-        # share-group streaming source: 4 tasks on the 1-partition topic
-        rows = 0
         t = time.perf_counter()
-        q = (spark.readStream.format("shoal").option("kafka.bootstrap.servers", bootstrap)
-             .option("subscribe", read_topic).option("shareGroup", f"bench-{stamp}").option("numTasks", "4")
-             .option("startingOffsets", "earliest").option("maxRecordsPerTask", "20000")
-             .option("stateDir", os.path.join(work, "share-state")).load()
-             .select(F.length("value").alias("n")).writeStream.format("noop").start())
-        try:
-            deadline = time.monotonic() + 600
-            while rows < n and time.monotonic() < deadline:
-                time.sleep(0.5)
-                rows = sum(p["numInputRows"] for p in q.recentProgress)
-        finally:
-            q.stop()
-        _line("share-group stream, 4 tasks", rows, rows * (size // 3 * 3), time.perf_counter() - t)
+        _plain_produce(bootstrap, f"bench-plain-{stamp}", n, size)
+        plain_write = time.perf_counter() - t
+        _line("plain idempotent Producer", n, nbytes, plain_write)
+        print(f"    sink with 1 task / plain Producer = {plain_write / write_s[1]:.2f}", flush=True)
+
+        # the share-group source, default options, beside a plain ShareConsumer on the same topic
+        eight = f"bench-p8-{stamp}"
+        _topic(bootstrap, eight, 8)
+        _plain_produce(bootstrap, eight, n, size)
+        for topic, parts in ((read_topic, 1), (eight, 8)):
+            t = time.perf_counter()
+            got = _plain_share_consume(bootstrap, topic, f"bench-plain-{parts}-{stamp}", n)
+            plain = got / (time.perf_counter() - t)
+            _line(f"plain ShareConsumer, {parts} partition(s)", got, got * (size // 3 * 3), time.perf_counter() - t)
+            rows = 0
+            t = time.perf_counter()
+            q = (spark.readStream.format("shoal").option("kafka.bootstrap.servers", bootstrap)
+                 .option("subscribe", topic).option("shareGroup", f"bench-{parts}-{stamp}")
+                 .option("numTasks", str(min(parts, 2))).option("startingOffsets", "earliest")
+                 .option("stateDir", os.path.join(work, "share-state")).load()
+                 .select(F.length("value").alias("n")).writeStream.format("noop").start())
+            try:
+                deadline = time.monotonic() + 600
+                while rows < n and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    rows = sum(p["numInputRows"] for p in q.recentProgress)
+                elapsed = time.perf_counter() - t
+                batches = [p for p in q.recentProgress if p["numInputRows"]]
+            finally:
+                q.stop()
+            _line(f"share-group stream, {parts} partition(s)", rows, rows * (size // 3 * 3), elapsed)
+            per_batch = sum(p["numInputRows"] for p in batches) / max(1, len(batches))
+            batch_s = sum(p["durationMs"].get("triggerExecution", 0) for p in batches) / max(1, len(batches)) / 1000
+            print(f"    {len(batches)} micro-batches, {per_batch:.0f} records and {batch_s * 1000:.0f} ms each; "
+                  f"stream / plain ShareConsumer = {rows / elapsed / plain:.2f}; "
+                  f"records/s / (record locks x partitions / batch time) = "
+                  f"{rows / elapsed / (2000 * parts / batch_s) if batch_s else 0:.2f}", flush=True)
         spark.stop()
     finally:
         if proc is not None:

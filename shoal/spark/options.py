@@ -53,7 +53,7 @@ class Options:
     topic: str | None = None  # sink default topic
     share_group: str | None = None
     num_tasks: int | None = None
-    max_records_per_task: int = 1000
+    max_records_per_task: int | None = None  # None: sized from the partitions' record-lock cap
     max_wait_ms: int = 500
     state_dir: str | None = None
     kafka_conf: tuple[tuple[str, str], ...] = ()
@@ -153,7 +153,7 @@ def parse_options(options: Mapping[str, str]) -> Options:
         topic=o.get("topic"),
         share_group=share_group,
         num_tasks=int(o["numtasks"]) if o.get("numtasks") else None,
-        max_records_per_task=int(o.get("maxrecordspertask", 1000)),
+        max_records_per_task=int(o["maxrecordspertask"]) if o.get("maxrecordspertask") else None,
         max_wait_ms=int(o.get("maxwaitms", 500)),
         state_dir=o.get("statedir"),
         kafka_conf=kafka_conf,

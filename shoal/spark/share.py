@@ -13,8 +13,10 @@ its next epoch.
   life of the reader) and keeps them alive with ShareGroupHeartbeat from a background
   thread, at the interval the coordinator asks for, learning each member's assignment.
 * **Tasks.** Every micro-batch has ``numTasks`` input partitions; task k fetches as member
-  k with ShareFetch, up to ``maxRecordsPerTask`` records (the first fetch waits up to
-  ``maxWaitMs``), keeps only the offsets inside the AcquiredRecords ranges and yields them
+  k with ShareFetch, up to ``maxRecordsPerTask`` records (by default the partitions'
+  record-lock cap, 2000 each, divided among the tasks; the first fetch waits up to
+  ``maxWaitMs`` only when the driver could not learn the group's lag, since a batch is
+  planned only when records are waiting), keeps only the offsets inside the AcquiredRecords ranges and yields them
   with their ``deliveryCount``. It does not close the session nor the connection: the
   connection stays in a module-level cache of the Python worker, keyed by (bootstrap,
   group, member), so the acquired records stay acquired after the task ends.
@@ -254,8 +256,8 @@ class ShareTask(InputPartition):
     """Task k of micro-batch ``batch``: fetch as ``member_id`` from ``partitions``."""
 
     def __init__(self, batch: int, index: int, member_id: str, partitions: list[tuple[str, str, int]],
-                 overrides: dict[tuple[str, int, int], int], *, reader_id: str = "", wait_ms: int | None = None
-                 ) -> None:
+                 overrides: dict[tuple[str, int, int], int], *, reader_id: str = "", wait_ms: int | None = None,
+                 max_records: int = 1000) -> None:
         super().__init__((batch, index))
         self.batch = batch
         self.index = index
@@ -264,6 +266,7 @@ class ShareTask(InputPartition):
         self.overrides = overrides  # (topic id, partition, offset) -> acknowledge type
         self.reader_id = reader_id
         self.wait_ms = wait_ms  # the first ShareFetch's long poll (None: the option maxWaitMs)
+        self.max_records = max_records  # records to acquire at most
 
 
 def read_share_task(opts: Options, task: ShareTask, arrow_schema: Any) -> Iterator[Any]:
@@ -299,10 +302,10 @@ def read_share_task(opts: Options, task: ShareTask, arrow_schema: Any) -> Iterat
         total = 0
         first = True
         first_wait = opts.max_wait_ms if task.wait_ms is None else task.wait_ms
-        while total < opts.max_records_per_task:
+        while total < task.max_records:
             try:
                 res = session.fetch(wanted, max_wait_ms=first_wait if first else 0,
-                                    max_records=opts.max_records_per_task - total)
+                                    max_records=task.max_records - total)
             except KafkaProtocolError as e:
                 if e.code in _SESSION_GONE and session.epoch != 0:
                     session.epoch = 0
@@ -351,6 +354,8 @@ def _touch(path: str) -> None:
 
 STOP_WAIT_S = 5.0
 """How long ``stop`` waits to learn whether the last planned micro-batch committed."""
+RECONNECT_S = 60.0
+"""How long the driver side retries a broker it cannot reach before the query fails."""
 
 
 def _committed_marker(state_dir: str, group: str, reader: str) -> str:
@@ -603,7 +608,25 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         return self._offset(0)
 
+    def _reconnecting(self, what: str, fn: Any, *args: Any) -> Any:
+        """Run ``fn`` again on a new connection while the broker is unreachable (a restart, a
+        leader move), for up to ``RECONNECT_S``; the query fails only after that."""
+        deadline = time.monotonic() + RECONNECT_S
+        while True:
+            try:
+                return fn(*args)
+            except (OSError, ConnectionError) as e:
+                if self._conn is not None:
+                    self._conn.close()
+                if time.monotonic() >= deadline:
+                    raise
+                log.warning("share source %s: %s; connecting again", what, e)
+                time.sleep(1.0)
+
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        return self._reconnecting("latestOffset", self._latest_offset, start)
+
+    def _latest_offset(self, start: dict | None) -> dict:
         """A new batch when the group has records to deliver; ``start`` again when it has none.
 
         Spark asks for the next batch only once the previous one is in its commit log, so
@@ -637,6 +660,9 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = True
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return self._reconnecting("planning a batch", self._partitions, start, end)
+
+    def _partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         if int(start.get("batch", 0)) >= int(end["batch"]) and start.get("reader") == end.get("reader"):
             return []
         self._start()
@@ -650,6 +676,7 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._offset_readers.add(end["reader"])  # a batch planned by an earlier run, retried
         # the driver saw records to deliver: a task that finds none returns at once, no long poll
         wait_ms = 0 if self._last_lag else self.opts.max_wait_ms
+        per_task = self.opts.max_records_per_task or _records_per_task(len(everything), len(self.member_ids))
         tasks = []
         assert self._members is not None
         for k, m in enumerate(self._members):
@@ -657,7 +684,7 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         for p in ps if tid in by_id]
             tasks.append(ShareTask(n, k, m.member_id, assigned or everything,
                                    {(str(t), p, o): v for (t, p, o), v in overrides.items()},
-                                   reader_id=self.reader_id, wait_ms=wait_ms))
+                                   reader_id=self.reader_id, wait_ms=wait_ms, max_records=per_task))
         return tasks
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -668,7 +695,7 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict) -> None:
         """Micro-batch ``end["batch"]`` is durable: acknowledge what its tasks acquired."""
         if int(end["batch"]) > self._settled:
-            self._settle(int(end["batch"]))
+            self._reconnecting("commit", self._settle, int(end["batch"]))
 
     def stop(self) -> None:
         """Accept what committed batches acquired, release the rest, then leave the group.
@@ -709,6 +736,15 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for path in paths:
             with contextlib.suppress(OSError):
                 os.remove(path)
+
+
+RECORD_LOCKS = 2000
+"""Kafka's default ``group.share.partition.max.record.locks``: records in flight per share-partition."""
+
+
+def _records_per_task(partitions: int, tasks: int) -> int:
+    """A task's share of what the partitions can have in flight, so one micro-batch can fill the cap."""
+    return max(500, -(-RECORD_LOCKS * max(1, partitions) // max(1, tasks)))
 
 
 def _stop_on_sigterm() -> None:
