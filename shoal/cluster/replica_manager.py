@@ -80,6 +80,12 @@ class Replica:
         except FileNotFoundError:
             text = ""
         self.epochs = LeaderEpochCache.from_text(text)
+        past = []
+        while self.epochs.entries and self.epochs.entries[-1][1] > plog.log_end_offset:
+            past.append(self.epochs.entries.pop())  # the log's end was cut at start: no epoch starts past it
+        if past:
+            log.warning("partition %s-%d: leader epochs %s start past the log end offset %d; dropped", topic, index,
+                        past[::-1], plog.log_end_offset)
         self.follower_leo: dict[int, int] = {}
         self.caught_up_ms: dict[int, int] = {}
         self.last_fetch_leo: dict[int, int] = {}

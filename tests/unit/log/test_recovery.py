@@ -253,3 +253,22 @@ def test_an_overlapping_segment_is_set_aside_not_deleted(tmp_path, caplog):
     assert "overlaps segment" in caplog.text
     assert read_everything(log) == [d for _, _, d in written]
     assert log.log_end_offset == leo and [s.base_offset for s in log.segments] == ours
+
+
+def test_leader_epochs_past_a_log_end_cut_at_start_are_dropped(tmp_path):
+    """A follower's last batch, the first of a new leader epoch, was torn: the epoch's entry
+    must not outlive it, or the broker as leader would tell followers an older epoch ended
+    past its own log end."""
+    from shoal.cluster.replica_manager import EPOCH_FILE, Replica
+
+    written, _ = written_log(tmp_path, close=False)
+    last = bases(written)[-1]
+    path = seg_file(tmp_path, last)
+    torn = read_header(written[-1][2])
+    (tmp_path / "t-0" / EPOCH_FILE).write_text(f"0\n3\n3 0\n4 {torn.base_offset}\n5 {torn.next_offset}\n")
+    os.truncate(path, os.path.getsize(path) - 5)
+    log = open_log(tmp_path)
+    assert log.log_end_offset == torn.base_offset
+    replica = Replica("t", 0, log)
+    # an epoch that starts at the log end may have written nothing yet; one past it cannot hold
+    assert replica.epochs.entries == [(3, 0), (4, torn.base_offset)]
