@@ -12,9 +12,16 @@ written whole, when the segment is validated (:meth:`Segment.recover`) and when 
 sealed (:meth:`Segment.seal`, with an fsync); the active segment's index files may lag,
 which is harmless because the active segment is always validated and re-indexed on
 open.  On open, a segment either trusts its index files (closed segments below the
-recovery point, if the files decode consistently) or rebuilds them while validating
-its batches, cutting the file at the first torn or corrupt batch.  ``next_offset`` (one past the last offset of the last batch),
-``max_timestamp`` and its offset are tracked for roll, retention and ListOffsets.
+recovery point, if the files decode consistently and match the end of the log file) or
+rebuilds them while validating its batches (:meth:`Segment.recover`): a torn write at
+the end is cut; damage in bytes known to have been fsynced costs only those bytes (the
+batches after them move to a segment of their own, :class:`Damage`).  ``next_offset``
+(one past the last offset of the last batch), ``max_timestamp`` and its offset are
+tracked for roll, retention and ListOffsets.
+
+Bytes not validated at open are CRC-checked by the first :meth:`Segment.read` that
+serves them (the checked ranges are remembered); corrupt bytes found then become holes
+that reads step over and answer with CORRUPT_MESSAGE, logged once each.
 
 A small map from "offset one past a read" to its byte position makes a sequential
 consumer's next look-up O(1).
@@ -45,8 +52,8 @@ import logging
 import os
 import resource
 import struct
-from collections import OrderedDict
 from bisect import bisect_right
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -229,7 +236,7 @@ class _Ranges:
     """Sorted, disjoint byte ranges [start, end) of a segment (the ones whose batches were
     CRC-checked since it was opened).  Event loop only."""
 
-    __slots__ = ("starts", "ends")
+    __slots__ = ("ends", "starts")
 
     def __init__(self) -> None:
         self.starts: list[int] = []

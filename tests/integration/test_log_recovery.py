@@ -76,7 +76,7 @@ def read_back(bs: str, topic: str, *, corrupt_skip: dict[int, int] | None = None
 
 def check(b: BrokerProcess, topic: str, acked: dict[int, bytes], damaged: set[int], **kw) -> dict[int, bytes]:
     assert damaged and len(damaged) < len(acked) // 4  # the damage hit some records, not most of them
-    got, corrupt = read_back(b.bootstrap, topic, **kw)
+    got, _ = read_back(b.bootstrap, topic, **kw)
     kept = {o: v for o, v in acked.items() if o not in damaged}
     assert {o: got.get(o) for o in kept} == kept, "acknowledged records outside the damage were lost"
     assert not set(got) & damaged, "records from damaged bytes were served"
@@ -174,7 +174,7 @@ def test_corrupt_bytes_below_the_recovery_point_are_answered_corrupt_message_and
     victim = sorted(part.glob("*.log"))[1]
     in_victim = [x for x in batches if x[0] == victim]
     assert len(in_victim) > 2
-    _, pos, size, first, last = in_victim[1]
+    _, pos, _, first, last = in_victim[1]
     with open(victim, "r+b") as f:
         f.seek(pos + 70)
         f.write(b"\x00\x01\x02\x03")

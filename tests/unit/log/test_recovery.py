@@ -15,7 +15,7 @@ from shoal.protocol.batch import read_header
 
 from .helpers import batch
 
-CFG = dict(segment_bytes=4096, index_interval_bytes=512)
+CFG = {"segment_bytes": 4096, "index_interval_bytes": 512}
 
 
 def open_log(path, **kw) -> PartitionLog:
@@ -137,7 +137,7 @@ def test_a_damaged_length_field_is_skipped_by_a_byte_scan(tmp_path):
 
 
 def test_a_torn_write_at_the_end_of_the_active_segment_is_cut_as_kafka_cuts_it(tmp_path, caplog):
-    written, leo = written_log(tmp_path, close=False)
+    written, _ = written_log(tmp_path, close=False)
     last = bases(written)[-1]
     path = seg_file(tmp_path, last)
     os.truncate(path, os.path.getsize(path) - 10)
@@ -152,7 +152,7 @@ def test_a_torn_write_at_the_end_of_the_active_segment_is_cut_as_kafka_cuts_it(t
 
 
 def test_a_flip_below_the_recovery_point_is_answered_corrupt_message_and_logged_once(tmp_path, caplog):
-    written, leo = written_log(tmp_path)  # closed cleanly: start-up validates the active segment only
+    written, _ = written_log(tmp_path)  # closed cleanly: start-up validates the active segment only
     victim = bases(written)[1]
     hit_pos, hit = [(p, d) for b, p, d in written if b == victim][2]
     with open(seg_file(tmp_path, victim), "r+b") as f:
