@@ -35,7 +35,7 @@ CHECKPOINTS = ("keep", "delete", "garbage")
 @st.composite
 def scenarios(draw):
     specs = draw(st.lists(st.tuples(st.integers(1, 5), st.integers(0, 300)), min_size=1, max_size=25))
-    segment_bytes = draw(st.sampled_from([1600, 2048, 4096, 1 << 20]))
+    segment_bytes = draw(st.sampled_from([1800, 2048, 4096, 1 << 20]))
     kind = draw(st.sampled_from(KINDS))
     checkpoint = draw(st.sampled_from(CHECKPOINTS))
     closed = draw(st.booleans())
