@@ -211,6 +211,9 @@ class PartitionLog:
         self._last_flush_ms = -1
         self.recovered_truncation = False
         """Whether opening cut damaged bytes (a torn write or corruption)."""
+        self.epochs_in_log: list[tuple[int, int]] = []
+        """(partition leader epoch, first offset) where each newer epoch starts in the batches
+        found at open (to rebuild a damaged leader-epoch checkpoint)."""
         self.missing_offsets: list[tuple[int, int]] = []
         """Offset ranges [start, end) opening found lost (damaged bytes, a missing or cut
         segment); end -1: to the log end (a torn write)."""
@@ -350,11 +353,14 @@ class PartitionLog:
                        "fsynced before, are lost (the last segment file is missing or was cut)", directory.name,
                        leo, recovery_point, leo, recovery_point - 1)
         log.log_start_offset = min(max(start or 0, log.segments[0].base_offset), leo)
+        epochs = log.epochs_in_log
         for seg in log.segments:
             for h in seg.walk_headers():
                 if h.producer_id >= 0:
                     log.producers.replay(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
                                          h.base_offset, h.last_offset, h.max_timestamp)
+                if h.partition_leader_epoch >= 0 and (not epochs or h.partition_leader_epoch > epochs[-1][0]):
+                    epochs.append((h.partition_leader_epoch, h.base_offset))
 
     def _report_damage(self, seg: Segment, damage, active: bool, limit: int | None) -> int:
         """Log what recovery cut from ``seg`` (at WARN for a torn write at the end of the

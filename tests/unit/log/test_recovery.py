@@ -272,3 +272,18 @@ def test_leader_epochs_past_a_log_end_cut_at_start_are_dropped(tmp_path):
     replica = Replica("t", 0, log)
     # an epoch that starts at the log end may have written nothing yet; one past it cannot hold
     assert replica.epochs.entries == [(3, 0), (4, torn.base_offset)]
+
+
+def test_a_damaged_leader_epoch_checkpoint_is_rebuilt_from_the_batches(tmp_path, caplog):
+    from shoal.cluster.replica_manager import EPOCH_FILE, Replica
+
+    log = open_log(tmp_path)
+    for epoch in (2, 2, 5, 5, 7):
+        log.append(batch(2), 0, leader_epoch=epoch)
+    log.close()
+    (tmp_path / "t-0" / EPOCH_FILE).write_bytes(b"\x00garbage")
+    log = open_log(tmp_path)
+    with caplog.at_level(logging.WARNING, "shoal.cluster"):
+        replica = Replica("t", 0, log)
+    assert replica.epochs.entries == [(2, 0), (5, 4), (7, 8)]
+    assert "does not hold leader epochs" in caplog.text
