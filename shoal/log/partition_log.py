@@ -293,7 +293,8 @@ class PartitionLog:
                                        salvage_below=recovery_point if active else _NO_LIMIT)
             if damage is not None:
                 log.recovered_truncation = True
-                reported = log._report_damage(seg, damage, active, limit)
+                torn = active and (recovery_point is None or damage.next_offset >= recovery_point)
+                reported = log._report_damage(seg, damage, torn, limit)
                 if damage.moved:
                     pending.insert(i, damage.resume_offset)
                     moved.add(damage.resume_offset)
@@ -362,8 +363,8 @@ class PartitionLog:
                 if h.partition_leader_epoch >= 0 and (not epochs or h.partition_leader_epoch > epochs[-1][0]):
                     epochs.append((h.partition_leader_epoch, h.base_offset))
 
-    def _report_damage(self, seg: Segment, damage, active: bool, limit: int | None) -> int:
-        """Log what recovery cut from ``seg`` (at WARN for a torn write at the end of the
+    def _report_damage(self, seg: Segment, damage, torn: bool, limit: int | None) -> int:
+        """Log what recovery cut from ``seg`` (at WARN for a write torn at the end of the
         active segment, else at ERROR); returns the offset below which the loss is logged."""
         name, base = self.dir.name, seg.base_offset
         first = damage.next_offset
@@ -373,11 +374,17 @@ class PartitionLog:
                        "are cut; the valid batches after them, from offset %d on, are kept as segment %d",
                        name, base, damage.position, damage.reason, damage.lost_bytes, first, end - 1, end - first,
                        end, end)
-        elif not active:
-            end = limit if limit is not None else first
+        elif limit is not None:
+            end = limit
             _log.error("partition %s: segment %d is damaged at byte %d (%s): its last %d bytes, holding offsets "
                        "%d-%d (%d), are cut; the next segment is kept", name, base, damage.position, damage.reason,
                        damage.lost_bytes, first, end - 1, end - first)
+        elif not torn:
+            _log.error("partition %s: the active segment %d is damaged at byte %d (%s), below its recovery point: "
+                       "its last %d bytes are cut, and with them offsets from %d on", name, base, damage.position,
+                       damage.reason, damage.lost_bytes, first)
+            self.missing_offsets.append((first, -1))
+            return first
         else:
             end = first
             after = (f"; valid batches followed from offset {damage.resume_offset}, written after the recovery "

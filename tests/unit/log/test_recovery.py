@@ -287,3 +287,26 @@ def test_a_damaged_leader_epoch_checkpoint_is_rebuilt_from_the_batches(tmp_path,
         replica = Replica("t", 0, log)
     assert replica.epochs.entries == [(2, 0), (5, 4), (7, 8)]
     assert "does not hold leader epochs" in caplog.text
+
+
+def test_damage_in_the_active_segment_below_the_recovery_point_loses_only_its_batch(tmp_path, caplog):
+    """A recovery point at the log end (what a close writes when the one on disk was below
+    the active segment) says the active segment's bytes were all fsynced: a flipped byte in
+    them is damage, not a torn write."""
+    written, leo = written_log(tmp_path)
+    (tmp_path / "t-0" / RECOVERY_POINT_FILE).write_text(str(leo))
+    last = bases(written)[-1]
+    in_last = [(p, d) for b, p, d in written if b == last]
+    assert len(in_last) >= 3
+    hit_pos, hit = in_last[1]
+    with open(seg_file(tmp_path, last), "r+b") as f:
+        f.seek(hit_pos + 90)
+        f.write(b"\xff\xff")
+    with caplog.at_level(logging.WARNING, "shoal.log"):
+        log = open_log(tmp_path)
+    assert read_everything(log) == [d for _, _, d in written if d is not hit]
+    assert log.log_end_offset == leo
+    h = read_header(hit)
+    assert log.missing_offsets == [(h.base_offset, h.next_offset)]
+    assert f"segment {last} is damaged at byte {hit_pos}" in caplog.text
+    assert log.append(batch(1), 0).base_offset == leo
