@@ -831,6 +831,18 @@ class Segment:
             return os.pread(self.fd, keep, pos)
         return out[:keep]
 
+    def check_all(self) -> bool:
+        """Whether every byte is whole, CRC-valid batches (checked once).  Damage found is
+        mapped and logged as :meth:`read` maps it.  Raises OSError."""
+        if self._verified.covers(0, self.size):
+            return True
+        if self._holes:
+            return False
+        if self._verify(0, self.size, None) is None:
+            return True
+        self._map_holes()
+        return False
+
     def _map_holes(self) -> None:
         """Scan the whole segment (CRC included) and note every run of damaged bytes in
         :attr:`_holes`, logging each new one at ERROR.  The file is not changed.  Raises OSError."""
