@@ -48,9 +48,11 @@ where it is:
 
 Segments are then chained: a segment that starts after the previous one ends leaves a gap
 of offsets (a missing or cut segment file; logged at ERROR, reads skip it as they skip the
-offsets compaction removed); one wholly inside the previous one is a leftover of an
-interrupted compaction merge and is deleted; one that overlaps the previous one partly is
-renamed ``*.overlapping`` and not served.  The log end offset is the last segment's, so
+offsets compaction removed); one wholly inside the previous one whose first batch the
+previous one holds byte for byte is a leftover of an interrupted compaction merge and is
+deleted; any other overlap is renamed ``*.overlapping`` and not served (never deleted).  A
+segment below the recovery point whose last header says it reaches into the next file is
+validated first (a damaged header must not make it look like it holds the next segment).  The log end offset is the last segment's, so
 the next append gets an offset past every surviving record.  A log start offset
 checkpoint beyond the log end is ignored (logged), never a reason to delete.  Producer
 state is rebuilt from the batch headers.
@@ -289,8 +291,8 @@ class PartitionLog:
             # A closed segment was fsynced whole when it was rolled, and the active one up to the
             # recovery point: damage there is not a torn write, so only the damaged bytes go.
             seg, damage = Segment.open(directory, base, interval, recover=base >= check_from or base in moved,
-                                       files=log.files, limit_offset=limit,
-                                       salvage_below=recovery_point if active else _NO_LIMIT)
+                                       files=log.files, salvage_below=recovery_point if active else _NO_LIMIT,
+                                       next_segment=None if active else Segment(directory, limit, interval, log.files))
             if damage is not None:
                 log.recovered_truncation = True
                 torn = active and (recovery_point is None or damage.next_offset >= recovery_point)
@@ -311,14 +313,14 @@ class PartitionLog:
                                    seg.base_offset - 1, seg.base_offset - max(prev.next_offset, reported),
                                    prev.base_offset, prev.next_offset, seg.base_offset)
                         log.missing_offsets.append((max(prev.next_offset, reported), seg.base_offset))
-                elif seg.next_offset <= prev.next_offset:
-                    # wholly inside the previous segment: left over from a compaction that merged
-                    # it into the previous one and stopped before deleting it
+                elif seg.next_offset <= prev.next_offset and prev.holds_copy_of(seg):
+                    # wholly inside the previous segment, which holds its batches: left over from a
+                    # compaction that merged it into the previous one and stopped before deleting it
                     seg.delete()
                     continue
                 else:
-                    # offsets the previous segment holds too: neither can be trusted over the other,
-                    # so this one is set aside (renamed, not deleted) and not served
+                    # offsets the previous segment holds too (other batches): neither can be trusted
+                    # over the other, so this one is set aside (renamed, not deleted) and not served
                     seg.close()
                     aside = seg.log_path.with_name(seg.log_path.name + ".overlapping")
                     os.replace(seg.log_path, aside)
@@ -328,7 +330,8 @@ class PartitionLog:
                                "is set aside as %s and not served", directory.name, seg.base_offset,
                                seg.base_offset, seg.next_offset - 1, prev.base_offset, prev.next_offset, aside.name)
                     if active:  # the log goes on after the last offset handed out
-                        log.segments.append(Segment(directory, seg.next_offset, interval, log.files, create=True))
+                        log.segments.append(Segment(directory, max(seg.next_offset, prev.next_offset), interval,
+                                                    log.files, create=True))
                         log.segments[-1].recover()
                         log.files.fsync_dir(directory)
                     continue

@@ -440,22 +440,29 @@ class Segment:
     @classmethod
     def open(cls, directory: Path, base_offset: int, index_interval: int, *, recover: bool,
              files: OpenSegments | None = None, salvage_below: int | None = None,
-             limit_offset: int | None = None) -> tuple["Segment", "Damage | None"]:
+             next_segment: "Segment | None" = None) -> tuple["Segment", "Damage | None"]:
         """Open a segment; returns (segment, damage found and handled, or None).
 
         With ``recover`` (or if the index files are unusable) the whole file is validated
         batch by batch (length, magic, CRC, growing offsets) and its indexes rebuilt; what
-        is not whole, valid batches is handled as :meth:`recover` says (``salvage_below``,
-        ``limit_offset``).  Without, only the index files and the batches after the last
-        index entry are checked (Kafka's sanity check); reads then CRC-check each batch the
-        first time they serve it.  Raises OSError.
+        is not whole, valid batches is handled as :meth:`recover` says (``salvage_below``;
+        the offsets it may hold end at ``next_segment``'s base).  Without, only the index
+        files and the batches after the last index entry are checked (Kafka's sanity
+        check); reads then CRC-check each batch the first time they serve it.
+
+        A segment whose offsets, by its unchecked last header, reach into ``next_segment``
+        without holding a copy of its first batch (what an interrupted compaction merge
+        leaves) is validated too: a damaged header must not make it look longer than it is.
+        Raises OSError.
         """
         seg = cls(directory, base_offset, index_interval, files)
         if not seg.log_path.exists():
             raise FileNotFoundError(errno.ENOENT, "segment file missing", str(seg.log_path))
-        if not recover and seg._load_indexes():
+        limit = next_segment.base_offset if next_segment is not None else None
+        if (not recover and seg._load_indexes()
+                and (limit is None or seg.next_offset <= limit or seg.holds_copy_of(next_segment))):
             return seg, None
-        return seg, seg.recover(check_crc=True, salvage_below=salvage_below, limit_offset=limit_offset)
+        return seg, seg.recover(check_crc=True, salvage_below=salvage_below, limit_offset=limit)
 
     def _load_indexes(self) -> bool:
         """Check the index files against the log cheaply and take the segment's offsets and
@@ -590,6 +597,17 @@ class Segment:
         # memory only: it can only be the active segment, which every open validates and
         # re-indexes, and a roll writes the files. A new partition then creates one file.
         return damage
+
+    def holds_copy_of(self, other: "Segment") -> bool:
+        """Whether ``other``'s first batch is, byte for byte, one of this segment's (what a
+        compaction merge copied before it was interrupted).  Raises OSError."""
+        if other.size == 0:
+            return True  # nothing in it to disagree with
+        h = other._header_at(0)
+        if h is None:
+            return False
+        pos = self.find_position(h.base_offset)
+        return pos is not None and self.read_at(pos, h.size) == other.read_at(0, h.size)
 
     def _find_batch(self, start: int, min_offset: int, limit_offset: int | None) -> tuple[int, int] | None:
         """(position, base offset) of the first valid batch at or after byte ``start`` whose

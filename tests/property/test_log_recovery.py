@@ -159,9 +159,9 @@ def test_recovery_loses_only_the_damaged_bytes(scenario):
             if f != target:
                 assert f.read_bytes() == (live / f.name).read_bytes()
         got, corrupt = read_all(rec, written)
-        if kind == "flip" and not validated and corrupt:
-            # below the recovery point a flipped byte may only be found by the read: the batch
-            # holding it is answered CORRUPT_MESSAGE, never served
+        if kind in ("flip", "zero") and not validated and corrupt:
+            # below the recovery point changed bytes may only be found by the read: the batch
+            # holding them is answered CORRUPT_MESSAGE, never served
             hit = [read_header(d) for b, pos, d in written if lost(b, pos, d)]
             assert all(any(h.base_offset <= o <= h.last_offset for h in hit) for o in corrupt)
         else:

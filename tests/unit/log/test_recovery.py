@@ -310,3 +310,19 @@ def test_damage_in_the_active_segment_below_the_recovery_point_loses_only_its_ba
     assert log.missing_offsets == [(h.base_offset, h.next_offset)]
     assert f"segment {last} is damaged at byte {hit_pos}" in caplog.text
     assert log.append(batch(1), 0).base_offset == leo
+
+
+def test_a_damaged_last_header_below_the_recovery_point_does_not_swallow_the_next_segments(tmp_path):
+    """The start-up check trusts the last batch header of a segment below the recovery point;
+    one whose offset delta was damaged makes the segment look as if it held the next ones,
+    which must not then be taken for compaction leftovers and deleted."""
+    written, leo = written_log(tmp_path)  # closed cleanly
+    victim = bases(written)[1]
+    hit_pos, hit = [(p, d) for b, p, d in written if b == victim][-1]
+    with open(seg_file(tmp_path, victim), "r+b") as f:
+        f.seek(hit_pos + 23)  # last_offset_delta
+        f.write((10_000).to_bytes(4, "big"))
+    log = open_log(tmp_path)
+    assert read_everything(log) == [d for _, _, d in written if d is not hit]
+    assert log.log_end_offset == leo
+    assert all(os.path.exists(seg_file(tmp_path, b)) for b in bases(written))
