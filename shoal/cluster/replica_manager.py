@@ -96,6 +96,18 @@ class Replica:
         except FileNotFoundError:
             text = ""
         self.epochs = LeaderEpochCache.from_text(text)
+        if text and self.epochs.to_text() != text:
+            # a damaged checkpoint: the log's batches say which epoch wrote them (as Kafka
+            # rebuilds the cache while it recovers segments)
+            self.epochs = LeaderEpochCache(getattr(plog, "epochs_in_log", None))
+            log.warning("partition %s-%d: the %s file does not hold leader epochs (%r); taken from the log's "
+                        "batches instead: %s", topic, index, EPOCH_FILE, text[:32], self.epochs.entries)
+        past = []
+        while self.epochs.entries and self.epochs.entries[-1][1] > plog.log_end_offset:
+            past.append(self.epochs.entries.pop())  # the log's end was cut at start: no epoch starts past it
+        if past:
+            log.warning("partition %s-%d: leader epochs %s start past the log end offset %d; dropped", topic, index,
+                        past[::-1], plog.log_end_offset)
         self.follower_leo: dict[int, int] = {}
         self.caught_up_ms: dict[int, int] = {}
         self.last_fetch_leo: dict[int, int] = {}

@@ -34,6 +34,11 @@ closed segments, or a kept tombstone has reached ``delete.retention.ms``, or the
 settings changed.  Each pass reads the whole log, so this keeps the work per byte written
 bounded on a busy topic.
 
+Segments with corrupt bytes (which nothing checked since the broker started, being below
+the recovery point) are found by a CRC check before a pass: the pass cleans only the
+segments before the first of them and maps keys without them, so damaged bytes are never
+decoded into records nor given a valid CRC by a rewrite.
+
 The active segment is never rewritten.  Reads in progress are not a concern: the event
 loop runs one operation at a time.  This is not on any hot path.
 """
@@ -84,9 +89,11 @@ def plan_groups(segments: Sequence[tuple[int, int, int]], *, max_bytes: int) -> 
     return groups
 
 
-def _latest_offsets(log) -> dict[bytes, int]:
+def _latest_offsets(log, damaged: set[int]) -> dict[bytes, int]:
     latest: dict[bytes, int] = {}
-    for seg in log.segments:
+    for j, seg in enumerate(log.segments):
+        if j in damaged:  # (a key whose latest record is there keeps an older one: nothing good is lost)
+            continue
         for h in seg.batch_headers():
             if h.is_control:
                 continue
@@ -158,7 +165,16 @@ def compact(log, now_ms: int) -> CompactionStats:
            or (expiry is not None and now_ms >= expiry) or last_cfg != cfg)
     if not due:
         return CompactionStats(0, 0, 0, 0)
-    latest = _latest_offsets(log)
+    # Corrupt bytes (below the recovery point nothing checked them yet) are never decoded nor
+    # rewritten, which would give them a valid CRC: the pass stops before the first damaged
+    # segment, and keys are mapped without the damaged ones.
+    damaged = {j for j, s in enumerate(log.segments) if not s.check_all()}
+    if damaged:
+        n = min(n, min(damaged))
+        segs = log.segments[:n]
+        if n == 0:
+            return CompactionStats(0, 0, 0, 0)
+    latest = _latest_offsets(log, damaged)
     end = segs[-1].next_offset
     kept: list[Segment] = []
     rewritten = merged = removed = before = after = 0

@@ -28,19 +28,41 @@ Read (:meth:`PartitionLog.read`) finds the segment by bisection, the batch by th
 index plus a short scan of headers (or by the cache of the previous read's end), and
 returns whole batches from one ``pread``; records are never parsed.
 
-Recovery on open: segments from the one holding the recovery point (all of them if the
-checkpoint is missing) are validated batch by batch; the first torn or corrupt batch cuts
-its segment there and every later segment is deleted.  A closed segment must end exactly
-at the next segment's base offset (compaction keeps each segment's last batch, emptied if
-need be, to preserve this); one that does not lost its tail, and the later segments go.  Indexes of those segments are
-rebuilt; older segments load their index files (rebuilt if inconsistent).  Producer state
-is rebuilt from the batch headers.
+Recovery on open (Kafka's LogLoader, but damage costs only the damaged bytes): segments
+from the one holding the recovery point (all of them if the checkpoint is missing or does
+not hold an offset, which is logged) are validated batch by batch (length, magic, CRC,
+growing offsets) and re-indexed; older segments only have their index files checked
+against the end of the log file (Kafka's sanity check; a missing or inconsistent index,
+or a log file cut short, makes that segment validated too), and reads CRC-check their
+batches the first time they serve them.  What is not whole, valid batches is handled by
+where it is:
+
+* at the end of the active segment, at or beyond the recovery point: a write a crash
+  tore; the file is cut there (logged at WARN), as Kafka does;
+* in a closed segment (fsynced whole when it was rolled), or in the active one below the
+  recovery point: damage; only the damaged bytes are lost.  The next valid batch after
+  them is found by a byte scan (CRC-checked, offsets in the range the segment may hold),
+  the bytes from there are moved to a new segment named by its base offset, and the
+  damaged segment is cut (logged at ERROR with the segment, the bytes and the offsets
+  lost).  A later segment is never deleted.
+
+Segments are then chained: a segment that starts after the previous one ends leaves a gap
+of offsets (a missing or cut segment file; logged at ERROR, reads skip it as they skip the
+offsets compaction removed); one wholly inside the previous one whose first batch the
+previous one holds byte for byte is a leftover of an interrupted compaction merge and is
+deleted; any other overlap is renamed ``*.overlapping`` and not served (never deleted).  A
+segment below the recovery point whose last header says it reaches into the next file is
+validated first (a damaged header must not make it look like it holds the next segment).  The log end offset is the last segment's, so
+the next append gets an offset past every surviving record.  A log start offset
+checkpoint beyond the log end is ignored (logged), never a reason to delete.  Producer
+state is rebuilt from the batch headers.
 
 Concurrency: event loop only; never awaits.  ``append`` and ``flush`` block on the disk.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from bisect import bisect_right
@@ -63,7 +85,11 @@ from shoal.protocol.batch import (
 
 __all__ = ["PartitionLog", "AppendResult", "atomic_write"]
 
+_log = logging.getLogger("shoal.log")
+
 _SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
+_CHECKPOINT_RE = re.compile(r"^\d{1,19}$")
+_NO_LIMIT = 1 << 63
 LOG_START_FILE = "log-start-offset"
 RECOVERY_POINT_FILE = "recovery-point"
 
@@ -104,11 +130,19 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _read_checkpoint(path: Path) -> int | None:
+def _read_checkpoint(path: Path, instead: str) -> int | None:
+    """The offset a checkpoint file holds; None if it is missing, or (logged at WARN, with
+    what is done ``instead``) if it does not hold an offset.  Raises OSError."""
     try:
-        return int(path.read_text().strip())
-    except (FileNotFoundError, ValueError):
+        raw = path.read_bytes()
+    except FileNotFoundError:
         return None
+    text = raw.decode("ascii", "replace").strip()
+    if _CHECKPOINT_RE.match(text):
+        return int(text)
+    _log.warning("partition %s: the %s file holds %r, not an offset: %s", path.parent.name, path.name,
+                 raw[:32], instead)
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +212,13 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._last_flush_ms = -1
         self.recovered_truncation = False
-        """Whether opening cut a torn or corrupt tail."""
+        """Whether opening cut damaged bytes (a torn write or corruption)."""
+        self.epochs_in_log: list[tuple[int, int]] = []
+        """(partition leader epoch, first offset) where each newer epoch starts in the batches
+        found at open (to rebuild a damaged leader-epoch checkpoint)."""
+        self.missing_offsets: list[tuple[int, int]] = []
+        """Offset ranges [start, end) opening found lost (damaged bytes, a missing or cut
+        segment); end -1: to the log end (a torn write)."""
         self.replicated_high_watermark: int | None = None
         """Set in cluster mode by the replica manager; None: the high watermark is the LEO."""
         self._recovery_point: int | None = None
@@ -219,54 +259,146 @@ class PartitionLog:
 
     def _load(self, *, empty: bool = False) -> None:
         """Read the segments and checkpoints of the directory; ``empty``: it was just created
-        (nothing to list, which also spares a descriptor when none may be free)."""
+        (nothing to list, which also spares a descriptor when none may be free).
+
+        Kafka's LogLoader, except that damage never costs more than the damaged bytes: see
+        the module docstring.
+        """
         log, directory, config = self, self.dir, self.config
         names = [] if empty else [p.name for p in directory.iterdir()]
         for name in names:
             if name.endswith((".cleaned", ".tmp")):
                 (directory / name).unlink()
-        bases = sorted(int(m.group(1)) for name in names if (m := _SEGMENT_RE.match(name)))
-        recovery_point = log._recovery_point = None if empty else _read_checkpoint(directory / RECOVERY_POINT_FILE)
-        start = None if empty else _read_checkpoint(directory / LOG_START_FILE)
-        # index of the first segment to validate
-        if recovery_point is None or not bases:
-            first_check = 0
+        pending = sorted(int(m.group(1)) for name in names if (m := _SEGMENT_RE.match(name)))
+        recovery_point = log._recovery_point = None if empty else _read_checkpoint(
+            directory / RECOVERY_POINT_FILE, "validating every segment, as after a crash")
+        start = None if empty else _read_checkpoint(
+            directory / LOG_START_FILE, "the log starts at its first segment's base offset")
+        # Kafka's unflushed segments: the one holding the recovery point and every later one
+        if recovery_point is None or not pending:
+            check_from = -1
         else:
-            first_check = max(0, bisect_right(bases, recovery_point) - 1)
+            check_from = pending[max(0, bisect_right(pending, recovery_point) - 1)]
         interval = config.index_interval_bytes
-        for i, base in enumerate(bases):
-            seg, cut = Segment.open(directory, base, interval, recover=i >= first_check, files=log.files)
+        moved: set[int] = set()
+        reported = -1  # offsets below this one that were lost are logged already
+        i = 0
+        while i < len(pending):
+            base = pending[i]
+            i += 1
+            active = i == len(pending)
+            limit = None if active else pending[i]
+            # A closed segment was fsynced whole when it was rolled, and the active one up to the
+            # recovery point: damage there is not a torn write, so only the damaged bytes go.
+            seg, damage = Segment.open(directory, base, interval, recover=base >= check_from or base in moved,
+                                       files=log.files, salvage_below=recovery_point if active else _NO_LIMIT,
+                                       next_segment=None if active else Segment(directory, limit, interval, log.files))
+            if damage is not None:
+                log.recovered_truncation = True
+                torn = active and (recovery_point is None or damage.next_offset >= recovery_point)
+                reported = log._report_damage(seg, damage, torn, limit)
+                if damage.moved:
+                    pending.insert(i, damage.resume_offset)
+                    moved.add(damage.resume_offset)
+                if seg.size == 0 and not (active and not damage.moved):
+                    seg.delete()  # nothing valid was left in it; the active segment stays even empty
+                    continue
             prev = log.segments[-1] if log.segments else None
             if prev is not None and seg.base_offset != prev.next_offset:
-                if seg.base_offset > prev.next_offset or seg.next_offset > prev.next_offset:
-                    # a gap (the previous segment lost its tail) or a partial overlap: the
-                    # log ends with the previous segment
-                    for b in bases[i:]:
-                        Segment(directory, b, interval, log.files).delete()
-                    log.recovered_truncation = True
-                    break
-                # wholly inside the previous segment: left over from a compaction that merged
-                # it into the previous one and stopped before deleting it
-                seg.delete()
-                continue
+                if seg.base_offset > prev.next_offset:
+                    if seg.base_offset > reported:
+                        _log.error("partition %s: offsets %d-%d (%d) are missing: segment %d ends at %d and the "
+                                   "next segment starts at %d (a segment file is missing, or was cut); every "
+                                   "later segment is kept", directory.name, max(prev.next_offset, reported),
+                                   seg.base_offset - 1, seg.base_offset - max(prev.next_offset, reported),
+                                   prev.base_offset, prev.next_offset, seg.base_offset)
+                        log.missing_offsets.append((max(prev.next_offset, reported), seg.base_offset))
+                elif seg.next_offset <= prev.next_offset and prev.holds_copy_of(seg):
+                    # wholly inside the previous segment, which holds its batches: left over from a
+                    # compaction that merged it into the previous one and stopped before deleting it
+                    seg.delete()
+                    continue
+                else:
+                    # offsets the previous segment holds too (other batches): neither can be trusted
+                    # over the other, so this one is set aside (renamed, not deleted) and not served
+                    seg.close()
+                    aside = seg.log_path.with_name(seg.log_path.name + ".overlapping")
+                    os.replace(seg.log_path, aside)
+                    for p in (seg.index_path, seg.time_index_path):
+                        p.unlink(missing_ok=True)
+                    _log.error("partition %s: segment %d (offsets %d-%d) overlaps segment %d (ending at %d); it "
+                               "is set aside as %s and not served", directory.name, seg.base_offset,
+                               seg.base_offset, seg.next_offset - 1, prev.base_offset, prev.next_offset, aside.name)
+                    if active:  # the log goes on after the last offset handed out
+                        log.segments.append(Segment(directory, max(seg.next_offset, prev.next_offset), interval,
+                                                    log.files, create=True))
+                        log.segments[-1].recover()
+                        log.files.fsync_dir(directory)
+                    continue
             log.segments.append(seg)
-            if cut:
-                log.recovered_truncation = True
-                for b in bases[i + 1 :]:
-                    Segment(directory, b, interval, log.files).delete()
-                break
         if not log.segments:
             log.segments.append(Segment(directory, start or 0, interval, log.files, create=True))
             log.segments[0].recover()
             log.files.fsync_dir(directory)
         log._bases = [s.base_offset for s in log.segments]
         leo = log.log_end_offset
+        first = log.segments[0].base_offset
+        if start is not None and start < first and pending:
+            _log.warning("partition %s: the log start offset checkpoint is %d but the first segment starts at %d: "
+                         "offsets %d-%d are gone (retention deleted them, or the first segment file is missing)",
+                         directory.name, start, first, start, first - 1)
+        if start is not None and start > leo:
+            _log.error("partition %s: the log start offset checkpoint (%d) is beyond the log end offset (%d): the "
+                       "log lost its end, or the checkpoint is damaged; it is ignored (nothing is deleted)",
+                       directory.name, start, leo)
+            start = None
+        if recovery_point is not None and recovery_point > leo:
+            _log.error("partition %s: the log ends at offset %d, below its recovery point %d: offsets %d-%d, "
+                       "fsynced before, are lost (the last segment file is missing or was cut)", directory.name,
+                       leo, recovery_point, leo, recovery_point - 1)
         log.log_start_offset = min(max(start or 0, log.segments[0].base_offset), leo)
+        epochs = log.epochs_in_log
         for seg in log.segments:
             for h in seg.walk_headers():
                 if h.producer_id >= 0:
                     log.producers.replay(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
                                          h.base_offset, h.last_offset, h.max_timestamp)
+                if h.partition_leader_epoch >= 0 and (not epochs or h.partition_leader_epoch > epochs[-1][0]):
+                    epochs.append((h.partition_leader_epoch, h.base_offset))
+
+    def _report_damage(self, seg: Segment, damage, torn: bool, limit: int | None) -> int:
+        """Log what recovery cut from ``seg`` (at WARN for a write torn at the end of the
+        active segment, else at ERROR); returns the offset below which the loss is logged."""
+        name, base = self.dir.name, seg.base_offset
+        first = damage.next_offset
+        if damage.moved:
+            end = damage.resume_offset
+            _log.error("partition %s: segment %d is damaged at byte %d (%s): %d bytes holding offsets %d-%d (%d) "
+                       "are cut; the valid batches after them, from offset %d on, are kept as segment %d",
+                       name, base, damage.position, damage.reason, damage.lost_bytes, first, end - 1, end - first,
+                       end, end)
+        elif limit is not None:
+            end = limit
+            _log.error("partition %s: segment %d is damaged at byte %d (%s): its last %d bytes, holding offsets "
+                       "%d-%d (%d), are cut; the next segment is kept", name, base, damage.position, damage.reason,
+                       damage.lost_bytes, first, end - 1, end - first)
+        elif not torn:
+            _log.error("partition %s: the active segment %d is damaged at byte %d (%s), below its recovery point: "
+                       "its last %d bytes are cut, and with them offsets from %d on", name, base, damage.position,
+                       damage.reason, damage.lost_bytes, first)
+            self.missing_offsets.append((first, -1))
+            return first
+        else:
+            end = first
+            after = (f"; valid batches followed from offset {damage.resume_offset}, written after the recovery "
+                     f"point, so possibly after the torn write: cut too") if damage.resume_offset >= 0 else ""
+            _log.warning("partition %s: %d bytes cut at byte %d of the active segment %d (%s): a write the crash "
+                         "tore; offsets from %d on were not on disk%s", name, damage.lost_bytes, damage.position,
+                         base, damage.reason, first, after)
+            self.missing_offsets.append((first, -1))
+            return first
+        self.missing_offsets.append((first, end))
+        return end
 
     # --- offsets -------------------------------------------------------------------------
     @property
@@ -384,9 +516,10 @@ class PartitionLog:
     def append_as_follower(self, batches, now_ms: int) -> list[tuple[int, int]]:
         """Append batches fetched from the leader, keeping their offsets; all or nothing.
 
-        The first batch must start at the log end offset. Returns (partition leader epoch,
+        Offsets must grow from the log end offset (a batch after a gap in the leader's log,
+        left by damage its recovery cut, starts later). Returns (partition leader epoch,
         base offset) of each batch, for the leader-epoch cache. Raises ApiError:
-        corrupt_message (framing, CRC), offset_out_of_range (not contiguous),
+        corrupt_message (framing, CRC), offset_out_of_range (an offset below the log end),
         kafka_storage_error (the write failed).
         """
         headers = validate_batches(batches)
@@ -395,7 +528,7 @@ class PartitionLog:
         offsets = []
         nxt = self.log_end_offset
         for h in headers:
-            if h.base_offset != nxt:
+            if h.base_offset < nxt:  # (a batch after a gap in the leader's log is taken, as Kafka takes it)
                 raise ApiError(ErrorCode.offset_out_of_range,
                                f"fetched batch at {h.base_offset}, log end offset {nxt}")
             nxt = h.next_offset
@@ -554,7 +687,9 @@ class PartitionLog:
         Returns b"" at the log end.  With ``min_slice``, the batches may come as a
         :class:`~shoal.log.segment.FileSlice` (see :meth:`Segment.read_batches`).  Raises
         ApiError(offset_out_of_range) outside [log_start_offset, log_end_offset],
-        ApiError(kafka_storage_error) if the file cannot be opened or read.
+        ApiError(kafka_storage_error) if the file cannot be opened or read,
+        CorruptBatchError (corrupt_message) if ``offset`` lies in bytes found damaged (logged
+        once; see :meth:`Segment.read`).
         """
         leo = self.segments[-1].next_offset
         if offset == leo and offset >= self.log_start_offset:
@@ -566,10 +701,9 @@ class PartitionLog:
         segs = self.segments
         try:
             while i < len(segs):
-                seg = segs[i]
-                pos = seg.find_position(offset)
-                if pos is not None:
-                    return seg.read_batches(pos, max_bytes, min_slice)
+                data = segs[i].read(offset, max_bytes, min_slice)
+                if data is not None:
+                    return data
                 i += 1
         except OSError as exc:  # e.g. EMFILE reopening the segment: this read fails, the next may not
             raise ApiError(ErrorCode.kafka_storage_error, f"reading {self.dir.name} failed: {exc}") from exc

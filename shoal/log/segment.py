@@ -12,9 +12,16 @@ written whole, when the segment is validated (:meth:`Segment.recover`) and when 
 sealed (:meth:`Segment.seal`, with an fsync); the active segment's index files may lag,
 which is harmless because the active segment is always validated and re-indexed on
 open.  On open, a segment either trusts its index files (closed segments below the
-recovery point, if the files decode consistently) or rebuilds them while validating
-its batches, cutting the file at the first torn or corrupt batch.  ``next_offset`` (one past the last offset of the last batch),
-``max_timestamp`` and its offset are tracked for roll, retention and ListOffsets.
+recovery point, if the files decode consistently and match the end of the log file) or
+rebuilds them while validating its batches (:meth:`Segment.recover`): a torn write at
+the end is cut; damage in bytes known to have been fsynced costs only those bytes (the
+batches after them move to a segment of their own, :class:`Damage`).  ``next_offset``
+(one past the last offset of the last batch), ``max_timestamp`` and its offset are
+tracked for roll, retention and ListOffsets.
+
+Bytes not validated at open are CRC-checked by the first :meth:`Segment.read` that
+serves them (the checked ranges are remembered); corrupt bytes found then become holes
+that reads step over and answer with CORRUPT_MESSAGE, logged once each.
 
 A small map from "offset one past a read" to its byte position makes a sequential
 consumer's next look-up O(1).
@@ -45,15 +52,25 @@ import logging
 import os
 import resource
 import struct
+from bisect import bisect_right
 from collections import OrderedDict
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from shoal.errors import FsyncError
 from shoal.log.index import OFFSET_ENTRY, TIME_ENTRY, SparseIndex, decode_offset_index, decode_time_index
-from shoal.protocol.batch import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, scan_valid_prefix, read_header
+from shoal.protocol.batch import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    CorruptBatchError,
+    compute_crc,
+    read_header,
+    scan_valid_prefix,
+)
 
-__all__ = ["Segment", "OpenSegments", "FileSlice", "segment_name", "RECOVERY_CHUNK", "open_files_limit"]
+__all__ = ["Segment", "OpenSegments", "FileSlice", "Damage", "segment_name", "RECOVERY_CHUNK",
+           "open_files_limit"]
 
 log = logging.getLogger("shoal.log")
 
@@ -65,6 +82,18 @@ _POS_CACHE_MAX = 64
 _LOG_FLAGS = os.O_RDWR | os.O_APPEND
 MIN_OPEN_SEGMENTS = 16
 _REGROW_EVERY = 16
+_MIN_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+
+
+def _fault(chunk: bytes, check_crc: bool) -> str:
+    """Why the batch at the start of ``chunk`` is not valid (for the log)."""
+    try:
+        h = read_header(chunk, 0)
+    except CorruptBatchError as exc:
+        return str(exc)
+    if check_crc and compute_crc(chunk, h) != h.crc:
+        return "CRC-32C mismatch"
+    return "invalid batch"
 
 
 def open_files_limit() -> int:
@@ -177,6 +206,75 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """Bytes of a segment that are not whole, valid batches, as :meth:`Segment.recover` found
+    and handled them."""
+
+    position: int
+    """The first damaged byte: the segment's valid batches end here, and the file was cut here."""
+    size: int
+    """The file's size before recovery."""
+    next_offset: int
+    """The offset after the last valid batch before the damage (the first offset lost)."""
+    reason: str
+    """What was wrong at ``position`` (a torn batch, a CRC mismatch, offsets going back)."""
+    resume_position: int = -1
+    """Where the next valid batch after the damage starts (-1: there is none)."""
+    resume_offset: int = -1
+    """That batch's base offset (-1: none)."""
+    moved: bool = False
+    """The bytes from ``resume_position`` on were moved to a new segment named by
+    ``resume_offset``: only the damaged bytes were lost."""
+
+    @property
+    def lost_bytes(self) -> int:
+        return (self.resume_position if self.moved else self.size) - self.position
+
+
+class _Ranges:
+    """Sorted, disjoint byte ranges [start, end) of a segment (the ones whose batches were
+    CRC-checked since it was opened).  Event loop only."""
+
+    __slots__ = ("ends", "starts")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+
+    def covers(self, start: int, end: int) -> bool:
+        i = bisect_right(self.starts, start) - 1
+        return i >= 0 and self.ends[i] >= end
+
+    def add(self, start: int, end: int) -> None:
+        if end <= start:
+            return
+        i = bisect_right(self.starts, start) - 1
+        if i >= 0 and self.ends[i] >= start:  # touches the range before: merge into it
+            start = self.starts[i]
+            end = max(end, self.ends[i])
+        else:
+            i += 1
+        j = i
+        while j < len(self.starts) and self.starts[j] <= end:  # swallow the ranges it reaches
+            end = max(end, self.ends[j])
+            j += 1
+        self.starts[i:j] = [start]
+        self.ends[i:j] = [end]
+
+    def clip(self, size: int) -> None:
+        """Forget everything at or beyond ``size`` (the file was cut there)."""
+        while self.starts and self.starts[-1] >= size:
+            self.starts.pop()
+            self.ends.pop()
+        if self.ends and self.ends[-1] > size:
+            self.ends[-1] = size
+
+    def clear(self) -> None:
+        self.starts.clear()
+        self.ends.clear()
+
+
 class FileSlice:
     """Whole batches of a segment's log file, read only when they are sent (a Fetch answer's
     records, as Kafka's FileRecords): the connection reads them into its reused scratch
@@ -237,7 +335,8 @@ class FileSlice:
 class Segment:
     __slots__ = ("dir", "base_offset", "_fd", "_files", "size", "next_offset", "max_timestamp",
                  "offset_of_max_timestamp", "first_timestamp", "_oidx", "_tidx", "_index_on_disk",
-                 "index_interval", "_bytes_since_index", "_pos_cache", "_dirty", "_changes")
+                 "index_interval", "_bytes_since_index", "_pos_cache", "_dirty", "_changes",
+                 "_verified", "_holes")
 
     def __init__(self, directory: Path, base_offset: int, index_interval: int,
                  files: OpenSegments | None = None, *, create: bool = False) -> None:
@@ -263,6 +362,14 @@ class Segment:
         self._dirty = False
         self._changes = 0
         """Counts truncations and closes: a :class:`FileSlice` taken before either is stale."""
+        self._verified = _Ranges()
+        """Byte ranges whose batches are known to be whole and CRC-valid (checked when
+        recovered, appended or first read): reads check the rest (:meth:`read_batches`)."""
+        self._holes: dict[int, tuple[int, int]] = {}
+        """Corrupt bytes reads found (logged once each): their position -> (position, base
+        offset) of the next valid batch after them (the segment's end and next offset if
+        none).  Reads of offsets below that batch answer CORRUPT_MESSAGE; later ones skip
+        the hole."""
         if create:
             self._files.open(self, _LOG_FLAGS | os.O_CREAT)
             self.size = os.fstat(self._fd).st_size
@@ -314,7 +421,11 @@ class Segment:
             oidx = tidx = None
         if oidx is None or tidx is None or (self.size and (not oidx.keys or oidx.values[0] != 0)):
             log.warning("rebuilding the indexes of %s", self.log_path)
-            self.recover(check_crc=False)
+            damage = self.recover(check_crc=False)
+            if damage is not None:
+                log.error("%s: cut %d bytes at byte %d (%s) while rebuilding its indexes; offsets from %d "
+                          "on in this segment are lost", self.log_path, damage.lost_bytes, damage.position,
+                          damage.reason, damage.next_offset)
             return
         self._oidx, self._tidx = oidx, tidx
 
@@ -334,19 +445,30 @@ class Segment:
     # --- open / recover -------------------------------------------------------------
     @classmethod
     def open(cls, directory: Path, base_offset: int, index_interval: int, *, recover: bool,
-             files: OpenSegments | None = None) -> tuple["Segment", bool]:
-        """Open a segment; returns (segment, truncated).
+             files: OpenSegments | None = None, salvage_below: int | None = None,
+             next_segment: "Segment | None" = None) -> tuple["Segment", "Damage | None"]:
+        """Open a segment; returns (segment, damage found and handled, or None).
 
         With ``recover`` (or if the index files are unusable) the whole file is validated
-        batch by batch (length, magic, CRC) and cut after the last good batch; the indexes
-        are rebuilt.  ``truncated`` tells whether bytes were cut.  Raises OSError.
+        batch by batch (length, magic, CRC, growing offsets) and its indexes rebuilt; what
+        is not whole, valid batches is handled as :meth:`recover` says (``salvage_below``;
+        the offsets it may hold end at ``next_segment``'s base).  Without, only the index
+        files and the batches after the last index entry are checked (Kafka's sanity
+        check); reads then CRC-check each batch the first time they serve it.
+
+        A segment whose offsets, by its unchecked last header, reach into ``next_segment``
+        without holding a copy of its first batch (what an interrupted compaction merge
+        leaves) is validated too: a damaged header must not make it look longer than it is.
+        Raises OSError.
         """
         seg = cls(directory, base_offset, index_interval, files)
         if not seg.log_path.exists():
             raise FileNotFoundError(errno.ENOENT, "segment file missing", str(seg.log_path))
-        if not recover and seg._load_indexes():
-            return seg, False
-        return seg, seg.recover(check_crc=True)
+        limit = next_segment.base_offset if next_segment is not None else None
+        if (not recover and seg._load_indexes()
+                and (limit is None or seg.next_offset <= limit or seg.holds_copy_of(next_segment))):
+            return seg, None
+        return seg, seg.recover(check_crc=True, salvage_below=salvage_below, limit_offset=limit)
 
     def _load_indexes(self) -> bool:
         """Check the index files against the log cheaply and take the segment's offsets and
@@ -409,8 +531,21 @@ class Segment:
         self._index_on_disk = True
         return True
 
-    def recover(self, *, check_crc: bool = True, producer_cb=None) -> bool:
-        """Validate every batch, cut a torn/corrupt tail, rebuild indexes. Returns whether it cut."""
+    def recover(self, *, check_crc: bool = True, salvage_below: int | None = None,
+                limit_offset: int | None = None) -> "Damage | None":
+        """Validate every batch, rebuild the indexes, and cut what is not whole, valid batches.
+
+        Returns None if the whole file is valid, else the :class:`Damage` (truthy).  By
+        default the file is cut at the first damaged batch, as Kafka cuts a torn write.
+        With ``salvage_below`` and damage that starts below that offset (bytes that were
+        fsynced: a closed segment, or the active one below the recovery point), only the
+        damaged bytes are lost: the next valid batch after them (found by a byte scan, CRC
+        checked, its base offset at least the expected next offset and its last offset
+        below ``limit_offset``) and everything after it are moved to a new segment file
+        named by that batch's base offset (``Damage.resume_offset``, which the caller opens
+        next), then this file is cut at the damage.  ``check_crc=False`` only rebuilds the
+        indexes (of bytes validated before).  Raises OSError.
+        """
         self._oidx = SparseIndex()
         self._tidx = SparseIndex()
         self.next_offset = self.base_offset
@@ -418,6 +553,7 @@ class Segment:
         self._bytes_since_index = 0
         pos = 0
         good_end = 0
+        reason = ""
         while pos < self.size:
             chunk = os.pread(self.fd, min(RECOVERY_CHUNK, self.size - pos), pos)
             headers, _ = scan_valid_prefix(chunk, 0, check_crc=check_crc)
@@ -428,10 +564,12 @@ class Segment:
                     chunk = os.pread(self.fd, LOG_OVERHEAD + length, pos)
                     headers, _ = scan_valid_prefix(chunk, 0, check_crc=check_crc)
             if not headers:
+                reason = _fault(chunk, check_crc)
                 break
             bad = False
             for h in headers:
                 if h.base_offset < self.next_offset:  # offsets must grow
+                    reason = f"batch base offset {h.base_offset} below the offset {self.next_offset} expected"
                     bad = True
                     break
                 self._note_batch(pos + h.position, h)
@@ -439,19 +577,94 @@ class Segment:
             if bad:
                 break
             pos = good_end
-        truncated = good_end < self.size
-        if truncated:
+        damage = None
+        if good_end < self.size:
+            found = self._find_batch(good_end + 1, self.next_offset, limit_offset) if check_crc else None
+            damage = Damage(good_end, self.size, self.next_offset, reason or "a torn batch",
+                            *(found if found is not None else (-1, -1)))
+            if found is not None and salvage_below is not None and self.next_offset < salvage_below:
+                self._move_tail(found[0], found[1])
+                damage = replace(damage, moved=True)
             fd = self.fd
+            self._changes += 1
             os.ftruncate(fd, good_end)
             self.size = good_end
             os.fsync(fd)
         self._pos_cache.clear()
+        self._verified.clip(self.size)
+        if check_crc:
+            self._verified.add(0, self.size)
+            self._holes.clear()
+        else:
+            self._holes = {p: h for p, h in self._holes.items() if h[0] <= self.size}
         if self.size:
             self.write_indexes(fsync=False)
         # An empty segment (a new one, or one cut to nothing) keeps its empty indexes in
         # memory only: it can only be the active segment, which every open validates and
         # re-indexes, and a roll writes the files. A new partition then creates one file.
-        return truncated
+        return damage
+
+    def holds_copy_of(self, other: "Segment") -> bool:
+        """Whether ``other``'s first batch is, byte for byte, one of this segment's (what a
+        compaction merge copied before it was interrupted).  Raises OSError."""
+        if other.size == 0:
+            return True  # nothing in it to disagree with
+        h = other._header_at(0)
+        if h is None:
+            return False
+        pos = self.find_position(h.base_offset)
+        return pos is not None and self.read_at(pos, h.size) == other.read_at(0, h.size)
+
+    def _find_batch(self, start: int, min_offset: int, limit_offset: int | None) -> tuple[int, int] | None:
+        """(position, base offset) of the first valid batch at or after byte ``start`` whose
+        offsets lie in [``min_offset``, ``limit_offset``), or None: a byte-by-byte scan for
+        a header that parses, fits in the file and whose CRC-32C matches.  Raises OSError."""
+        pos = start
+        while pos + HEADER_SIZE <= self.size:
+            chunk = os.pread(self.fd, min(RECOVERY_CHUNK, self.size - pos), pos)
+            n = len(chunk)
+            i = chunk.find(b"\x02", 16)  # the magic byte, 16 bytes into a batch
+            while i != -1 and i - 16 + HEADER_SIZE <= n:
+                c = i - 16
+                try:
+                    h = read_header(chunk, c, whole=False)
+                except CorruptBatchError:
+                    h = None
+                if (h is not None and h.base_offset >= min_offset and pos + c + h.size <= self.size
+                        and (limit_offset is None or h.last_offset < limit_offset)):
+                    data = chunk[c:c + h.size] if c + h.size <= n else os.pread(self.fd, h.size, pos + c)
+                    if len(data) == h.size and compute_crc(data, replace(h, position=0)) == h.crc:
+                        return pos + c, h.base_offset
+                i = chunk.find(b"\x02", i + 1)
+            if pos + n >= self.size:
+                return None
+            pos += n - HEADER_SIZE + 1  # candidates that did not fit are looked at again
+        return None
+
+    def _move_tail(self, position: int, base_offset: int) -> None:
+        """Copy bytes [``position``, size) to a new segment file named by ``base_offset``:
+        written under a temporary name, fsynced, renamed, the directory fsynced (a crash
+        leaves the whole new file or none, and this file still whole).  Raises OSError."""
+        path = self.dir / (segment_name(base_offset) + ".log")
+        tmp = path.with_name(path.name + ".tmp")
+        out = self._files.os_open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            pos = position
+            while pos < self.size:
+                chunk = os.pread(self.fd, min(RECOVERY_CHUNK, self.size - pos), pos)
+                if not chunk:
+                    raise OSError(errno.EIO, f"{self.log_path}: short read at {pos}")
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(out, view):]
+                pos += len(chunk)
+            os.fsync(out)
+        finally:
+            os.close(out)
+        for stale in (".index", ".timeindex"):  # of an earlier attempt: the new file is indexed when opened
+            (self.dir / (segment_name(base_offset) + stale)).unlink(missing_ok=True)
+        os.replace(tmp, path)
+        self._files.fsync_dir(self.dir)
 
     def _note_batch(self, position: int, h: BatchHeader) -> None:
         """Account for one batch at ``position`` (indexes, offsets, timestamps)."""
@@ -515,6 +728,7 @@ class Segment:
             os.ftruncate(fd, start)
             raise
         self.size = start + len(mv)
+        self._verified.add(start, self.size)  # appends are validated (CRC included) before
         self._dirty = True
         self._index_on_disk = False
         for h, (base, nxt), ts in zip(headers, offsets, max_ts):
@@ -583,16 +797,155 @@ class Segment:
             return pos if pos < self.size else None
         entry = self.offset_index.floor(offset - self.base_offset)
         pos = entry[1] if entry is not None else 0
+        for start, (end, _) in self._holes.items():
+            if start < pos < end:  # the index entry points into damaged bytes: walk from their start
+                pos = start
         while pos < self.size:
+            hole = self._holes.get(pos)
+            if hole is not None:  # corrupt bytes a read found: answered as such, or skipped
+                if offset < hole[1]:
+                    return pos
+                pos = hole[0]
+                continue
             data = os.pread(self.fd, 27, pos)
             if len(data) < 27:
                 return None
             base, length = _BASE_LEN.unpack_from(data, 0)
             (delta,) = _DELTA.unpack_from(data, 23)
-            if base + delta >= offset:
-                return pos
+            if base + delta >= offset or length < _MIN_LENGTH or pos + LOG_OVERHEAD + length > self.size:
+                return pos  # (a damaged header: the read from here reports it)
             pos += LOG_OVERHEAD + length
         return None
+
+    def read(self, offset: int, max_bytes: int, min_slice: int | None = None) -> "bytes | FileSlice | None":
+        """Whole batches from the one holding ``offset`` (or the first after it), as
+        :meth:`read_batches` returns them; None if no batch of this segment ends at or after
+        ``offset``.
+
+        Bytes no read, recovery or append has CRC-checked yet (a segment below the recovery
+        point is not validated at start, as in Kafka) are checked first, once.  At the first
+        corrupt batch the whole segment is scanned once: each run of damaged bytes becomes a
+        hole, logged once at ERROR, that later reads skip.  The answer stops before a hole,
+        and a read of an offset inside one raises CorruptBatchError (CORRUPT_MESSAGE): the
+        consumer is never served damaged bytes.  Raises OSError.
+        """
+        for attempt in (0, 1):
+            pos = self.find_position(offset)
+            if pos is None:
+                return None
+            out = self.read_batches(pos, max_bytes, min_slice)
+            end = pos + len(out)
+            if end == pos or self._verified.covers(pos, end):
+                return out
+            bad = self._verify(pos, end, out if type(out) is not FileSlice else None)
+            if bad is None:
+                return out
+            bad_pos, reason = bad
+            if bad_pos in self._holes or attempt:
+                break
+            # a look-up may have walked through a damaged length field: map every hole, then look again
+            self._map_holes()
+        if bad_pos == pos:
+            raise CorruptBatchError(f"corrupt record batch in segment {self.base_offset} of {self.dir.name} at "
+                                    f"byte {pos}: {reason}", pos)
+        keep = bad_pos - pos
+        if type(out) is FileSlice:
+            if min_slice is not None and keep >= min_slice:
+                return FileSlice(self, pos, keep)
+            return os.pread(self.fd, keep, pos)
+        return out[:keep]
+
+    def check_all(self) -> bool:
+        """Whether every byte is whole, CRC-valid batches (checked once).  Damage found is
+        mapped and logged as :meth:`read` maps it.  Raises OSError."""
+        if self._verified.covers(0, self.size):
+            return True
+        if self._holes:
+            return False
+        if self._verify(0, self.size, None) is None:
+            return True
+        self._map_holes()
+        return False
+
+    def _map_holes(self) -> None:
+        """Scan the whole segment (CRC included) and note every run of damaged bytes in
+        :attr:`_holes`, logging each new one at ERROR.  The file is not changed.  Raises OSError."""
+        pos = 0
+        expected = self.base_offset
+        self._pos_cache.clear()
+        while pos < self.size:
+            hole = self._holes.get(pos)
+            if hole is not None:
+                pos, expected = hole
+                continue
+            chunk = os.pread(self.fd, min(RECOVERY_CHUNK, self.size - pos), pos)
+            headers, _ = scan_valid_prefix(chunk, 0, check_crc=True)
+            good = 0
+            for h in headers:
+                if h.base_offset < expected:
+                    break
+                expected = h.next_offset
+                good = h.end
+            if good:
+                self._verified.add(pos, pos + good)
+                pos += good
+                continue
+            h, reason = self._valid_batch_at(pos)  # one larger than the chunk, or damage
+            if h is not None and h.base_offset >= expected:
+                self._verified.add(pos, h.end)
+                expected, pos = h.next_offset, h.end
+                continue
+            if h is not None:
+                reason = f"batch base offset {h.base_offset} below the offset {expected} expected"
+            found = self._find_batch(pos + 1, expected, self.next_offset)
+            hole = found if found is not None else (self.size, self.next_offset)
+            self._holes[pos] = hole
+            log.error("partition %s: corrupt bytes in segment %d at bytes %d-%d (%s): offsets %d-%d (%d) are "
+                      "answered CORRUPT_MESSAGE, never served; %s. Restarting the broker without the partition's "
+                      "recovery-point file validates every segment and cuts only the damaged bytes",
+                      self.dir.name, self.base_offset, pos, hole[0] - 1, reason, expected, hole[1] - 1,
+                      hole[1] - expected, "the batches after them are served" if found is not None
+                      else "nothing valid follows in this segment")
+            pos, expected = hole
+
+    def _valid_batch_at(self, pos: int) -> tuple[BatchHeader | None, str]:
+        """The batch at byte ``pos`` if it is whole, within the file and CRC-valid (with its
+        absolute position), else (None, why).  Raises OSError."""
+        try:
+            h = read_header(os.pread(self.fd, HEADER_SIZE, pos), 0, whole=False)
+        except CorruptBatchError as exc:
+            return None, str(exc)
+        if pos + h.size > self.size:
+            return None, "batch extends past the end of the segment"
+        whole = os.pread(self.fd, h.size, pos)
+        if len(whole) != h.size or compute_crc(whole, h) != h.crc:
+            return None, "CRC-32C mismatch"
+        return replace(h, position=pos), ""
+
+    def _verify(self, start: int, end: int, data: bytes | None) -> tuple[int, str] | None:
+        """CRC-check the batches of bytes [``start``, ``end``) (``data``: those bytes, else read
+        from the file); returns (position, why) of the first batch that is not whole and valid,
+        or None.  Marks what passed as verified.  Raises OSError."""
+        pos = start
+        try:
+            while pos < end:
+                if data is not None:
+                    chunk = memoryview(data)[pos - start:]
+                else:
+                    chunk = os.pread(self.fd, min(RECOVERY_CHUNK, end - pos), pos)
+                headers, valid = scan_valid_prefix(chunk, 0, check_crc=True)
+                if headers:
+                    pos += valid
+                    continue
+                h, reason = self._valid_batch_at(pos)  # larger than the chunk, or damaged
+                if h is None:
+                    return pos, reason
+                if h.end > end:
+                    return pos, "batch extends past the data read"
+                pos = h.end
+            return None
+        finally:
+            self._verified.add(start, pos)
 
     def read_batches(self, position: int, max_bytes: int, min_slice: int | None = None) -> "bytes | FileSlice":
         """Whole batches from ``position``: as many as fit in ``max_bytes``, at least one.
@@ -601,7 +954,8 @@ class Segment:
         as a :class:`FileSlice`, without reading them: up to the end of the segment (which
         holds only whole batches) when that fits in ``max_bytes``, else up to the last batch
         the offset index knows to start within ``max_bytes`` (within
-        ``log.index.interval.bytes`` of it). Otherwise they are read as bytes.
+        ``log.index.interval.bytes`` of it). Otherwise they are read as bytes.  Nothing is
+        CRC-checked here (:meth:`read` does).
         """
         avail = self.size - position
         if avail <= 0:
@@ -623,6 +977,8 @@ class Segment:
         while end + 27 <= ln:
             base, length = _BASE_LEN.unpack_from(data, end)
             total = LOG_OVERHEAD + length
+            if length < _MIN_LENGTH or position + end + total > self.size:  # damaged: the check reports it
+                return data[:end] if end else data
             if end + total > ln:
                 if end == 0:  # first batch larger than max_bytes: return it whole
                     data = os.pread(self.fd, total, position)

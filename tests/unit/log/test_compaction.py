@@ -94,3 +94,49 @@ def test_leftover_cleaned_file_is_ignored_and_emptied_segments_keep_their_end(tm
     assert not log.recovered_truncation and log.log_end_offset == 40
     assert log.read(0, 1 << 30) == data
     assert not list((tmp_path / "c-0").glob("*.cleaned"))
+
+
+def test_compaction_never_rewrites_corrupt_bytes(tmp_path):
+    """A flipped byte below the recovery point (not validated at start) is found before a
+    pass: segments from the damaged one on are not cleaned, so the damage is never given a
+    valid CRC, and keys are not mapped from it."""
+    import pytest
+
+    from shoal.errors import ApiError, ErrorCode
+    from shoal.protocol.batch import read_header
+
+    cfg = LogConfig(**CFG)
+    log = PartitionLog.open(tmp_path / "c-0", cfg)
+    for i in range(80):
+        log.append(build_batch([(b"k%d" % (i % 4), b"v%03d" % i + b"." * 60, [], 1000 + i)]), 0)
+    assert len(log.segments) > 6
+    victim = log.segments[3]
+    hit = next(victim.batch_headers())
+    log.close()
+    with open(tmp_path / "c-0" / f"{victim.base_offset:020d}.log", "r+b") as f:
+        f.seek(hit.position + hit.size - 3)
+        f.write(b"\x00\x00\x00")
+    log = PartitionLog.open(tmp_path / "c-0", cfg)
+    untouched = {s.base_offset: (tmp_path / "c-0" / f"{s.base_offset:020d}.log").read_bytes()
+                 for s in log.segments[3:-1]}
+    stats = compact(log, now_ms=10_000)
+    assert stats.segments_rewritten > 0  # the segments before the damage were cleaned
+    for base, data in untouched.items():
+        assert (tmp_path / "c-0" / f"{base:020d}.log").read_bytes() == data
+    with pytest.raises(ApiError) as e:
+        log.read(hit.base_offset, 1 << 20)
+    assert e.value.error_code == ErrorCode.corrupt_message
+    # the latest record of every key is still there
+    last = {}
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        try:
+            data = log.read(offset, 1)
+        except ApiError:
+            offset += 1
+            continue
+        h = read_header(data)
+        for r in decode_records(data, h):
+            last[r.key] = r.value[:4]
+        offset = h.next_offset
+    assert last == {b"k%d" % k: b"v%03d" % (76 + k) for k in range(4)}

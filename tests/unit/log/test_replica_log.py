@@ -29,16 +29,20 @@ def test_leader_epoch_is_stamped_and_a_follower_copies_batches_byte_for_byte(tmp
     assert read_header(data, 0).partition_leader_epoch == 7
 
 
-def test_a_fetched_run_must_start_at_the_log_end(tmp_path):
+def test_a_fetched_run_never_goes_below_the_log_end_but_may_follow_a_gap(tmp_path):
+    """A leader whose recovery cut damaged bytes serves the batches after the gap: the
+    follower takes them (as Kafka's follower does), but never offsets it already has."""
     leader = open_log(tmp_path, "leader")
     leader.append(batch(3), 0)
     leader.append(batch(1), 0)
-    second = leader.read(3, 1 << 20)
+    first, second = leader.read(0, 1), leader.read(3, 1 << 20)
     follower = open_log(tmp_path, "follower")
+    assert follower.append_as_follower(second, 0) == [(-1, 3)]
+    assert follower.log_end_offset == 4 and follower.read(0, 1 << 20) == second
     with pytest.raises(ApiError) as e:
-        follower.append_as_follower(second, 0)
+        follower.append_as_follower(first, 0)
     assert e.value.error_code == ErrorCode.offset_out_of_range
-    assert follower.log_end_offset == 0
+    assert follower.log_end_offset == 4
 
 
 def test_truncate_cuts_whole_batches_across_segments_and_rebuilds_producer_state(tmp_path):
