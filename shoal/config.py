@@ -143,6 +143,28 @@ class _HostCounts:
         return "host-or-ip:count pairs, comma separated"
 
 
+class _Listeners:
+    """``NAME://host:port`` entries, comma separated, each port 0-65535 (empty allowed when ``optional``)."""
+
+    __slots__ = ("optional",)
+
+    def __init__(self, optional: bool = False) -> None:
+        self.optional = optional
+
+    def __call__(self, value: Any) -> bool:
+        entries = [e.strip() for e in str(value).split(",")]
+        if entries == [""]:
+            return self.optional
+        for entry in entries:
+            _, _, port = entry.split("://")[-1].rpartition(":")
+            if not port.isdigit() or not 0 <= int(port) <= 65535:
+                return False
+        return True
+
+    def __str__(self) -> str:
+        return ("empty, or " if self.optional else "") + "NAME://host:port entries, comma separated, each port 0-65535"
+
+
 _DEFS: list[Definition] = [
     # --- server -------------------------------------------------------------------
     Definition("node.id", int, 0, Scope.BROKER, "The id of this broker in Metadata replies.", check=_ge(0),
@@ -151,9 +173,10 @@ _DEFS: list[Definition] = [
                "Cluster id; empty means generate one at first start and keep it in the data directory.",
                dynamic=False),
     Definition("listeners", str, "PLAINTEXT://127.0.0.1:9092", Scope.BROKER,
-               "Where to listen; `shoal serve --host/--port` override it.", dynamic=False),
+               "Where to listen; `shoal serve --host/--port` override it.", check=_Listeners(), dynamic=False),
     Definition("advertised.listeners", str, "", Scope.BROKER,
-               "host:port given to clients in Metadata; empty means the bound address.", dynamic=False),
+               "host:port given to clients in Metadata; empty means the bound address.", check=_Listeners(True),
+               dynamic=False),
     Definition("log.dirs", str, "./shoal-data", Scope.BROKER,
                "The data directory (one is supported); `--data-dir` overrides it.", dynamic=False),
     Definition("socket.request.max.bytes", int, 100 * MIB, Scope.BROKER,

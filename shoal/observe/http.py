@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 from importlib import resources
 from typing import Any
 
@@ -60,11 +61,27 @@ class ObserveServer:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BrokerCollector(broker, metrics))
         self._server: asyncio.base_events.Server | None = None
+        self._sock: socket.socket | None = None
         self._page = _page()
         self._clients: set[asyncio.Task[Any]] = set()
 
+    def bind(self) -> None:
+        """Bind the listening socket (before the broker loads its state, so a port in use
+        shows at once); :meth:`start` serves on it. Raises OSError."""
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        self._sock = socket.create_server((self.host, self.port), family=family, reuse_port=False)
+        self.host, self.port = self._sock.getsockname()[:2]
+
+    def close(self) -> None:
+        """Close a socket bound by :meth:`bind` and never served."""
+        if self._sock is not None and self._server is None:
+            self._sock.close()
+        self._sock = None
+
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._client, self.host, self.port, reuse_address=True)
+        if self._sock is None:
+            self.bind()
+        self._server = await asyncio.start_server(self._client, sock=self._sock)
         self.host, self.port = self._server.sockets[0].getsockname()[:2]
 
     async def stop(self) -> None:
