@@ -296,8 +296,11 @@ def test_serve_reads_the_sample_properties_file(tmp_path: Path) -> None:
         admin = admin_client(bootstrap)
         described = admin.describe_configs([res])[res].result(timeout=15)
         for key in ("auto.create.topics.enable", "num.partitions", "log.segment.bytes",
-                    "group.share.delivery.count.limit", "group.share.record.lock.duration.ms"):
+                    "group.share.delivery.count.limit", "group.share.record.lock.duration.ms",
+                    "group.initial.rebalance.delay.ms"):
             assert described[key].value == settings[key], key
+        # a development broker: a new classic group's first rebalance does not wait (Kafka's sample too)
+        assert settings["group.initial.rebalance.delay.ms"] == "0"
     finally:
         proc.terminate()
         try:
