@@ -66,6 +66,8 @@ class BrokerInfo:
     rack: str | None
     registration: int
     shutting_down: bool = False
+    metrics_url: str | None = None
+    """The broker's metrics endpoint and queue view (``metrics.port``), None when off."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +182,7 @@ class EtcdStore:
 
     # -- registration -------------------------------------------------------------------
     async def register(self, node_id: int, host: str, port: int, rack: str | None, session_timeout_ms: int,
-                       on_session_lost: Callable[[], None]) -> int:
+                       on_session_lost: Callable[[], None], metrics_url: str | None = None) -> int:
         """Register under a new lease; returns the registration epoch (the lease id).
 
         Raises RuntimeError when another live broker already holds ``node_id``.
@@ -191,7 +193,7 @@ class EtcdStore:
         self.registration = int(self.lease.id)
         key = _key("brokers", node_id)
         info = {"host": host, "port": port, "rack": rack, "registration": self.registration,
-                "shutting_down": False}
+                "shutting_down": False, "metrics_url": metrics_url}
         ok, _ = await c.transaction(compare=[c.transactions.create(key) == 0],
                                     success=[c.transactions.put(key, json.dumps(info).encode(), lease=self.lease)],
                                     failure=[])
@@ -332,7 +334,8 @@ class EtcdStore:
             elif parts[0] == "brokers" and len(parts) == 2:
                 d = json.loads(kv.value)
                 snap.brokers[int(parts[1])] = BrokerInfo(int(parts[1]), d["host"], int(d["port"]), d.get("rack"),
-                                                         int(d["registration"]), bool(d.get("shutting_down")))
+                                                         int(d["registration"]), bool(d.get("shutting_down")),
+                                                         d.get("metrics_url"))
             elif parts[0] == "topics" and len(parts) == 2:
                 d = json.loads(kv.value)
                 snap.topics[parts[1]] = TopicRecord(parts[1], uuid.UUID(d["topic_id"]), int(d["num_partitions"]),
