@@ -371,7 +371,8 @@ _DEFS: list[Definition] = [
     Definition("group.consumer.heartbeat.interval.ms", int, 5000, Scope.BROKER,
                "Heartbeat interval given to consumer-protocol members.", check=_ge(1)),
     Definition("group.consumer.max.size", int, 2**31 - 1, Scope.BROKER,
-               "Members a consumer-protocol group may have.", check=_ge(1)),
+               "Members a consumer-protocol group may have; one more is refused with GROUP_MAX_SIZE_REACHED and a "
+               "message naming this key (logged once per group).", check=_ge(1)),
     Definition("group.consumer.assignors", list, ["uniform", "range"], Scope.BROKER,
                "Server-side assignors for consumer-protocol groups; the first is the default."),
     # --- share groups (KIP-932) --------------------------------------------------
@@ -390,11 +391,13 @@ _DEFS: list[Definition] = [
                "Largest share.delivery.count.limit a group may set.", check=_between(2, 10)),
     Definition("group.share.partition.max.record.locks", int, 2000, Scope.BROKER,
                "In-flight (acquired or awaiting SPSO) records per share-partition.", check=_between(100, 10_000)),
-    Definition("group.share.max.size", int, 200, Scope.BROKER, "Members a share group may have.",
-               check=_between(10, 1000)),
+    Definition("group.share.max.size", int, 200, Scope.BROKER,
+               "Members a share group may have; one more is refused with GROUP_MAX_SIZE_REACHED and a message "
+               "naming this key (logged once per group).", check=_between(10, 1000)),
     Definition("group.share.max.groups", int, 10, Scope.BROKER,
                "Share groups the broker serves; a heartbeat or AlterShareGroupOffsets that would create one more "
-               "is refused with GROUP_MAX_SIZE_REACHED.", check=_between(1, 100)),
+               "is refused with GROUP_MAX_SIZE_REACHED and a message naming this key and `shoal share-groups "
+               "--delete` (logged once per group).", check=_between(1, 100)),
     Definition("group.share.session.timeout.ms", int, 45_000, Scope.BROKER,
                "Default share.session.timeout.ms.", check=_ge(1)),
     Definition("group.share.min.session.timeout.ms", int, 45_000, Scope.BROKER,
