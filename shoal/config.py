@@ -34,6 +34,9 @@ __all__ = [
     "load_properties",
     "topic_defaults",
     "group_defaults",
+    "topic_keys",
+    "check_topic_key",
+    "KAFKA_TOPIC_KEYS_NOT_SUPPORTED",
 ]
 
 
@@ -143,6 +146,40 @@ class _HostCounts:
         return "host-or-ip:count pairs, comma separated"
 
 
+class _OnlyFalse:
+    """A boolean that may only be false (a Kafka setting whose true shoal does not implement)."""
+
+    __slots__ = ()
+
+    def __call__(self, value: Any) -> bool:
+        return value is False
+
+    def __str__(self) -> str:
+        return "false (true is not supported)"
+
+
+class _Listeners:
+    """``NAME://host:port`` entries, comma separated, each port 0-65535 (empty allowed when ``optional``)."""
+
+    __slots__ = ("optional",)
+
+    def __init__(self, optional: bool = False) -> None:
+        self.optional = optional
+
+    def __call__(self, value: Any) -> bool:
+        entries = [e.strip() for e in str(value).split(",")]
+        if entries == [""]:
+            return self.optional
+        for entry in entries:
+            _, _, port = entry.split("://")[-1].rpartition(":")
+            if not port.isdigit() or not 0 <= int(port) <= 65535:
+                return False
+        return True
+
+    def __str__(self) -> str:
+        return ("empty, or " if self.optional else "") + "NAME://host:port entries, comma separated, each port 0-65535"
+
+
 _DEFS: list[Definition] = [
     # --- server -------------------------------------------------------------------
     Definition("node.id", int, 0, Scope.BROKER, "The id of this broker in Metadata replies.", check=_ge(0),
@@ -151,9 +188,10 @@ _DEFS: list[Definition] = [
                "Cluster id; empty means generate one at first start and keep it in the data directory.",
                dynamic=False),
     Definition("listeners", str, "PLAINTEXT://127.0.0.1:9092", Scope.BROKER,
-               "Where to listen; `shoal serve --host/--port` override it.", dynamic=False),
+               "Where to listen; `shoal serve --host/--port` override it.", check=_Listeners(), dynamic=False),
     Definition("advertised.listeners", str, "", Scope.BROKER,
-               "host:port given to clients in Metadata; empty means the bound address.", dynamic=False),
+               "host:port given to clients in Metadata; empty means the bound address.", check=_Listeners(True),
+               dynamic=False),
     Definition("log.dirs", str, "./shoal-data", Scope.BROKER,
                "The data directory (one is supported); `--data-dir` overrides it.", dynamic=False),
     Definition("socket.request.max.bytes", int, 100 * MIB, Scope.BROKER,
@@ -224,7 +262,8 @@ _DEFS: list[Definition] = [
     Definition("min.insync.replicas", int, 1, Scope.BROKER,
                "Smallest ISR with which an acks=all produce succeeds (also a topic config).", check=_ge(1)),
     Definition("unclean.leader.election.enable", bool, False, Scope.BROKER,
-               "Only false is supported: a leader is always chosen from the ISR."),
+               "Only false is supported: a leader is always chosen from the ISR (also a topic config).",
+               check=_OnlyFalse()),
     Definition("auto.leader.rebalance.enable", bool, True, Scope.BROKER,
                "The controller moves leadership back to each partition's preferred replica."),
     Definition("leader.imbalance.check.interval.seconds", int, 300, Scope.BROKER,
@@ -275,7 +314,7 @@ _DEFS: list[Definition] = [
     Definition("flush.messages", int, None, Scope.TOPIC, "See log.flush.interval.messages.",
                broker_synonym="log.flush.interval.messages", check=_ge(1)),
     Definition("flush.ms", int, None, Scope.TOPIC, "See log.flush.interval.ms.", broker_synonym="log.flush.interval.ms",
-               check=_ge(0)),
+               check=_ge(-1)),
     Definition("index.interval.bytes", int, None, Scope.TOPIC, "See log.index.interval.bytes.",
                broker_synonym="log.index.interval.bytes", check=_ge(0)),
     Definition("min.compaction.lag.ms", int, None, Scope.TOPIC, "See log.cleaner.min.compaction.lag.ms.",
@@ -333,7 +372,8 @@ _DEFS: list[Definition] = [
     Definition("group.consumer.heartbeat.interval.ms", int, 5000, Scope.BROKER,
                "Heartbeat interval given to consumer-protocol members.", check=_ge(1)),
     Definition("group.consumer.max.size", int, 2**31 - 1, Scope.BROKER,
-               "Members a consumer-protocol group may have.", check=_ge(1)),
+               "Members a consumer-protocol group may have; one more is refused with GROUP_MAX_SIZE_REACHED and a "
+               "message naming this key (logged once per group).", check=_ge(1)),
     Definition("group.consumer.assignors", list, ["uniform", "range"], Scope.BROKER,
                "Server-side assignors for consumer-protocol groups; the first is the default."),
     # --- share groups (KIP-932) --------------------------------------------------
@@ -352,11 +392,13 @@ _DEFS: list[Definition] = [
                "Largest share.delivery.count.limit a group may set.", check=_between(2, 10)),
     Definition("group.share.partition.max.record.locks", int, 2000, Scope.BROKER,
                "In-flight (acquired or awaiting SPSO) records per share-partition.", check=_between(100, 10_000)),
-    Definition("group.share.max.size", int, 200, Scope.BROKER, "Members a share group may have.",
-               check=_between(10, 1000)),
+    Definition("group.share.max.size", int, 200, Scope.BROKER,
+               "Members a share group may have; one more is refused with GROUP_MAX_SIZE_REACHED and a message "
+               "naming this key (logged once per group).", check=_between(10, 1000)),
     Definition("group.share.max.groups", int, 10, Scope.BROKER,
                "Share groups the broker serves; a heartbeat or AlterShareGroupOffsets that would create one more "
-               "is refused with GROUP_MAX_SIZE_REACHED.", check=_between(1, 100)),
+               "is refused with GROUP_MAX_SIZE_REACHED and a message naming this key and `shoal share-groups "
+               "--delete` (logged once per group).", check=_between(1, 100)),
     Definition("group.share.session.timeout.ms", int, 45_000, Scope.BROKER,
                "Default share.session.timeout.ms.", check=_ge(1)),
     Definition("group.share.min.session.timeout.ms", int, 45_000, Scope.BROKER,
@@ -425,8 +467,58 @@ _DEFS: list[Definition] = [
 
 CONFIG_DEFS: dict[str, Definition] = {d.name: d for d in _DEFS}
 
-BROKER_KEYS_ALSO_TOPIC = frozenset({"min.insync.replicas"})
+BROKER_KEYS_ALSO_TOPIC = frozenset({"min.insync.replicas", "unclean.leader.election.enable"})
 """Broker keys that a topic may also override under the same name (as in Kafka)."""
+
+KAFKA_TOPIC_KEYS_NOT_SUPPORTED: dict[str, str] = {
+    "segment.jitter.ms": "segments roll by segment.ms and segment.bytes, without jitter",
+    "segment.index.bytes": "index file sizes are not configurable",
+    "file.delete.delay.ms": "no delay before deleting segment files",
+    "max.compaction.lag.ms": "compaction has no maximum lag; it follows min.cleanable.dirty.ratio",
+    "preallocate": "segment files are not preallocated",
+    "compression.gzip.level": "codecs use their default levels",
+    "compression.lz4.level": "codecs use their default levels",
+    "compression.zstd.level": "codecs use their default levels",
+    "message.timestamp.difference.max.ms": "record timestamps are not checked",
+    "message.timestamp.before.max.ms": "record timestamps are not checked",
+    "message.timestamp.after.max.ms": "record timestamps are not checked",
+    "message.downconversion.enable": "records are never down-converted",
+    "message.format.version": "batches are stored as sent (Kafka 4 removed this key)",
+    "remote.storage.enable": "there is no tiered storage",
+    "local.retention.ms": "there is no tiered storage",
+    "local.retention.bytes": "there is no tiered storage",
+    "remote.log.copy.disable": "there is no tiered storage",
+    "remote.log.delete.on.disable": "there is no tiered storage",
+    "leader.replication.throttled.replicas": "replication is not throttled",
+    "follower.replication.throttled.replicas": "replication is not throttled",
+}
+"""Kafka's topic configs (TopicConfig, LogConfig) that shoal refuses, and why."""
+
+
+def topic_keys() -> list[Definition]:
+    """Every key a topic may override: the TOPIC keys and the broker keys of the same name."""
+    return [d for d in _DEFS if d.scope is Scope.TOPIC or d.name in BROKER_KEYS_ALSO_TOPIC]
+
+
+def topic_broker_synonym(d: Definition) -> str | None:
+    """The broker key a topic key falls back to (its own name for min.insync.replicas and the like)."""
+    return d.name if d.name in BROKER_KEYS_ALSO_TOPIC else d.broker_synonym
+
+
+def check_topic_key(name: str) -> Definition:
+    """The definition of topic config ``name``; ConfigError saying why when a topic cannot set it."""
+    d = CONFIG_DEFS.get(name)
+    if d is not None and (d.scope is Scope.TOPIC or name in BROKER_KEYS_ALSO_TOPIC):
+        return d
+    why = KAFKA_TOPIC_KEYS_NOT_SUPPORTED.get(name)
+    if why is not None:
+        raise ConfigError(f"topic config {name} is not supported by shoal ({why}); "
+                          f"docs/CONFIGURATION.md lists the topic configs it supports")
+    if d is not None and d.scope is Scope.BROKER:
+        topic = next((t.name for t in _DEFS if t.broker_synonym == name), None)
+        hint = f"; the topic config is {topic}" if topic else ""
+        raise ConfigError(f"{name} is a broker config, not a topic config{hint}")
+    raise ConfigError(f"unknown topic config {name!r}")
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -607,6 +699,13 @@ def render_markdown() -> str:
             valid = str(d.check) if d.check is not None else ", ".join(d.choices) if d.choices else ""
             lines.append(f"| `{d.name}` | {d.type.__name__} | {default} | {valid} | {d.doc} |")
         lines.append("")
+        if scope is Scope.TOPIC:
+            also = ", ".join(f"`{k}`" for k in sorted(BROKER_KEYS_ALSO_TOPIC))
+            lines += [f"Broker keys a topic also sets under the same name (Kafka's topic configs too): {also}.", "",
+                      "Kafka's topic keys shoal does not support are refused at create and alter "
+                      "(INVALID_CONFIG, with the reason):", "", "| key | why |", "|---|---|"]
+            lines += [f"| `{k}` | {why} |" for k, why in KAFKA_TOPIC_KEYS_NOT_SUPPORTED.items()]
+            lines.append("")
     return "\n".join(lines)
 
 

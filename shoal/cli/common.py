@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import socket
 import sys
 import time
@@ -25,7 +26,9 @@ from ..config import load_properties
 
 __all__ = [
     "CliError", "add_connection_options", "add_output_options", "client_config", "reach", "tool_main", "emit",
-    "verbose", "timeout_s", "Progress", "admin_client", "kafka_error_text",
+    "verbose", "timeout_s", "Progress", "admin_client", "kafka_error_text", "error_code", "group_limit_text",
+    "is_group_full",
+    "quiet_logger",
 ]
 
 DEFAULT_TIMEOUT_MS = 10_000
@@ -124,7 +127,10 @@ def reach(args: argparse.Namespace, client_id: str = "shoal-tools") -> Any:
         verbose(args, f"connected to {host}:{port} (client.id {conn.client_id})")
         return conn
     reason = _reason(last) if last is not None else "no time left"
-    raise CliError(f"cannot reach a broker at {args.bootstrap_server} within {int(budget * 1000)} ms: {reason}")
+    if last is None or reason == "timed out" or time.monotonic() >= deadline:
+        raise CliError(f"cannot reach a broker at {args.bootstrap_server} within {int(budget * 1000)} ms: {reason}")
+    # Refused or unresolvable at once: no time limit was reached, so none is named.
+    raise CliError(f"cannot reach a broker at {args.bootstrap_server}: {reason}")
 
 
 def _reason(e: BaseException) -> str:
@@ -135,20 +141,82 @@ def _reason(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
+def quiet_logger() -> logging.Logger:
+    """A logger for librdkafka that prints nothing: a tool reports a client's errors itself,
+    in one line, instead of librdkafka's ``%0|...|FATAL|...`` lines."""
+    logger = logging.getLogger("shoal.cli.librdkafka")
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())
+        logger.propagate = False
+    return logger
+
+
 def admin_client(args: argparse.Namespace) -> Any:
     """confluent-kafka's AdminClient for ``--bootstrap-server`` and ``--command-config``."""
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({**client_config(args), "bootstrap.servers": args.bootstrap_server, "log_level": 0})
+    return AdminClient({**client_config(args), "bootstrap.servers": args.bootstrap_server, "log_level": 0,
+                        "logger": quiet_logger()})
 
 
-def kafka_error_text(e: BaseException) -> str:
-    """One line for a confluent-kafka KafkaException (or anything else)."""
+def kafka_error_text(e: Any) -> str:
+    """One line for a confluent-kafka KafkaException or KafkaError (or anything else), never
+    the raw ``KafkaError{code=...,val=...,str="..."}``."""
     arg = e.args[0] if getattr(e, "args", None) else None
+    if arg is None and hasattr(e, "str") and hasattr(e, "name"):
+        arg = e  # a KafkaError itself
     if arg is not None and hasattr(arg, "str") and hasattr(arg, "name"):
         text = arg.str()
         return text if text else arg.name()
     return str(e) or type(e).__name__
+
+
+def error_code(e: Any) -> int | None:
+    """The Kafka error code of a confluent-kafka KafkaException or KafkaError, else None."""
+    arg = e.args[0] if getattr(e, "args", None) else e
+    code = getattr(arg, "code", None)
+    return code() if callable(code) else None
+
+
+GROUP_MAX_SIZE_REACHED = 81
+_GROUP_FULL_TEXT = "group has reached maximum size"  # librdkafka's text of GROUP_MAX_SIZE_REACHED
+
+
+def is_group_full(e: Any) -> bool:
+    """Whether a confluent-kafka error is GROUP_MAX_SIZE_REACHED, also when librdkafka wraps it
+    in a fatal error (_FATAL, whose text carries the original)."""
+    return error_code(e) == GROUP_MAX_SIZE_REACHED or _GROUP_FULL_TEXT in kafka_error_text(e)
+
+
+def group_limit_text(args: argparse.Namespace, group: str, kind: str) -> str:
+    """What a GROUP_MAX_SIZE_REACHED refusal of ``group`` means, naming the broker config to
+    change. librdkafka does not pass on the broker's error message, so for a share group
+    the tool asks whether the group exists: if it does, it is full (group.share.max.size),
+    else the broker serves its maximum of share groups (group.share.max.groups)."""
+    if kind == "share":
+        try:
+            from .group_client import GroupClient
+
+            groups = GroupClient(args, "shoal-tools")
+            try:
+                exists = any(str(g.group_id) == group
+                             for g in groups.list_groups(states_filter=(), types_filter=("share",)))
+            finally:
+                groups.close()
+        except (CliError, OSError, ConnectionError):
+            exists = None
+        if exists is False:
+            return (f"share group {group} was not created: the broker already serves group.share.max.groups "
+                    f"share groups (GROUP_MAX_SIZE_REACHED). Delete unused ones (shoal share-groups --list, then "
+                    f"shoal share-groups --delete --group GROUP) or raise group.share.max.groups.")
+        if exists:
+            return (f"share group {group} already has group.share.max.size members (GROUP_MAX_SIZE_REACHED): "
+                    f"stop one of them or raise group.share.max.size.")
+        return (f"share group {group} was refused (GROUP_MAX_SIZE_REACHED): the broker serves "
+                f"group.share.max.groups share groups already, or the group has group.share.max.size members. "
+                f"Delete unused share groups (shoal share-groups --delete --group GROUP) or raise the limit.")
+    return (f"group {group} already has its maximum of members (GROUP_MAX_SIZE_REACHED): group.consumer.max.size "
+            f"(group.protocol=consumer) or group.max.size (classic groups); stop a member or raise the limit.")
 
 
 def tool_main(name: str, body: Callable[[], int]) -> int:

@@ -109,6 +109,21 @@ def _source(entry: Any) -> str:
     return _SOURCE_NAMES.get(name, name)
 
 
+def _synonyms(entry: Any) -> list[tuple[str, str, str]]:
+    """(source, name, value) of an entry's synonyms, most specific first, as Kafka's tool prints them.
+
+    confluent-kafka keeps synonyms in a dict keyed by name, so of synonyms sharing a name
+    (a topic's ``min.insync.replicas`` and the broker's) only the last arrives; the entry
+    itself then stands for the most specific one."""
+    synonyms = [(_source(s), s.name, s.value) for s in (entry.synonyms or {}).values()]
+    source = _source(entry)
+    if entry.is_default or any(s == source for s, _, _ in synonyms):
+        return synonyms
+    own_name = source in ("DYNAMIC_TOPIC_CONFIG", "DYNAMIC_GROUP_CONFIG") or not synonyms
+    synonyms.insert(0, (source, entry.name if own_name else synonyms[0][1], entry.value))
+    return synonyms
+
+
 class _Configs:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -165,10 +180,7 @@ class _Configs:
                 entries = [e for e in entries if _source(e) in wanted]
             rows = []
             for e in entries:
-                synonyms = [(_source(s), s.name, s.value) for s in (e.synonyms or {}).values()]
-                if not synonyms and not e.is_default:
-                    synonyms = [(_source(e), e.name, e.value)]
-                rows.append((e, synonyms))
+                rows.append((e, _synonyms(e)))
             if self.args.output == "json":
                 doc.append({"entity_type": kind, "entity_name": n, "configs": [
                     {"name": e.name, "value": e.value, "source": _source(e), "sensitive": bool(e.is_sensitive),

@@ -36,7 +36,10 @@ from .common import (
     Progress,
     add_connection_options,
     client_config,
+    group_limit_text,
+    is_group_full,
     kafka_error_text,
+    quiet_logger,
     reach,
     timeout_s,
     tool_main,
@@ -76,7 +79,7 @@ def _configure_produce(p: argparse.ArgumentParser) -> None:
     p.add_argument("--producer-property", action="append", default=[], metavar="KEY=VALUE",
                    help="a producer setting (librdkafka's names, which are mostly Kafka's)")
     p.add_argument("--producer.config", dest="producer_config", metavar="FILE",
-                   help="a properties file of producer settings")
+                   help="a properties file of producer settings (Kafka's name; --command-config is the same)")
     p.add_argument("--compression-codec", nargs="?", const="gzip", choices=("none", "gzip", "snappy", "lz4", "zstd"),
                    help="compress batches (default none; gzip when given without a value)")
     p.add_argument("--request-required-acks", default="-1", help="acks: -1/all (default), 1 or 0")
@@ -164,7 +167,7 @@ def run_produce(args: argparse.Namespace) -> int:
         t = timeout_s(args)
         conf: dict[str, Any] = {"client.id": "console-producer", **client_config(args, args.producer_config),
                                 **_props(args.producer_property, "--producer-property")}
-        conf.update({"bootstrap.servers": args.bootstrap_server, "log_level": 0,
+        conf.update({"bootstrap.servers": args.bootstrap_server, "log_level": 0, "logger": quiet_logger(),
                      "acks": "all" if args.request_required_acks in ("-1", "all") else args.request_required_acks,
                      "message.timeout.ms": max(1000, int(t * 1000))})
         if args.compression_codec:
@@ -274,7 +277,7 @@ def _configure_consume(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partition", type=int, help="read only this partition")
     p.add_argument("--offset", default=None, help="with --partition: earliest, latest or an offset")
     p.add_argument("--consumer.config", dest="consumer_config", metavar="FILE",
-                   help="a properties file of consumer settings")
+                   help="a properties file of consumer settings (Kafka's name; --command-config is the same)")
     p.add_argument("--isolation-level", choices=("read_committed", "read_uncommitted"), default=None)
     _add_consumer_options(p)
 
@@ -314,7 +317,7 @@ def run_consume(args: argparse.Namespace) -> int:
         if a.isolation_level:
             conf["isolation.level"] = a.isolation_level
         group = a.group or extra.get("group.id")
-        conf.update({"bootstrap.servers": a.bootstrap_server, "log_level": 0,
+        conf.update({"bootstrap.servers": a.bootstrap_server, "log_level": 0, "logger": quiet_logger(),
                      "group.id": group or f"console-consumer-{random.randrange(100000)}"})
         if not group:
             conf["enable.auto.commit"] = False
@@ -366,8 +369,10 @@ def run_consume(args: argparse.Namespace) -> int:
                 if msg.error() is not None:
                     if msg.error().code() == -191:  # _PARTITION_EOF
                         continue
+                    if is_group_full(msg.error()) and group:
+                        raise CliError(f"cannot consume: {group_limit_text(a, group, 'consumer')}")
                     if msg.error().fatal() or not msg.error().retriable():
-                        raise CliError(f"cannot consume: {msg.error().str()}")
+                        raise CliError(f"cannot consume: {kafka_error_text(msg.error())}")
                     continue
                 last = time.monotonic()
                 _write(formatter.format(msg))
@@ -391,8 +396,8 @@ def _configure_share_consume(p: argparse.ArgumentParser) -> None:
     ack = p.add_mutually_exclusive_group()
     ack.add_argument("--reject", action="store_true", help="reject each record (never delivered again)")
     ack.add_argument("--release", action="store_true", help="release each record (delivered again)")
-    p.add_argument("--consumer-config", dest="consumer_config", metavar="FILE",
-                   help="a properties file of consumer settings")
+    p.add_argument("--consumer.config", "--consumer-config", dest="consumer_config", metavar="FILE",
+                   help="a properties file of consumer settings (Kafka's name; --command-config is the same)")
     _add_consumer_options(p)
 
 
@@ -411,7 +416,7 @@ def run_share_consume(args: argparse.Namespace) -> int:
         kind = AcknowledgeType.REJECT if a.reject else AcknowledgeType.RELEASE if a.release else AcknowledgeType.ACCEPT
         extra = {**client_config(a, a.consumer_config), **_props(a.consumer_property, "--consumer-property")}
         conf: dict[str, Any] = {"client.id": "console-share-consumer", **extra,
-                                "bootstrap.servers": a.bootstrap_server, "log_level": 0,
+                                "bootstrap.servers": a.bootstrap_server, "log_level": 0, "logger": quiet_logger(),
                                 "group.id": a.group, "share.acknowledgement.mode": "explicit"}
         consumer = ShareConsumer(conf)
         count = 0
@@ -441,6 +446,8 @@ def run_share_consume(args: argparse.Namespace) -> int:
         except Exception as e:
             if isinstance(e, CliError):
                 raise
+            if is_group_full(e):
+                raise CliError(f"cannot consume: {group_limit_text(a, a.group, 'share')}") from None
             raise CliError(f"cannot consume: {kafka_error_text(e)}") from None
         finally:
             try:

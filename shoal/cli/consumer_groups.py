@@ -20,7 +20,17 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .common import CliError, add_connection_options, add_output_options, emit, reach, timeout_s, tool_main, verbose
+from .common import (
+    CliError,
+    add_connection_options,
+    add_output_options,
+    emit,
+    kafka_error_text,
+    reach,
+    timeout_s,
+    tool_main,
+    verbose,
+)
 from .group_client import BACKOFF_S
 from .main import command
 
@@ -329,7 +339,7 @@ class _Tool:
         if ok:
             print("Deletion of requested consumer groups (" + ", ".join(f"'{g}'" for g in ok) + ") was successful.")
         for g, e in failed.items():
-            print(f"Error: Deletion of group '{g}' failed: {e}", file=sys.stderr)
+            print(f"Error: Deletion of group '{g}' failed: {kafka_error_text(e)}", file=sys.stderr)
         if failed:
             raise CliError(f"{len(failed)} group(s) could not be deleted")
         return 0

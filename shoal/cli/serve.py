@@ -18,13 +18,25 @@ from .main import command
 
 def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=None, help="port to listen on (default 9092; 0 picks a free port)")
+    p.add_argument("--port", type=port_number, default=None,
+                   help="port to listen on, 0-65535 (default 9092; 0 picks a free port)")
     p.add_argument("--data-dir", default=None, help="data directory (default ./shoal-data, or log.dirs)")
     p.add_argument("--config", metavar="FILE", help="a Kafka-style properties file")
     p.add_argument("-o", "--override", metavar="KEY=VALUE", action="append", default=[],
                    help="set a broker configuration by its Kafka name; repeatable")
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                    help="DEBUG (adds connections), INFO (default), WARNING or ERROR; the format is log.format")
+
+
+def port_number(text: str) -> int:
+    """A TCP port given on the command line: 0-65535 (argparse shows the error and exits 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: expected a number from 0 to 65535") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"invalid port {value}: a port is a number from 0 to 65535")
+    return value
 
 
 _MALLOC_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import sys
 from typing import Any
 
@@ -53,6 +54,10 @@ def _configure(p: argparse.ArgumentParser) -> None:
     to.add_argument("--to-latest", action="store_true")
     to.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss", help="first offset at or after this time (UTC"
                     " unless an offset like +02:00 is given)")
+    p.add_argument("--metrics-url", action="append", default=[], metavar="URL",
+                   help="with --describe --state: a broker's metrics endpoint (http://HOST:PORT, its metrics.port), "
+                        "repeatable; adds each share-partition's in-flight records and lock timeouts, which no "
+                        "Kafka API carries")
     run_mode = p.add_mutually_exclusive_group()
     run_mode.add_argument("--dry-run", action="store_true", help="show the new offsets (default)")
     run_mode.add_argument("--execute", action="store_true", help="apply the new offsets")
@@ -237,7 +242,17 @@ def _describe(admin: _Admin, args: argparse.Namespace) -> int:
             if args.verbose:
                 row[3:3] = [d.group_epoch, d.assignment_epoch]
                 header[3:3] = ["GROUP-EPOCH", "ASSIGNMENT-EPOCH"]
-            _table([row], header)
+            parts = _partition_state(admin, args, group)
+            if args.output == "json":
+                keys = [h.lower().replace("-", "_").lstrip("#") for h in header]
+                part_keys = [h.lower().replace("-", "_") for h in _STATE_HEADER]
+                print(json.dumps([{**dict(zip(keys, row)), "partitions": [dict(zip(part_keys, r)) for r in parts]}],
+                                 default=str))
+            else:
+                _table([row], header)
+                if parts:
+                    print()
+                    _table(parts, _STATE_HEADER)
         elif args.members:
             rows = []
             for m in d.members:
@@ -264,6 +279,54 @@ def _describe(admin: _Admin, args: argparse.Namespace) -> int:
             else:
                 _table(rows, ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"])
     return rc
+
+
+_STATE_HEADER = ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG", "AVAILABLE", "ACQUIRED", "LOCK-TIMEOUTS",
+                 "OLDEST-AVAILABLE-AGE-MS"]
+
+
+def _metrics_views(urls: list[str], timeout: float) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """(group, topic, partition) -> the share-partition as each broker's ``/api/share-groups`` shows it."""
+    import urllib.request
+
+    out: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for url in urls:
+        base = url.rstrip("/")
+        if "://" not in base:
+            base = "http://" + base
+        try:
+            with urllib.request.urlopen(base + "/api/share-groups", timeout=timeout) as resp:
+                doc = json.loads(resp.read())
+        except (OSError, ValueError) as e:
+            raise CliError(f"cannot read the share groups from the metrics endpoint {base}: "
+                           f"{getattr(e, 'reason', None) or e}") from None
+        for g in doc.get("share_groups", []):
+            for p in g.get("partitions", []):
+                out[(str(p["group"]), str(p["topic"]), int(p["partition"]))] = p
+    return out
+
+
+def _partition_state(admin: _Admin, args: argparse.Namespace, group: str) -> list[list[Any]]:
+    """Per share-partition: start offset and lag (DescribeShareGroupOffsets) and, from the
+    brokers' metrics endpoints (``--metrics-url``), available and acquired records, lock
+    timeouts and the age of the oldest available record."""
+    o = admin.offsets(group)
+    if int(o.error_code) != 0:
+        print(f"Error: the offsets of share group '{group}': {_error_name(o.error_code)}", file=sys.stderr)
+        return []
+    views = _metrics_views(args.metrics_url, max(0.5, args.timeout / 1000)) if args.metrics_url else {}
+    rows = []
+    for t in sorted(o.topics, key=lambda t: t.topic_name):
+        for p in sorted(t.partitions, key=lambda p: p.partition_index):
+            v = views.get((group, t.topic_name, int(p.partition_index)))
+            states = v["states"] if v else {}
+            rows.append([group, t.topic_name, p.partition_index, p.start_offset if p.start_offset >= 0 else None,
+                         p.lag if p.lag >= 0 else None, states.get("available"), states.get("acquired"),
+                         v.get("lock_timeouts") if v else None, v.get("oldest_available_age_ms") if v else None])
+    if rows and not args.metrics_url and args.output != "json":
+        print("In-flight records and lock timeouts are not part of any Kafka API: add --metrics-url "
+              "http://HOST:PORT (each broker's metrics.port) to show them.", file=sys.stderr)
+    return rows
 
 
 def _timestamp(text: str) -> int:

@@ -72,6 +72,8 @@ class BrokerInfo:
     shutting_down: bool = False
     log_dir_offline: bool = False
     """Its log directory failed (KIP-112): it leads and follows nothing until it recovers."""
+    metrics_url: str | None = None
+    """The broker's metrics endpoint and queue view (``metrics.port``), None when off."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +203,8 @@ class EtcdStore:
 
     # -- registration -------------------------------------------------------------------
     async def register(self, node_id: int, host: str, port: int, rack: str | None, session_timeout_ms: int,
-                       on_session_lost: Callable[[], None], *, registration: int | None = None) -> int:
+                       on_session_lost: Callable[[], None], *, registration: int | None = None,
+                       metrics_url: str | None = None) -> int:
         """Register under a new lease; returns the registration epoch.
 
         The epoch is the lease id at a process's first registration; ``registration``
@@ -216,7 +219,8 @@ class EtcdStore:
         epoch = int(lease.id) if registration is None else registration
         key = _key("brokers", node_id)
         info = dict(self._node_info, registration=epoch) if registration is not None and self._node_info else {
-            "host": host, "port": port, "rack": rack, "registration": epoch, "shutting_down": False}
+            "host": host, "port": port, "rack": rack, "registration": epoch, "shutting_down": False,
+            "metrics_url": metrics_url}
         value = json.dumps(info).encode()
         ok, _ = await c.transaction(compare=[c.transactions.create(key) == 0],
                                     success=[c.transactions.put(key, value, lease=lease)], failure=[])
@@ -433,7 +437,7 @@ class EtcdStore:
                 d = json.loads(kv.value)
                 snap.brokers[int(parts[1])] = BrokerInfo(int(parts[1]), d["host"], int(d["port"]), d.get("rack"),
                                                          int(d["registration"]), bool(d.get("shutting_down")),
-                                                         bool(d.get("log_dir_offline")))
+                                                         bool(d.get("log_dir_offline")), d.get("metrics_url"))
             elif parts[0] == "topics" and len(parts) == 2:
                 d = json.loads(kv.value)
                 snap.topics[parts[1]] = TopicRecord(parts[1], uuid.UUID(d["topic_id"]), int(d["num_partitions"]),

@@ -120,7 +120,8 @@ class ClusterNode:
             try:
                 self.registration = await self.store.register(
                     b.node_id, b.advertised_host, b.advertised_port, rack, self.config["broker.session.timeout.ms"],
-                    self._session_lost, registration=self.registration if again else None)
+                    self._session_lost, registration=self.registration if again else None,
+                    metrics_url=b.observe.url if b.observe is not None else None)
                 return
             except RuntimeError:
                 # our previous incarnation's lease has not lapsed yet (a quick restart)

@@ -699,7 +699,9 @@ class ConsumerGroups(GroupKindQueries[ConsumerGroup]):
         if new_member:
             if len(g.members) >= self.max_size:
                 raise ApiError(ErrorCode.group_max_size_reached,
-                               f"The consumer group has reached its maximum capacity of {self.max_size} members.")
+                               f"The consumer group has reached its maximum capacity of {self.max_size} members "
+                               f"(group.consumer.max.size={self.max_size}): stop a member of group {gid} or "
+                               f"raise group.consumer.max.size.")
             member = ConsumerMember(member_id=member_id)
         assert member is not None
         before = member

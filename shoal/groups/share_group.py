@@ -419,7 +419,9 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
                 raise ApiError(ErrorCode.unknown_member_id, f"Member {mid} is not in group {gid}.")
             if len(g.members) >= limit:
                 raise ApiError(ErrorCode.group_max_size_reached,
-                               f"The share group has reached its maximum capacity of {limit} members.")
+                               f"The share group has reached its maximum capacity of {limit} members "
+                               f"(group.share.max.size={limit}): stop a member of share group {gid} or raise "
+                               f"group.share.max.size (at most 1000).")
             member = ShareMember(member_id=mid)
         elif epoch > 0:
             if epoch > member.member_epoch:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shoal.config import BROKER_KEYS_ALSO_TOPIC, CONFIG_DEFS, BrokerConfig, ConfigError, Scope, parse_value
+from shoal.config import CONFIG_DEFS, BrokerConfig, ConfigError, check_topic_key, parse_value
 from shoal.errors import ApiError, ErrorCode
 from shoal.log.partition_log import LOG_START_FILE, PartitionLog, atomic_write
 from shoal.log.policy import LogConfig
@@ -67,10 +67,8 @@ def validate_topic_configs(configs: dict[str, Any]) -> dict[str, Any]:
     """
     parsed = {}
     for k, v in configs.items():
-        d = CONFIG_DEFS.get(k)
-        if d is None or (d.scope is not Scope.TOPIC and k not in BROKER_KEYS_ALSO_TOPIC):
-            raise ApiError(ErrorCode.invalid_config, f"unknown topic configuration {k!r}")
         try:
+            d = check_topic_key(k)
             parsed[k] = parse_value(k, v)
             syn = CONFIG_DEFS.get(d.broker_synonym or "")
             if syn is not None and syn.type is d.type:
@@ -303,9 +301,11 @@ class LogStore:
         t = self._require(name)
         new = dict(t.configs)
         for k in delete or []:
-            d = CONFIG_DEFS.get(k)
-            if d is None or d.scope is not Scope.TOPIC:
-                raise ApiError(ErrorCode.invalid_config, f"unknown topic configuration {k!r}")
+            if k not in new:
+                try:
+                    check_topic_key(k)
+                except ConfigError as e:
+                    raise ApiError(ErrorCode.invalid_config, str(e)) from None
             new.pop(k, None)
         new.update({k: str(v) for k, v in (set or {}).items()})
         parsed = validate_topic_configs(new)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 from importlib import resources
 from typing import Any
 
@@ -60,11 +61,45 @@ class ObserveServer:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BrokerCollector(broker, metrics))
         self._server: asyncio.base_events.Server | None = None
+        self._sock: socket.socket | None = None
         self._page = _page()
         self._clients: set[asyncio.Task[Any]] = set()
 
+    def bind(self) -> None:
+        """Bind the listening socket (before the broker loads its state, so a port in use
+        shows at once); :meth:`start` serves on it. Raises OSError."""
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        self._sock = socket.create_server((self.host, self.port), family=family, reuse_port=False)
+        self.host, self.port = self._sock.getsockname()[:2]
+
+    @property
+    def url(self) -> str:
+        """``http://host:port/`` of this endpoint (the broker's advertised host when bound to every address)."""
+        host = self.host if self.host not in ("", "0.0.0.0", "::") else self.broker.advertised_host
+        return f"http://[{host}]:{self.port}/" if ":" in host else f"http://{host}:{self.port}/"
+
+    def close(self) -> None:
+        """Close a socket bound by :meth:`bind` and never served."""
+        if self._sock is not None and self._server is None:
+            self._sock.close()
+        self._sock = None
+
+    def _brokers(self) -> list[dict[str, Any]]:
+        """Every broker of the cluster with its queue view's URL when it has one (this one alone
+        without a cluster): a share-partition is shown by the broker that leads it."""
+        b = self.broker
+        store = getattr(b.cluster, "store", None) if b.cluster.clustered else None
+        if store is None:
+            return [{"node_id": b.node_id, "address": f"{b.advertised_host}:{b.advertised_port}",
+                     "metrics_url": self.url, "self": True}]
+        return [{"node_id": info.node_id, "address": f"{info.host}:{info.port}", "metrics_url": info.metrics_url,
+                 "self": info.node_id == b.node_id}
+                for info in sorted(store.snapshot.brokers.values(), key=lambda i: i.node_id)]
+
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._client, self.host, self.port, reuse_address=True)
+        if self._sock is None:
+            self.bind()
+        self._server = await asyncio.start_server(self._client, sock=self._sock)
         self.host, self.port = self._server.sockets[0].getsockname()[:2]
 
     async def stop(self) -> None:
@@ -145,7 +180,8 @@ class ObserveServer:
         if path in ("/", "/queues", "/index.html"):
             return 200, self._page, "text/html; charset=utf-8"
         if path == "/api/share-groups":
-            return 200, _json({"share_groups": share_group_views(self.broker)}), "application/json"
+            return 200, _json({"share_groups": share_group_views(self.broker), "brokers": self._brokers(),
+                               "now_ms": self.broker.clock.now_ms()}), "application/json"
         if path == "/api/consumer-groups":
             return 200, _json({"consumer_groups": consumer_group_views(self.broker)}), "application/json"
         return 404, b"not found\n", "text/plain; charset=utf-8"

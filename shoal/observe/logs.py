@@ -13,9 +13,10 @@ import json
 import logging
 import sys
 from datetime import datetime, timezone
+from collections import OrderedDict
 from typing import TextIO
 
-__all__ = ["configure", "JsonFormatter", "TextFormatter"]
+__all__ = ["configure", "JsonFormatter", "TextFormatter", "log_once"]
 
 
 def _timestamp(record: logging.LogRecord) -> str:
@@ -49,3 +50,20 @@ def configure(level: str, fmt: str = "text", stream: TextIO | None = None) -> No
         root.removeHandler(h)
     root.addHandler(handler)
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
+
+
+_ONCE_REMEMBERED = 1000
+_logged_once: OrderedDict[tuple[str, str], None] = OrderedDict()
+
+
+def log_once(logger: logging.Logger, key: tuple[str, str], message: str, level: int = logging.WARNING) -> bool:
+    """Log ``message`` the first time ``key`` comes (a limit refusing a group, say), not at
+    every retry of the client. The keys remembered are bounded (the oldest are forgotten
+    first), so endless new keys cannot grow memory. Returns whether it logged."""
+    if key in _logged_once:
+        return False
+    if len(_logged_once) >= _ONCE_REMEMBERED:
+        _logged_once.popitem(last=False)
+    _logged_once[key] = None
+    logger.log(level, "%s", message)
+    return True

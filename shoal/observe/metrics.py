@@ -262,8 +262,14 @@ class BrokerCollector(Collector):
         deliveries = HistogramMetricFamily("shoal_sharepartition_delivery_count",
                                            "Delivery counts of the in-flight records not yet acknowledged or "
                                            "archived, per share-partition.", labels=labels)
+        oldest = GaugeMetricFamily("shoal_sharepartition_oldest_available_age_seconds",
+                                   "Age of the oldest record available for delivery (in flight or not yet "
+                                   "fetched), by its batch's first timestamp, per share-partition; absent when "
+                                   "none is available.", labels=labels)
         for v in share_partition_views(self.broker):
             key = [v["group"], v["topic"], str(v["partition"])]
+            if v["oldest_available_age_ms"] is not None:
+                oldest.add_metric(key, v["oldest_available_age_ms"] / 1000.0)
             for state, n in v["states"].items():
                 by_state.add_metric(key + [state], n)
             inflight.add_metric(key, v["end_offset"] - v["start_offset"])
@@ -278,4 +284,4 @@ class BrokerCollector(Collector):
                 buckets.append((_fmt(bound), acc))
             buckets.append(("+Inf", acc + v["delivery_counts"][-1]))
             deliveries.add_metric(key, buckets, v["delivery_count_sum"])
-        yield from (by_state, inflight, batches, start, end, splag, deliveries)
+        yield from (by_state, inflight, batches, start, end, splag, deliveries, oldest)

@@ -35,6 +35,16 @@ def _high_watermark(broker: Any, topic: str, partition: int) -> int | None:
         return None
 
 
+def _batch_timestamp(broker: Any, topic: str, partition: int, offset: int) -> int | None:
+    """The first timestamp of the batch holding ``offset`` (None when it is not here)."""
+    try:
+        for header, _data in broker.store.partition(topic, partition).read_batches(offset):
+            return int(header.base_timestamp)
+    except Exception:  # led elsewhere, deleted, or unreadable: no age rather than no page
+        return None
+    return None
+
+
 def share_partition_views(broker: Any, group_id: str | None = None) -> list[dict[str, Any]]:
     """One dict per loaded share-partition (of ``group_id``, or all), sorted by group, topic, partition.
 
@@ -43,11 +53,18 @@ def share_partition_views(broker: Any, group_id: str | None = None) -> list[dict
     not_fetched (records from SPEO to the high watermark, never delivered), lag (records
     not yet acknowledged or archived), ranges (in-flight state ranges), delivery_counts
     (histogram of the delivery counts of in-flight records that are not done, one count
-    per bound of ``DELIVERY_COUNT_BUCKETS`` plus one above), delivery_count_sum.
+    per bound of ``DELIVERY_COUNT_BUCKETS`` plus one above), delivery_count_sum,
+    lock_timeouts (records whose acquisition lock timed out since the broker started),
+    oldest_available_offset and oldest_available_age_ms (the first record a consumer
+    would be given next, in flight or not yet fetched, and how old it is by its batch's
+    first timestamp; None when there is none).
     """
     svc = broker.extensions.get("share")
     if svc is None or broker.store is None:
         return []
+    metrics = getattr(broker, "metrics", None)
+    timeouts = metrics.lock_timeouts if metrics is not None else {}
+    now_ms = broker.clock.now_ms()
     out = []
     for (g, topic_id, partition), sp in list(svc.partitions.items()):
         if group_id is not None and g != group_id:
@@ -59,10 +76,13 @@ def share_partition_views(broker: Any, group_id: str | None = None) -> list[dict
         hist = [0] * (len(DELIVERY_COUNT_BUCKETS) + 1)
         count_sum = 0
         ranges = sp.describe()
+        oldest: int | None = None
         for first, last, state, delivery_count in ranges:
             n = last - first + 1
             name = _STATE_NAMES.get(int(state), "available")
             states[name] += n
+            if name == "available" and oldest is None:
+                oldest = first
             if name in ("available", "acquired"):
                 i = 0
                 while i < len(DELIVERY_COUNT_BUCKETS) and delivery_count > DELIVERY_COUNT_BUCKETS[i]:
@@ -73,6 +93,9 @@ def share_partition_views(broker: Any, group_id: str | None = None) -> list[dict
         end = int(sp.end_offset)
         start = int(sp.start_offset)
         high = max(hw if hw is not None else end, end)
+        if oldest is None and high > end:
+            oldest = end  # nothing available in flight: the first record never fetched
+        ts = _batch_timestamp(broker, meta.name, int(partition), oldest) if oldest is not None else None
         out.append({
             "group": g,
             "topic": meta.name,
@@ -87,6 +110,9 @@ def share_partition_views(broker: Any, group_id: str | None = None) -> list[dict
             "ranges": len(ranges),
             "delivery_counts": hist,
             "delivery_count_sum": count_sum,
+            "lock_timeouts": timeouts.get((g, meta.name, int(partition)), 0),
+            "oldest_available_offset": oldest,
+            "oldest_available_age_ms": max(0, now_ms - ts) if ts is not None and ts >= 0 else None,
         })
     out.sort(key=lambda v: (v["group"], v["topic"], v["partition"]))
     return out
@@ -123,8 +149,20 @@ def share_group_views(broker: Any) -> list[dict[str, Any]]:
     for group_id, parts in partitions.items():  # loaded share-partitions of a group that is gone
         groups[group_id] = {"group": group_id, "state": "Dead", "group_epoch": -1, "members": [],
                             "partitions": parts}
+    metrics = getattr(broker, "metrics", None)
+    acquired: dict[str, int] = {}
+    acknowledged: dict[str, dict[str, int]] = {}
+    if metrics is not None:
+        for (group_id, _topic), n in metrics.records_acquired.items():
+            acquired[group_id] = acquired.get(group_id, 0) + n
+        for (group_id, kind), n in metrics.record_acknowledgements.items():
+            acknowledged.setdefault(group_id, {})[kind.lower()] = n
     for g in groups.values():
         g["lag"] = sum(p["lag"] for p in g["partitions"])
+        g["lock_timeouts"] = sum(p["lock_timeouts"] for p in g["partitions"])
+        g["records_acquired"] = acquired.get(g["group"], 0)
+        acks = acknowledged.get(g["group"], {})
+        g["records_acknowledged"] = {kind: acks.get(kind, 0) for kind in ("accept", "release", "reject")}
     return [groups[k] for k in sorted(groups)]
 
 

@@ -257,13 +257,45 @@ class Broker:
 
     # -- start / stop -----------------------------------------------------------------
     async def start(self) -> None:
-        """Lock the data directory, recover the log, load the coordinators, listen.
+        """Lock the data directory, bind the listening sockets, recover the log, load the
+        coordinators, then accept connections.
 
-        Raises OSError: DataDirInUse when another broker holds the data directory, or
-        whatever stopped the log from opening.
+        The sockets are bound before anything slow (etcd, log recovery, coordinator
+        replay), so a port in use ends the start at once; connections that arrive
+        meanwhile wait in the kernel's queue until the broker accepts them.
+
+        Raises OSError: DataDirInUse when another broker holds the data directory, a
+        port that cannot be bound (the message names the address), or whatever stopped
+        the log from opening.
         """
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock.acquire()
+        self._server = Listener(self, self._new_connection)
+        await _bind(self._server.start(self.host, self.port, accept=False), self.host, self.port, "")
+        sock = self._server.sockets[0]
+        self.host, self.port = sock.getsockname()[:2]
+        if self.config["metrics.port"] >= 0:
+            from ..observe.http import ObserveServer
+            from ..observe.metrics import Metrics
+
+            self.metrics = Metrics()
+            metrics_host = self.config["metrics.host"] or self.host
+            self.observe = ObserveServer(self, self.metrics, metrics_host, self.config["metrics.port"])
+            try:
+                self.observe.bind()
+            except OSError as e:
+                self._server.close()
+                raise OSError(_bind_error(metrics_host, self.config["metrics.port"], e, " (metrics.port)")) from None
+        try:
+            await self._start_after_bind()
+        except BaseException:
+            self._server.close()
+            if self.observe is not None:
+                self.observe.close()
+            raise
+
+    async def _start_after_bind(self) -> None:
+        assert self._server is not None
         node = None
         if self.config["metadata.store"] != "local":
             from ..cluster.node import ClusterNode
@@ -286,18 +318,10 @@ class Broker:
         self.store = LogStore(self.data_dir, self.config, now_ms=self.clock.now_ms())
         log.info("open file limit %d (hard %d): at most %d segment descriptors stay open",
                  soft, hard, self.store.files.capacity)
-        if self.config["metrics.port"] >= 0:
-            from ..observe.metrics import Metrics
-
-            self.metrics = Metrics()
         for hook in _START_HOOKS:
             await hook(self)
         loop = asyncio.get_running_loop()
         self.memory_pool = MemoryPool(self.config["queued.max.request.bytes"], loop.call_soon)
-        self._server = Listener(self, self._new_connection)
-        await self._server.start(self.host, self.port, accept=node is None)
-        sock = self._server.sockets[0]
-        self.host, self.port = sock.getsockname()[:2]
         adv = self.config["advertised.listeners"]
         if adv:
             hostport = adv.split("://")[-1]
@@ -310,12 +334,8 @@ class Broker:
             self.cluster = node
             self.replicas = node.replicas
             await node.start()
-            self._server.enable()
-        if self.metrics is not None:
-            from ..observe.http import ObserveServer
-
-            self.observe = ObserveServer(self, self.metrics, self.config["metrics.host"] or self.host,
-                                         self.config["metrics.port"])
+        self._server.enable()
+        if self.observe is not None:
             await self.observe.start()
             log.info("metrics, health checks and the queue view on http://%s:%d/", self.observe.host,
                      self.observe.port)
@@ -621,3 +641,19 @@ def on_disconnect(fn: Any) -> Any:
     """Register ``fn(broker, connection)`` to run when a client connection closes."""
     _DISCONNECT_HOOKS.append(fn)
     return fn
+
+
+async def _bind(started: Any, host: str, port: int, what: str) -> None:
+    """Await a listener's start; an OSError becomes one naming the address."""
+    try:
+        await started
+    except OSError as e:
+        raise OSError(_bind_error(host, port, e, what)) from None
+
+
+def _bind_error(host: str, port: int, e: OSError, what: str) -> str:
+    """``cannot listen on 127.0.0.1:9092: address already in use`` (``what`` names the setting)."""
+    reason = (e.strerror or str(e) or type(e).__name__)
+    reason = reason[:1].lower() + reason[1:]
+    address = f"[{host}]:{port}" if ":" in host else f"{host or '0.0.0.0'}:{port}"
+    return f"cannot listen on {address}{what}: {reason}"

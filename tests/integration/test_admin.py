@@ -220,7 +220,7 @@ def test_broker_configs_describe_and_alter(broker):
     assert admin.incremental_alter_configs([alter], request_timeout=T)[alter].result(timeout=T) is None
     cfg = admin.describe_configs([res], request_timeout=T)[res].result(timeout=T)
     assert cfg["log.retention.ms"].value == "86400000"
-    assert cfg["log.retention.ms"].source == 3  # DYNAMIC_DEFAULT_BROKER_CONFIG
+    assert cfg["log.retention.ms"].source == 2  # DYNAMIC_BROKER_CONFIG: set on broker 0, not a cluster default
 
     # A topic without its own override now inherits the new default.
     create_topic(broker.bootstrap, "inherits", 1)

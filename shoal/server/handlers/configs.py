@@ -19,7 +19,16 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ...config import CONFIG_DEFS, ConfigError, Scope, parse_value, share_config_problem
+from ...config import (
+    CONFIG_DEFS,
+    ConfigError,
+    Scope,
+    check_topic_key,
+    parse_value,
+    share_config_problem,
+    topic_broker_synonym,
+    topic_keys,
+)
 from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make, sub
 from ..dispatch import api
@@ -56,23 +65,43 @@ def to_text(value: Any) -> str | None:
     return str(value)
 
 
+def _broker_source(broker: Any, name: str) -> str:
+    """Where a broker key's value comes from: this broker's dynamic config (set with
+    AlterConfigs on resource BROKER ``<node id>``), the properties file or ``-o``, or the default."""
+    if name in broker.dynamic_configs.broker:
+        return "dynamic_broker"
+    default = CONFIG_DEFS[name].default
+    return "static_broker" if broker.dynamic_configs.static_values().get(name, default) != default else "default"
+
+
+def _broker_synonyms(broker: Any, name: str) -> list[tuple[str, str | None, str]]:
+    """Kafka's synonym chain of a broker key: dynamic, static, default (those that are set)."""
+    d = CONFIG_DEFS[name]
+    out: list[tuple[str, str | None, str]] = []
+    if name in broker.dynamic_configs.broker:
+        out.append((name, to_text(broker.config[name]), "dynamic_broker"))
+    static = broker.dynamic_configs.static_values().get(name, d.default)
+    if static != d.default:
+        out.append((name, to_text(static), "static_broker"))
+    out.append((name, to_text(d.default), "default"))
+    return out
+
+
 def topic_config_entries(broker: Any, overrides: dict[str, str]) -> list[ConfigEntry]:
     out = []
-    for d in CONFIG_DEFS.values():
-        if d.scope is not Scope.TOPIC:
-            continue
-        if d.broker_synonym is None:  # a topic key without a broker key (compression.type)
+    for d in topic_keys():
+        synonym = topic_broker_synonym(d)
+        if synonym is None:  # a topic key without a broker key (compression.type)
             if d.name in overrides:
                 out.append(ConfigEntry(d.name, overrides[d.name], "topic", False, CONFIG_TYPE[d.type], d.doc,
-                                       ((d.name, overrides[d.name], "topic"),)))
+                                       ((d.name, overrides[d.name], "topic"), (d.name, to_text(d.default), "default"))))
             else:
-                out.append(ConfigEntry(d.name, to_text(d.default), "default", False, CONFIG_TYPE[d.type], d.doc, ()))
+                out.append(ConfigEntry(d.name, to_text(d.default), "default", False, CONFIG_TYPE[d.type], d.doc,
+                                       ((d.name, to_text(d.default), "default"),)))
             continue
-        broker_value = to_text(broker.config[d.broker_synonym])
-        broker_source = "dynamic_default_broker" if d.broker_synonym in broker.dynamic_configs.broker else (
-            "default" if broker.config[d.broker_synonym] == CONFIG_DEFS[d.broker_synonym].default else "static_broker"
-        )
-        synonyms = [(d.broker_synonym, broker_value, broker_source)]
+        broker_value = to_text(broker.config[synonym])
+        broker_source = _broker_source(broker, synonym)
+        synonyms = _broker_synonyms(broker, synonym)
         if d.name in overrides:
             synonyms.insert(0, (d.name, overrides[d.name], "topic"))
             out.append(ConfigEntry(d.name, overrides[d.name], "topic", False, CONFIG_TYPE[d.type], d.doc,
@@ -88,14 +117,8 @@ def broker_config_entries(broker: Any) -> list[ConfigEntry]:
     for d in CONFIG_DEFS.values():
         if d.scope is not Scope.BROKER:
             continue
-        value = broker.config[d.name]
-        if d.name in broker.dynamic_configs.broker:
-            source = "dynamic_default_broker"
-        elif value == d.default:
-            source = "default"
-        else:
-            source = "static_broker"
-        out.append(ConfigEntry(d.name, to_text(value), source, not d.dynamic, CONFIG_TYPE[d.type], d.doc))
+        out.append(ConfigEntry(d.name, to_text(broker.config[d.name]), _broker_source(broker, d.name),
+                               not d.dynamic, CONFIG_TYPE[d.type], d.doc, tuple(_broker_synonyms(broker, d.name))))
     return out
 
 
@@ -189,14 +212,12 @@ def _check_broker_configs_together(broker: Any, dynamic: dict[str, str | None]) 
 
 
 def _check_topic_config(name: str, value: str | None) -> None:
-    d = CONFIG_DEFS.get(name)
-    if d is None or d.scope is not Scope.TOPIC:
-        raise ApiError(ErrorCode.invalid_config, f"unknown topic config {name}")
-    if value is not None:
-        try:
+    try:
+        check_topic_key(name)
+        if value is not None:
             parse_value(name, value)
-        except ConfigError as e:
-            raise ApiError(ErrorCode.invalid_config, str(e)) from None
+    except ConfigError as e:
+        raise ApiError(ErrorCode.invalid_config, str(e)) from None
 
 
 def _check_broker_config(name: str, value: str | None) -> None:
@@ -329,7 +350,11 @@ def alter_resource(broker: Any, resource_type: int, name: str, ops: list[tuple[s
             broker.store.alter_topic_configs(name, new, [k for k in meta.configs if k not in new])
             _log_change("topic", name, old, new)
     elif resource_type == BROKER:
-        if name not in ("", str(broker.node_id)):
+        if name == "":
+            raise ApiError(ErrorCode.invalid_request,
+                           f"cluster-wide broker defaults (an empty broker name, --entity-default) are not "
+                           f"supported: set the config per broker (--entity-name {broker.node_id})")
+        if name != str(broker.node_id):
             raise ApiError(ErrorCode.invalid_request, f"unknown broker {name}")
         new = _apply_ops({} if replace else dict(broker.dynamic_configs.broker), ops)
         for k, v in new.items():
@@ -375,7 +400,9 @@ def handle_describe_configs(ctx: Any, request: Any) -> Any:
             elif res.resource_type == BROKER:
                 if res.resource_name not in ("", str(broker.node_id)):
                     raise ApiError(ErrorCode.invalid_request, f"unknown broker {res.resource_name}")
-                entries = broker_config_entries(broker)
+                # The empty name is the cluster-wide default, which shoal has none of (as Kafka
+                # answers when no DYNAMIC_DEFAULT_BROKER_CONFIG is set).
+                entries = broker_config_entries(broker) if res.resource_name else []
             elif res.resource_type == GROUP:
                 entries = group_config_entries(broker, res.resource_name)
             else:

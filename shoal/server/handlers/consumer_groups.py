@@ -10,15 +10,19 @@ ConsumerGroupDescribe, which is what librdkafka needs to fall back to DescribeGr
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 from ...errors import ErrorCode
 from ...groups.classic import ClassicGroup
 from ...groups.manager import build_response
 from ...groups.records import group_metadata_tombstone
+from ...observe.logs import log_once
 from ...protocol.entities import make
 from ..dispatch import api
 from ..group_service import client_host, group_service
+
+log = logging.getLogger("shoal.groups")
 
 
 def as_version(entity: Any, cls: type) -> Any:
@@ -58,6 +62,8 @@ def handle_consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
     if convert and result.records:
         result.records.insert(0, group_metadata_tombstone(group_id))
     svc.apply(p, result)
+    if result.response.error_code is ErrorCode.group_max_size_reached:
+        log_once(log, ("group.consumer.max.size", group_id), result.response.error_message or "")
     return svc.answer(p, as_version(result.response, ctx.response_type), wrote=bool(result.records))
 
 

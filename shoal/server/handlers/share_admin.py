@@ -30,6 +30,7 @@ from ...protocol.entities import make, sub
 from ...share.coordinator import UNINITIALIZED_START_OFFSET, SharePartitionKey
 from ..dispatch import api
 from ..share_service import ShareService, share_service
+from .share_groups import share_groups_limit_message
 
 log = logging.getLogger("shoal.share")
 
@@ -186,7 +187,7 @@ async def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
         limit = ctx.broker.config["group.share.max.groups"]
         if groups.share_group_count() >= limit:
             err = ErrorCode.group_max_size_reached
-            message = f"The broker already serves group.share.max.groups={limit} share groups."
+            message = share_groups_limit_message(request.group_id, limit)
     if err is not None:
         return make(cls, throttle_time=0, error_code=err, error_message=message, responses=())
     topics = []

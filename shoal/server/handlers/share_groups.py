@@ -8,13 +8,24 @@ GROUP_ID_NOT_FOUND.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ...errors import ErrorCode
+from ...observe.logs import log_once
 from ...groups.share_group import ShareEffects
 from ...protocol.entities import make
 from ..dispatch import api
 from ..group_service import client_host, group_service
+
+log = logging.getLogger("shoal.groups")
+
+
+def share_groups_limit_message(group_id: str, limit: int) -> str:
+    """Why a new share group is refused, and what to do (GROUP_MAX_SIZE_REACHED's message)."""
+    return (f"Share group {group_id} was not created: the broker already serves group.share.max.groups={limit} "
+            f"share groups. Delete unused ones (shoal share-groups --list, then shoal share-groups --delete "
+            f"--group GROUP) or raise group.share.max.groups (at most 100).")
 
 
 def _error(ctx: Any, code: ErrorCode, message: str) -> Any:
@@ -36,8 +47,9 @@ async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
     share_groups = svc.share_groups(p)
     limit = broker.config["group.share.max.groups"]
     if existing is None and request.member_epoch == 0 and svc.share_group_count() >= limit:
-        return _error(ctx, ErrorCode.group_max_size_reached,
-                      f"The broker already serves group.share.max.groups={limit} share groups.")
+        message = share_groups_limit_message(group_id, limit)
+        log_once(log, ("group.share.max.groups", group_id), message)
+        return _error(ctx, ErrorCode.group_max_size_reached, message)
     result = share_groups.handle_heartbeat(
         request, ctx.now_ms(), svc.topics_metadata(),
         client_id=ctx.header.client_id or "", client_host=client_host(ctx),
@@ -47,6 +59,8 @@ async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
     svc.apply(p, result)
     await svc.wait_replicated(p, wrote=bool(result.records))
     response = result.response
+    if response.error_code is ErrorCode.group_max_size_reached:
+        log_once(log, ("group.share.max.size", group_id), response.error_message or "")
     if response.error_code is ErrorCode.none and request.member_epoch != -1:
         effects = result.after if isinstance(result.after, ShareEffects) else ShareEffects()
         fresh = dict(effects.initialize.get(group_id, {}))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from shoal.observe.http import ObserveServer
@@ -15,6 +16,10 @@ class _Broker:
         self.extensions: dict[str, Any] = {}
         self.connections: set[Any] = set()
         self.store = None
+        self.node_id = 0
+        self.advertised_host, self.advertised_port = "127.0.0.1", 9092
+        self.cluster = type("LocalMetadata", (), {"clustered": False})()
+        self.clock = type("Clock", (), {"now_ms": staticmethod(lambda: 1000)})()
 
     def is_ready(self) -> bool:
         return self.ready
@@ -39,7 +44,11 @@ def test_readyz_follows_the_broker_and_healthz_does_not() -> None:
             assert await _get(server.port, "/healthz") == (200, b"ok\n")
             broker.ready = True
             assert await _get(server.port, "/readyz") == (200, b"ready\n")
-            assert await _get(server.port, "/api/share-groups") == (200, b'{"share_groups":[]}')
+            status, doc = await _get(server.port, "/api/share-groups")
+            assert status == 200 and json.loads(doc) == {
+                "share_groups": [], "now_ms": 1000,
+                "brokers": [{"node_id": 0, "address": "127.0.0.1:9092", "self": True,
+                             "metrics_url": f"http://127.0.0.1:{server.port}/"}]}
         finally:
             await server.stop()
 

@@ -50,6 +50,9 @@ def test_lock_timeouts_persister_writes_and_state_gauges(tmp_path: Path) -> None
         assert v["states"] == {"available": 1, "acquired": 2, "acknowledged": 0, "archived": 0}
         assert v["lag"] == 3 and v["not_fetched"] == 0
         assert v["delivery_counts"][:2] == [0, 3]  # three records delivered twice, not yet done
+        assert v["lock_timeouts"] == 6
+        assert v["oldest_available_offset"] == 3  # released: the next one a consumer is given
+        assert v["oldest_available_age_ms"] is not None and v["oldest_available_age_ms"] >= 0
         s = _samples(b, m)
         labels = (("group", "g"), ("partition", "0"), ("topic", "t"))
         assert s[("shoal_sharepartition_records", tuple(sorted(labels + (("state", "available"),))))] == 1
