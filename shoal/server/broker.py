@@ -32,7 +32,7 @@ from ..cluster.metadata import LocalMetadata
 from .data_dir import DataDirLock, StorageErrors
 from .dispatch import routes
 from .fetch_session import FetchSessionCache
-from .listener import Listener
+from ..security.serving import Listeners
 from .memory_pool import MemoryPool
 from .state_files import DynamicConfigs, ProducerIdAllocator
 from .worker_threads import WorkerThreads
@@ -228,7 +228,9 @@ class Broker:
         self.shutting_down = False
         self.connections: set[Any] = set()
         self._next_connection_id = 0
-        self._server: Listener | None = None
+        self._server: Listeners | None = None
+        self.security: Any = None
+        """The listeners' TLS and SASL settings (shoal/security/session.py), set at start."""
         self.memory_pool = MemoryPool(self.config["queued.max.request.bytes"], _no_loop_yet)
         self._stopped = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -294,17 +296,10 @@ class Broker:
             await hook(self)
         loop = asyncio.get_running_loop()
         self.memory_pool = MemoryPool(self.config["queued.max.request.bytes"], loop.call_soon)
-        self._server = Listener(self, self._new_connection)
+        self._server = Listeners(self, self._new_connection)
         await self._server.start(self.host, self.port, accept=node is None)
-        sock = self._server.sockets[0]
-        self.host, self.port = sock.getsockname()[:2]
-        adv = self.config["advertised.listeners"]
-        if adv:
-            hostport = adv.split("://")[-1]
-            h, _, p = hostport.rpartition(":")
-            self.advertised_host, self.advertised_port = h, int(p)
-        else:
-            self.advertised_host, self.advertised_port = self.host, self.port
+        self.host, self.port = self._server.host, self._server.port
+        self.advertised_host, self.advertised_port = self._server.advertised_host, self._server.advertised_port
         self._schedule_housekeeping()
         if node is not None:
             self.cluster = node

@@ -110,6 +110,9 @@ class Connection(asyncio.Protocol):
         self._fd = -1
         self.sends_file_slices = False
         """Whether a Fetch answer may carry FileSlices (the transport has a socket to send them to)."""
+        self.security: Any = None
+        """The listener and authentication state (shoal/security/session.py); None on the default
+        PLAINTEXT listener of a broker without security settings."""
 
     # -- asyncio.Protocol ---------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -128,6 +131,8 @@ class Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"
+        if self.security is not None:
+            self.security.connection_made(self, transport)
         self.broker.connection_opened(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -225,9 +230,14 @@ class Connection(asyncio.Protocol):
             slot.reserved = reserved
 
     def _serve_frame(self, body: bytes, reserved: int) -> _Slot | None:
+        sec = self.security
+        if sec is not None and not sec.authenticated and sec.raw_tokens:
+            return self._serve_raw_sasl(body)
         if len(body) < 4:
             raise ProtocolViolation(f"frame of {len(body)} bytes is too short for a request header")
         api_key, version = _KEY_VERSION.unpack_from(body, 0)
+        if sec is not None and not sec.authenticated:
+            sec.check(api_key)  # before SASL completes, only ApiVersions and the SASL requests
         route = self._routes.get(api_key)
         if route is None:
             raise ProtocolViolation(f"unknown or unsupported API key {api_key}")
@@ -263,6 +273,27 @@ class Connection(asyncio.Protocol):
         if metrics is not None:
             metrics.request_done(api_key, perf_counter() - started)
         self._flush()
+        return slot
+
+    def _serve_raw_sasl(self, body: bytes) -> _Slot:
+        """A bare SASL token frame (after a v0 SaslHandshake); its answer is a bare frame too."""
+        slot = _Slot()
+        self._slots.append(slot)
+        task = asyncio.ensure_future(self.security.raw_token(self, body))
+        slot.task = task
+
+        def done(t: asyncio.Task[bytes]) -> None:
+            self._pool.release(slot.reserved)
+            slot.reserved = 0
+            if t.cancelled() or self._closing:
+                return
+            if t.exception() is not None:
+                self._abort(str(t.exception()))
+                return
+            slot.pieces = [t.result()]
+            self._flush()
+
+        task.add_done_callback(done)
         return slot
 
     def _run_no_response(self, ctx: RequestContext, route: Any, request: Any, reserved: int) -> None:

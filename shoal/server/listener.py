@@ -72,8 +72,14 @@ def parse_ip_overrides(value: str) -> dict[str, int]:
 
 
 class Listener:
-    def __init__(self, broker: Any, factory: Callable[[], Any]) -> None:
+    def __init__(self, broker: Any, factory: Callable[[], Any], *, ssl_context: Any = None,
+                 sweep_idle: bool = True) -> None:
+        """``ssl_context``: TLS on every accepted connection (an SSL or SASL_SSL listener).
+        ``sweep_idle``: this listener closes the broker's idle connections (one of a broker's
+        listeners does, for all of them)."""
         cfg = broker.config
+        self._ssl = ssl_context
+        self._sweep_idle = sweep_idle
         self._broker = broker
         self._factory = factory
         self._max_connections: int = cfg["max.connections"]
@@ -122,7 +128,7 @@ class Listener:
         self._socks = socks
         self._enabled = accept
         self._resume_accepting()
-        if self._idle_ms > 0:
+        if self._idle_ms > 0 and self._sweep_idle:
             self._schedule_sweep()
 
     def enable(self) -> None:
@@ -203,7 +209,20 @@ class Listener:
 
     async def _connect(self, sock: socket.socket, ip: str) -> None:
         try:
-            _, protocol = await self._loop.connect_accepted_socket(self._factory, sock)
+            if self._ssl is None:
+                _, protocol = await self._loop.connect_accepted_socket(self._factory, sock)
+            else:  # the transport's protocol is TLS's; the connection is what the factory made
+                made: list[Any] = []
+                await self._loop.connect_accepted_socket(lambda: made.append(self._factory()) or made[0], sock,
+                                                         ssl=self._ssl)
+                protocol = made[0]
+        except (OSError, asyncio.TimeoutError) as e:  # a TLS handshake that failed, a peer gone
+            sock.close()
+            self._released(ip)
+            if self._ssl is None:
+                raise
+            log.info("TLS handshake with %s failed: %s", ip, e)
+            return
         except BaseException:
             sock.close()
             self._released(ip)
