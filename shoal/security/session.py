@@ -178,7 +178,7 @@ class ConnectionSecurity:
             self.authenticated = True
             self.raw_tokens = False
             self.principal = f"User:{self.server.username}"
-            log.info("connection %s from %s: authenticated as %s (SASL/%s, listener %s)", conn.connection_id,
+            log.debug("connection %s from %s: authenticated as %s (SASL/%s, listener %s)", conn.connection_id,
                      conn.peer, self.principal, self.mechanism, self.listener.name)
         return out
 

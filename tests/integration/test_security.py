@@ -16,8 +16,13 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import NewTopic, ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion, \
-    UserScramCredentialUpsertion
+from confluent_kafka.admin import (
+    NewTopic,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
 
 from tests.support.broker import BrokerProcess
 from tests.support.certs import Pki, make_pki
@@ -196,3 +201,230 @@ def test_bad_tls_settings_stop_the_start_with_one_line(tmp_path: Path, pki: Pki)
         done = subprocess.run(cmd, capture_output=True, timeout=60, text=True)
         assert done.returncode == 1, done
         assert words in done.stdout + done.stderr, done
+
+
+# -- SASL --------------------------------------------------------------------------------------
+
+PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+              'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
+
+
+def _sasl_conf(mechanism: str, user: str, password: str, *, pki: Pki | None = None) -> dict[str, Any]:
+    conf: dict[str, Any] = {"security.protocol": "SASL_SSL" if pki else "SASL_PLAINTEXT",
+                            "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
+    if pki is not None:
+        conf["ssl.ca.location"] = str(pki.ca)
+    return conf
+
+
+def _refused(bootstrap: str, conf: dict[str, Any]) -> str:
+    """What librdkafka reports to a client with ``conf``, whose requests must all fail."""
+    errors: list[Any] = []
+    admin = admin_client(bootstrap, error_cb=errors.append, **conf)
+    with pytest.raises(KafkaException):
+        admin.list_topics(timeout=5)
+    admin.poll(1)  # serves the error callbacks
+    return " ".join(f"{e.name()}: {e.str()}" for e in errors)
+
+
+def _kafka_python_producer(bootstrap: str, mechanism: str, user: str, password: str, pki: Pki | None = None) -> Any:
+    from kafka import KafkaProducer
+
+    extra: dict[str, Any] = {"ssl_cafile": str(pki.ca)} if pki else {}
+    return KafkaProducer(bootstrap_servers=bootstrap, security_protocol="SASL_SSL" if pki else "SASL_PLAINTEXT",
+                         sasl_mechanism=mechanism, sasl_plain_username=user, sasl_plain_password=password,
+                         request_timeout_ms=10_000, **extra)
+
+
+def test_sasl_plaintext_with_plain_users_from_jaas(started: Any, tmp_path: Path, topic_name: str) -> None:
+    b = started(None, BrokerProcess(tmp_path / "data", {
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS}, log_level="DEBUG"))
+    conf = _sasl_conf("PLAIN", "alice", "alice-secret")
+    assert _round_trip(b.bootstrap, topic_name, conf, 3) == [b"v0", b"v1", b"v2"]
+    wait_until("the principal in the log", lambda: _log_has(b, "authenticated as User:alice (SASL/PLAIN"))
+
+    kp = _kafka_python_producer(b.bootstrap, "PLAIN", "alice", "alice-secret")
+    kp.send(topic_name, b"kafka-python").get(timeout=20)
+    kp.close()
+    assert records_of(b.bootstrap, topic_name, [0], 1, start=3, **conf)[0].value == b"kafka-python"
+
+    # a wrong password, an unknown user, a mechanism not enabled: refused
+    assert "_AUTHENTICATION: " in _refused(b.bootstrap, _sasl_conf("PLAIN", "alice", "wrong"))
+    assert "Invalid username or password" in _refused(b.bootstrap, _sasl_conf("PLAIN", "mallory", "alice-secret"))
+    assert "SCRAM-SHA-256" in _refused(b.bootstrap, _sasl_conf("SCRAM-SHA-256", "alice", "alice-secret"))
+    from kafka.errors import KafkaError as KafkaPythonError
+
+    with pytest.raises((KafkaPythonError, OSError)):
+        _kafka_python_producer(b.bootstrap, "PLAIN", "alice", "wrong")
+    # and a client without SASL gets nothing
+    _refused(b.bootstrap, {})
+    b.assert_alive()
+
+
+def _add_scram_users(bootstrap: str, users: list[tuple[str, ScramMechanism, str]], **conf: Any) -> None:
+    admin = admin_client(bootstrap, **conf)
+    futures = admin.alter_user_scram_credentials(
+        [UserScramCredentialUpsertion(u, ScramCredentialInfo(m, 4096), p.encode()) for u, m, p in users])
+    for f in futures.values():
+        f.result(timeout=20)
+
+
+def test_scram_over_sasl_ssl_users_managed_with_the_admin_api(start_broker: Any, pki: Pki, topic_name: str) -> None:
+    port = free_port()
+    b = start_broker({"listeners": _listeners(PLAINTEXT=0, SASL_SSL=port), **_tls_settings(pki),
+                      "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512"})
+    sasl_bootstrap = f"127.0.0.1:{port}"
+    _add_scram_users(b.bootstrap, [("alice", ScramMechanism.SCRAM_SHA_256, "alice-secret"),
+                                   ("bob", ScramMechanism.SCRAM_SHA_512, "bob-secret"),
+                                   ("bob", ScramMechanism.SCRAM_SHA_256, "bob-256")])
+    plain_admin = admin_client(b.bootstrap)
+    described = plain_admin.describe_user_scram_credentials().result(timeout=20)
+    assert {u: sorted((i.mechanism.name, i.iterations) for i in d.scram_credential_infos)
+            for u, d in described.items()} == {"alice": [("SCRAM_SHA_256", 4096)],
+                                                "bob": [("SCRAM_SHA_256", 4096), ("SCRAM_SHA_512", 4096)]}
+
+    alice = _sasl_conf("SCRAM-SHA-256", "alice", "alice-secret", pki=pki)
+    assert _round_trip(sasl_bootstrap, topic_name, alice, 2) == [b"v0", b"v1"]
+    # Metadata over SASL_SSL names the SASL_SSL port
+    md = admin_client(sasl_bootstrap, **alice).list_topics(timeout=10)
+    assert [(x.host, x.port) for x in md.brokers.values()] == [("127.0.0.1", port)]
+    kp = _kafka_python_producer(sasl_bootstrap, "SCRAM-SHA-512", "bob", "bob-secret", pki)
+    kp.send(topic_name, b"bob").get(timeout=20)
+    kp.close()
+    assert records_of(sasl_bootstrap, topic_name, [0], 1, start=2, **alice)[0].value == b"bob"
+
+    assert "invalid credentials with SASL mechanism SCRAM-SHA-256" in _refused(
+        sasl_bootstrap, _sasl_conf("SCRAM-SHA-256", "alice", "wrong", pki=pki))
+    _refused(sasl_bootstrap, _sasl_conf("SCRAM-SHA-512", "alice", "alice-secret", pki=pki))  # no such credential
+    _refused(sasl_bootstrap, _sasl_conf("SCRAM-SHA-256", "bob", "bob-secret", pki=pki))  # the other password
+
+    # durable: after a restart the users still authenticate
+    b.restart()
+    assert admin_client(sasl_bootstrap, **_sasl_conf("SCRAM-SHA-512", "bob", "bob-secret", pki=pki)).list_topics(
+        timeout=10).topics
+    # a deleted credential no longer does
+    admin = admin_client(b.bootstrap)
+    admin.alter_user_scram_credentials([UserScramCredentialDeletion("alice", ScramMechanism.SCRAM_SHA_256)])[
+        "alice"].result(timeout=20)
+    _refused(sasl_bootstrap, alice)
+    with pytest.raises(KafkaException, match="RESOURCE_NOT_FOUND|does not exist"):
+        admin.describe_user_scram_credentials(["alice"])["alice"].result(timeout=20)
+
+
+def test_scram_credentials_refused_as_kafka_refuses_them(broker: Any) -> None:
+    admin = admin_client(broker.bootstrap)
+    bad = admin.alter_user_scram_credentials(
+        [UserScramCredentialUpsertion("few", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 1000), b"pw")])
+    with pytest.raises(KafkaException, match="UNACCEPTABLE_CREDENTIAL|Iterations"):
+        bad["few"].result(timeout=20)
+    gone = admin.alter_user_scram_credentials([UserScramCredentialDeletion("nobody", ScramMechanism.SCRAM_SHA_512)])
+    with pytest.raises(KafkaException, match="RESOURCE_NOT_FOUND|does not exist"):
+        gone["nobody"].result(timeout=20)
+    assert admin.describe_user_scram_credentials().result(timeout=20) == {}
+
+
+def test_sasl_state_machine_on_the_wire(start_broker: Any) -> None:
+    from kio.schema.api_versions.v3.request import ApiVersionsRequest
+    from kio.schema.errors import ErrorCode
+    from kio.schema.metadata.v9.request import MetadataRequest
+    from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+    from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest as Handshake0
+    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+    from tests.support.wire import RawConnection, frame, request_bytes
+
+    port = free_port()
+    b = start_broker({"listeners": _listeners(PLAINTEXT=0, SASL_PLAINTEXT=port), "sasl.enabled.mechanisms": "PLAIN",
+                      "sasl.jaas.config": PLAIN_JAAS, "connection.failed.authentication.delay.ms": "400"})
+    sasl = f"127.0.0.1:{port}"
+    api_versions = ApiVersionsRequest(client_software_name="t", client_software_version="1")
+    metadata = MetadataRequest(topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False,
+                               include_cluster_authorized_operations=False)
+
+    # before authentication: ApiVersions is served, Metadata closes the connection
+    with RawConnection(sasl) as c:
+        assert c.request(api_versions).error_code == ErrorCode.none
+        c.send(request_bytes(metadata, 2))
+        assert c.read_frame() is None
+    # an unknown mechanism: the enabled ones, then closed
+    with RawConnection(sasl) as c:
+        r = c.request(SaslHandshakeRequest(mechanism="GSSAPI"))
+        assert (r.error_code, r.mechanisms) == (ErrorCode.unsupported_sasl_mechanism, ("PLAIN",))
+        assert c.is_closed_by_peer()
+    # a wrong password: SASL_AUTHENTICATION_FAILED after the delay, then closed
+    with RawConnection(sasl) as c:
+        assert c.request(SaslHandshakeRequest(mechanism="PLAIN")).error_code == ErrorCode.none
+        t0 = time.monotonic()
+        r = c.request(SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00nope"))
+        assert time.monotonic() - t0 >= 0.35
+        assert r.error_code == ErrorCode.sasl_authentication_failed
+        assert r.error_message == "Authentication failed: Invalid username or password"
+        assert c.is_closed_by_peer()
+    # SaslAuthenticate before the handshake: ILLEGAL_SASL_STATE
+    with RawConnection(sasl) as c:
+        r = c.request(SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00alice-secret"))
+        assert r.error_code == ErrorCode.illegal_sasl_state
+    # the right one, in a SaslAuthenticate (v1 handshake) and as a bare token (v0 handshake)
+    with RawConnection(sasl) as c:
+        assert c.request(SaslHandshakeRequest(mechanism="PLAIN")).error_code == ErrorCode.none
+        r = c.request(SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00alice-secret"))
+        assert (r.error_code, r.auth_bytes) == (ErrorCode.none, b"")
+        assert c.request(SaslHandshakeRequest(mechanism="PLAIN")).error_code == ErrorCode.illegal_sasl_state
+        md = c.request(metadata)
+        assert [(x.host, x.port) for x in md.brokers] == [("127.0.0.1", port)]
+    with RawConnection(sasl) as c:
+        assert c.request(Handshake0(mechanism="PLAIN")).error_code == ErrorCode.none
+        c.send(frame(b"\x00admin\x00admin-secret"))
+        assert c.read_frame() == b""
+        assert c.request(api_versions).error_code == ErrorCode.none
+    with RawConnection(sasl) as c:
+        assert c.request(Handshake0(mechanism="PLAIN")).error_code == ErrorCode.none
+        c.send(frame(b"\x00admin\x00wrong"))
+        assert c.read_frame() is None
+    # on a PLAINTEXT listener the SASL requests are out of place
+    with RawConnection(b.bootstrap) as c:
+        assert c.request(SaslHandshakeRequest(mechanism="PLAIN")).error_code == ErrorCode.illegal_sasl_state
+        r = c.request(SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00alice-secret"))
+        assert r.error_code == ErrorCode.illegal_sasl_state
+        assert c.request(api_versions).error_code == ErrorCode.none
+    b.assert_alive()
+
+
+def _shoal(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "shoal", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_shoal_users_tool_adds_lists_and_deletes(start_broker: Any, pki: Pki, tmp_path: Path) -> None:
+    b = start_broker({"listeners": "SASL_SSL://127.0.0.1:0", **_tls_settings(pki), "sasl.jaas.config": PLAIN_JAAS})
+    sasl = b.bootstrap
+    admin_props = tmp_path / "admin.properties"
+    admin_props.write_text(f"security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.username=admin\n"
+                           f"sasl.password=admin-secret\nssl.ca.location={pki.ca}\n")
+    pw_file = tmp_path / "pw"
+    pw_file.write_text("carol-secret\n")
+    common = ["--bootstrap-server", sasl, "--command-config", str(admin_props)]
+    done = _shoal("users", *common, "--add", "--user", "carol", "--mechanism", "SCRAM-SHA-512",
+                  "--password-file", str(pw_file))
+    assert done.returncode == 0, done.stderr
+    done = _shoal("users", *common, "--add", "--user", "carol", "--mechanism", "SCRAM-SHA-256",
+                  "--password", "carol-256", "--iterations", "8192")
+    assert done.returncode == 0, done.stderr
+    done = _shoal("users", *common, "--list")
+    assert done.stdout.split("\n")[:3] == ["USER  MECHANISM     ITERATIONS", "carol SCRAM-SHA-256 8192",
+                                           "carol SCRAM-SHA-512 4096"], done
+    assert admin_client(sasl, **_sasl_conf("SCRAM-SHA-512", "carol", "carol-secret", pki=pki)).list_topics(
+        timeout=10).brokers
+    assert admin_client(sasl, **_sasl_conf("SCRAM-SHA-256", "carol", "carol-256", pki=pki)).list_topics(
+        timeout=10).brokers
+
+    done = _shoal("users", *common, "--add", "--user", "dave", "--mechanism", "SCRAM-SHA-256", "--password", "x",
+                  "--iterations", "100")
+    assert done.returncode == 1 and "Iterations must be between 4096 and 16384" in done.stderr, done
+    done = _shoal("users", *common, "--delete", "--user", "carol")
+    assert done.returncode == 0, done.stderr
+    assert _shoal("users", *common, "--list", "--output", "json").stdout.strip() == "[]"
+    _refused(sasl, _sasl_conf("SCRAM-SHA-512", "carol", "carol-secret", pki=pki))
+    done = _shoal("users", *common, "--delete", "--user", "carol")
+    assert done.returncode == 1 and "does not exist" in done.stderr, done
+    b.assert_alive()
