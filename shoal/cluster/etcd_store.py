@@ -66,6 +66,8 @@ class BrokerInfo:
     rack: str | None
     registration: int
     shutting_down: bool = False
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+    """(listener name, host, port) of every listener; host/port are the inter-broker listener's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +182,8 @@ class EtcdStore:
 
     # -- registration -------------------------------------------------------------------
     async def register(self, node_id: int, host: str, port: int, rack: str | None, session_timeout_ms: int,
-                       on_session_lost: Callable[[], None]) -> int:
+                       on_session_lost: Callable[[], None],
+                       endpoints: dict[str, tuple[str, int]] | None = None) -> int:
         """Register under a new lease; returns the registration epoch (the lease id).
 
         Raises RuntimeError when another live broker already holds ``node_id``.
@@ -192,6 +195,8 @@ class EtcdStore:
         key = _key("brokers", node_id)
         info = {"host": host, "port": port, "rack": rack, "registration": self.registration,
                 "shutting_down": False}
+        if endpoints:
+            info["endpoints"] = {name: [h, p] for name, (h, p) in endpoints.items()}
         ok, _ = await c.transaction(compare=[c.transactions.create(key) == 0],
                                     success=[c.transactions.put(key, json.dumps(info).encode(), lease=self.lease)],
                                     failure=[])
@@ -331,8 +336,10 @@ class EtcdStore:
                 snap.controller = int(kv.value)
             elif parts[0] == "brokers" and len(parts) == 2:
                 d = json.loads(kv.value)
+                endpoints = tuple((str(n), str(hp[0]), int(hp[1])) for n, hp in d.get("endpoints", {}).items())
                 snap.brokers[int(parts[1])] = BrokerInfo(int(parts[1]), d["host"], int(d["port"]), d.get("rack"),
-                                                         int(d["registration"]), bool(d.get("shutting_down")))
+                                                         int(d["registration"]), bool(d.get("shutting_down")),
+                                                         endpoints)
             elif parts[0] == "topics" and len(parts) == 2:
                 d = json.loads(kv.value)
                 snap.topics[parts[1]] = TopicRecord(parts[1], uuid.UUID(d["topic_id"]), int(d["num_partitions"]),

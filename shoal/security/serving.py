@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..server.listener import Listener
+from .client import PeerSecurity
 from .listeners import ListenerError, ListenerSpec, advertised_endpoints, inter_broker_listener, listener_specs
 from .session import BrokerSecurity, SecurityConfigError
 
@@ -68,6 +69,14 @@ class Listeners:
         except ListenerError as e:
             self.close()
             raise OSError(str(e)) from None
+        b.peer_security = None
+        if b.config["metadata.store"] != "local" and security.inter_broker.secured:
+            try:
+                ctx, sasl = security.client_settings()
+            except SecurityConfigError as e:
+                self.close()
+                raise OSError(str(e)) from None
+            b.peer_security = PeerSecurity(ctx, sasl)
         self.specs = specs
         self.host, self.port = bound[specs[0].name]
         self.advertised_host, self.advertised_port = security.advertised[specs[0].name]

