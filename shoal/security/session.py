@@ -67,6 +67,8 @@ class BrokerSecurity:
         except (TlsConfigError, JaasError) as e:
             raise SecurityConfigError(f"listener {spec.name}: {e}") from None
         self.super_users = frozenset(p.strip() for p in str(config["super.users"]).split(";") if p.strip())
+        self.broker_principals = self.inter_broker_principals()
+        """Who may send the brokers' own APIs (shoal/security/access.py)."""
         self.failure_delay_s = config["connection.failed.authentication.delay.ms"] / 1000
 
     @property

@@ -64,6 +64,7 @@ from ..protocol.codec import codec_for, decode_request, encode_response
 from ..protocol.entities import has_field, make
 from ..protocol.framing import FrameDecoder
 from ..protocol.header import parse_request_header
+from ..security.access import guarded_handler
 from .context import RequestContext
 
 if TYPE_CHECKING:
@@ -259,7 +260,7 @@ class Connection(asyncio.Protocol):
         slot = _Slot()
         self._slots.append(slot)
         try:
-            response = route.handler(ctx, request)
+            response = (route.handler if sec is None else guarded_handler(sec, route))(ctx, request)
         except ApiError as e:
             response = self._error_response(ctx, e)
         if asyncio.iscoroutine(response):

@@ -469,8 +469,12 @@ def test_cluster_brokers_replicate_over_a_sasl_ssl_inter_broker_listener(request
             wait_until("the other broker authenticated on the inter-broker listener",
                        lambda b=b: _log_has(b, "authenticated as User:broker (SASL/PLAIN, listener INTERNAL)"))
 
-        # a SCRAM user made through one broker authenticates on the other (the credentials are in etcd)
-        _add_scram_users(brokers[0].bootstrap, [("erin", ScramMechanism.SCRAM_SHA_256, "erin-secret")])
+        # a SCRAM user made through one broker authenticates on the other (the credentials are in etcd);
+        # only a broker (or a super user) may make one: here as the brokers' own user on INTERNAL
+        as_broker = {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "broker",
+                     "sasl.password": "broker-secret", "ssl.ca.location": str(pki.ca)}
+        _add_scram_users(f"127.0.0.1:{internal[0]}", [("erin", ScramMechanism.SCRAM_SHA_256, "erin-secret")],
+                         **as_broker)
         clients = admin_client(brokers[1].bootstrap).list_topics(timeout=10)
         assert {x.port for x in clients.brokers.values()} == {b.port for b in brokers}
         # each broker's SASL_SSL port (bound to a free port), from its log
@@ -490,3 +494,71 @@ def test_cluster_brokers_replicate_over_a_sasl_ssl_inter_broker_listener(request
         finally:
             etcd.stop()
             _started.pop(request.node.nodeid, None)
+
+
+# -- the brokers' own APIs ---------------------------------------------------------------------------
+
+
+def _sasl_plain_connection(bootstrap: str, user: str, password: str) -> Any:
+    from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+    from tests.support.wire import RawConnection
+
+    c = RawConnection(bootstrap)
+    assert c.request(SaslHandshakeRequest(mechanism="PLAIN")).error_code == 0
+    r = c.request(SaslAuthenticateRequest(auth_bytes=f"\x00{user}\x00{password}".encode()))
+    assert r.error_code == 0, r
+    return c
+
+
+def test_broker_only_apis_need_the_broker_principal_or_a_super_user(start_broker: Any, topic_name: str) -> None:
+    import uuid
+
+    from kio.schema.alter_partition_reassignments.v0.request import AlterPartitionReassignmentsRequest
+    from kio.schema.errors import ErrorCode
+    from kio.schema.fetch.v12.request import FetchRequest
+    from kio.schema.initialize_share_group_state.v0.request import InitializeShareGroupStateRequest
+
+    from shoal.protocol.entities import make, sub
+
+    jaas = PLAIN_JAAS.replace(";", ' user_carol="carol-secret";')
+    b = start_broker({"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN",
+                      "sasl.jaas.config": jaas, "super.users": "User:carol"})
+    alice = _sasl_conf("PLAIN", "alice", "alice-secret")
+    assert _round_trip(b.bootstrap, topic_name, alice, 1) == [b"v0"]  # clients consume as usual
+    import re
+
+    topic_id = re.search(rf"created topic {topic_name} .* id ([0-9a-f-]+)\)", b.stderr_path.read_text()).group(1)
+
+    init = make(InitializeShareGroupStateRequest, group_id="g", topics=(
+        make(sub(InitializeShareGroupStateRequest, "InitializeStateData"), topic_id=uuid.UUID(str(topic_id)),
+             partitions=(make(sub(InitializeShareGroupStateRequest, "PartitionData"), partition=0, state_epoch=1,
+                              start_offset=0),)),))
+    fetch = make(FetchRequest, replica_id=5, max_wait=0, min_bytes=0, max_bytes=1 << 20, session_epoch=-1, topics=(
+        make(sub(FetchRequest, "FetchTopic"), topic=topic_name, partitions=(
+            make(sub(FetchRequest, "FetchPartition"), partition=0, current_leader_epoch=-1, fetch_offset=0,
+                 last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20),)),), rack_id="")
+    reassign = make(AlterPartitionReassignmentsRequest, timeout=10_000, topics=())
+    denied = ErrorCode.cluster_authorization_failed
+
+    with _sasl_plain_connection(b.bootstrap, "alice", "alice-secret") as c:
+        r = c.request(init)
+        assert [p.error_code for t in r.results for p in t.partitions] == [denied]
+        assert c.request(fetch).error_code == denied
+        assert c.request(reassign).error_code == denied
+    alice_admin = admin_client(b.bootstrap, **alice)
+    refused = alice_admin.alter_user_scram_credentials(
+        [UserScramCredentialUpsertion("x", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"x")])
+    with pytest.raises(KafkaException, match="CLUSTER_AUTHORIZATION_FAILED|[Aa]uthoriz"):
+        refused["x"].result(timeout=20)
+
+    for user, password in (("admin", "admin-secret"), ("carol", "carol-secret")):  # the broker, a super user
+        with _sasl_plain_connection(b.bootstrap, user, password) as c:
+            r = c.request(init)
+            assert [p.error_code for t in r.results for p in t.partitions] == [ErrorCode.none]
+            r = c.request(fetch)
+            assert r.error_code == ErrorCode.none
+            assert r.responses[0].partitions[0].records
+            assert c.request(reassign).error_code == ErrorCode.none
+    b.assert_alive()
