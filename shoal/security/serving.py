@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 from ..server.listener import Listener
@@ -25,7 +26,12 @@ from .session import BrokerSecurity, SecurityConfigError
 
 log = logging.getLogger("shoal.security")
 
-__all__ = ["Listeners", "client_endpoint", "listener_name", "own_endpoint"]
+__all__ = ["Listeners", "client_endpoint", "listener_name", "own_endpoint", "REQUEST_LISTENER",
+           "endpoint_on_request_listener"]
+
+REQUEST_LISTENER: ContextVar[str | None] = ContextVar("shoal_request_listener", default=None)
+"""The listener of the request being handled, for code that gets no RequestContext (the
+KIP-951 leader hints of Produce and Fetch); set by the connection before each handler."""
 
 
 class Listeners:
@@ -142,3 +148,15 @@ def own_endpoint(ctx: Any) -> tuple[str, int]:
     if name is None:
         return b.advertised_host, b.advertised_port
     return b.security.advertised[name]
+
+
+def endpoint_on_request_listener(endpoint: Any) -> tuple[str, int] | None:
+    """As :func:`client_endpoint`, for the listener of the request being handled."""
+    name = REQUEST_LISTENER.get()
+    listeners = getattr(endpoint, "listeners", ())
+    if name is None or not listeners:
+        return endpoint.host, endpoint.port
+    for n, h, p in listeners:
+        if n == name:
+            return h, p
+    return None

@@ -65,6 +65,7 @@ from ..protocol.entities import has_field, make
 from ..protocol.framing import FrameDecoder
 from ..protocol.header import parse_request_header
 from ..security.access import guarded_handler
+from ..security.serving import REQUEST_LISTENER
 from .context import RequestContext
 
 if TYPE_CHECKING:
@@ -259,6 +260,8 @@ class Connection(asyncio.Protocol):
             return None
         slot = _Slot()
         self._slots.append(slot)
+        if sec is not None:
+            REQUEST_LISTENER.set(sec.listener.name)  # for the leader hints; an async handler's task keeps it
         try:
             response = (route.handler if sec is None else guarded_handler(sec, route))(ctx, request)
         except ApiError as e:

@@ -431,6 +431,29 @@ def test_shoal_users_tool_adds_lists_and_deletes(start_broker: Any, pki: Pki, tm
     b.assert_alive()
 
 
+def _produce_hint(bootstrap: str, pki: Pki, topic: str, partition: int) -> tuple[int, int]:
+    """Send a Produce v11 over SASL_SSL (PLAIN as alice); (node id, port) of its leader hint."""
+    from kio.schema.produce.v11.request import ProduceRequest
+    from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+    from shoal.protocol.batch import build_batch
+    from shoal.protocol.entities import make, sub
+    from tests.support.wire import RawConnection
+
+    with RawConnection(bootstrap) as c:
+        c.sock = ssl.create_default_context(cafile=str(pki.ca)).wrap_socket(c.sock, server_hostname="127.0.0.1")
+        assert c.request(SaslHandshakeRequest(mechanism="PLAIN")).error_code == 0
+        assert c.request(SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00alice-secret")).error_code == 0
+        request = make(ProduceRequest, transactional_id=None, acks=1, timeout=10_000, topic_data=(
+            make(sub(ProduceRequest, "TopicProduceData"), name=topic, partition_data=(
+                make(sub(ProduceRequest, "PartitionProduceData"), index=partition,
+                     records=bytes(build_batch([(None, b"x", (), 0)]))),)),))
+        r = c.request(request)
+    assert r.responses[0].partition_responses[0].error_code == 6, r  # NOT_LEADER_OR_FOLLOWER
+    return r.node_endpoints[0].node_id, r.node_endpoints[0].port
+
+
 # -- a cluster whose brokers authenticate to each other --------------------------------------------
 
 
@@ -453,7 +476,8 @@ def test_cluster_brokers_replicate_over_a_sasl_ssl_inter_broker_listener(request
                 "listener.name.internal.plain.sasl.jaas.config":
                     'org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" '
                     'password="broker-secret" user_broker="broker-secret";',
-                "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-256",
+                "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-256,PLAIN",
+                "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
                 "ssl.truststore.location": str(pki.ca), **_tls_settings(pki),
                 "min.insync.replicas": "2", "default.replication.factor": "2"})
             b = BrokerProcess(tmp_path / f"broker{i + 1}", settings, log_level="DEBUG")
@@ -487,6 +511,12 @@ def test_cluster_brokers_replicate_over_a_sasl_ssl_inter_broker_listener(request
         assert sorted(x.port for x in md.brokers.values()) == sorted(sasl_ports)
         got = records_of(f"127.0.0.1:{sasl_ports[1]}", topic_name, [0, 1], 6, **erin)
         assert sorted(r.value for r in got) == [f"r{i}".encode() for i in range(6)]
+
+        # a Produce to a broker that does not lead the partition: the leader hint (KIP-951) names the
+        # leader's endpoint on the listener the request came in on
+        leaders = {p.id: p.leader for p in md.topics[topic_name].partitions.values()}
+        partition = next(p for p, leader in leaders.items() if leader == 1)
+        assert _produce_hint(f"127.0.0.1:{sasl_ports[1]}", pki, topic_name, partition) == (1, sasl_ports[0])
     finally:
         try:
             for b in brokers:
