@@ -239,11 +239,19 @@ def _kafka_python_producer(bootstrap: str, mechanism: str, user: str, password: 
 
 def test_sasl_plaintext_with_plain_users_from_jaas(started: Any, tmp_path: Path, topic_name: str) -> None:
     b = started(None, BrokerProcess(tmp_path / "data", {
-        "listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN",
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": PLAIN_JAAS,
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS}, log_level="DEBUG"))
     conf = _sasl_conf("PLAIN", "alice", "alice-secret")
     assert _round_trip(b.bootstrap, topic_name, conf, 3) == [b"v0", b"v1", b"v2"]
     wait_until("the principal in the log", lambda: _log_has(b, "authenticated as User:alice (SASL/PLAIN"))
+    # DescribeConfigs shows no password
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    admin = admin_client(b.bootstrap, **conf)
+    res = ConfigResource(ResourceType.BROKER, "0")
+    entries = admin.describe_configs([res])[res].result(timeout=20)
+    assert entries["sasl.jaas.config"].is_sensitive and entries["sasl.jaas.config"].value is None
+    assert not any("alice-secret" in (e.value or "") for e in entries.values())
 
     kp = _kafka_python_producer(b.bootstrap, "PLAIN", "alice", "alice-secret")
     kp.send(topic_name, b"kafka-python").get(timeout=20)

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ...config import CONFIG_DEFS, ConfigError, Scope, parse_value, share_config_problem
+from ...config import CONFIG_DEFS, SENSITIVE_KEYS, ConfigError, Scope, parse_value, share_config_problem
 from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make, sub
 from ..dispatch import api
@@ -92,7 +92,8 @@ def broker_config_entries(broker: Any) -> list[ConfigEntry]:
             source = "default"
         else:
             source = "static_broker"
-        out.append(ConfigEntry(d.name, to_text(value), source, not d.dynamic, CONFIG_TYPE[d.type], d.doc))
+        shown = None if d.name in SENSITIVE_KEYS else to_text(value)  # passwords, keys: never shown
+        out.append(ConfigEntry(d.name, shown, source, not d.dynamic, CONFIG_TYPE[d.type], d.doc))
     return out
 
 
@@ -364,7 +365,7 @@ def handle_describe_configs(ctx: Any, request: Any) -> Any:
                 entries = [e for e in entries if e.name in keys]
             configs = tuple(
                 make(ecls, name=e.name, value=e.value, read_only=e.read_only,
-                     config_source=CONFIG_SOURCE[e.source], is_sensitive=False,
+                     config_source=CONFIG_SOURCE[e.source], is_sensitive=e.name in SENSITIVE_KEYS,
                      is_default=e.source == "default", config_type=e.config_type,
                      documentation=e.doc if include_docs else None,
                      synonyms=tuple(make(scls, name=n, value=v, source=CONFIG_SOURCE[s]) for n, v, s in e.synonyms)
