@@ -462,6 +462,30 @@ def _produce_hint(bootstrap: str, pki: Pki, topic: str, partition: int) -> tuple
     return r.node_endpoints[0].node_id, r.node_endpoints[0].port
 
 
+def _fetch_v12_leader(bootstrap: str, pki: Pki, topic: str, partition: int) -> int:
+    """Send a consumer's Fetch v12 over SASL_SSL (PLAIN as alice) to a broker that does not lead
+    ``partition``; the leader id of its answer."""
+    from kio.schema.fetch.v12.request import FetchRequest
+    from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+    from shoal.protocol.entities import make, sub
+    from tests.support.wire import RawConnection
+
+    with RawConnection(bootstrap) as c:
+        c.sock = ssl.create_default_context(cafile=str(pki.ca)).wrap_socket(c.sock, server_hostname="127.0.0.1")
+        assert c.request(SaslHandshakeRequest(mechanism="PLAIN")).error_code == 0
+        assert c.request(SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00alice-secret")).error_code == 0
+        r = c.request(make(FetchRequest, replica_id=-1, max_wait=0, min_bytes=0, max_bytes=1 << 20,
+                           session_epoch=-1, rack_id="", topics=(
+            make(sub(FetchRequest, "FetchTopic"), topic=topic, partitions=(
+                make(sub(FetchRequest, "FetchPartition"), partition=partition, current_leader_epoch=-1,
+                     fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20),)),)))
+    p = r.responses[0].partitions[0]
+    assert p.error_code == 6, r  # NOT_LEADER_OR_FOLLOWER
+    return p.current_leader.leader_id
+
+
 # -- a cluster whose brokers authenticate to each other --------------------------------------------
 
 
@@ -525,6 +549,8 @@ def test_cluster_brokers_replicate_over_a_sasl_ssl_inter_broker_listener(request
         leaders = {p.id: p.leader for p in md.topics[topic_name].partitions.values()}
         partition = next(p for p, leader in leaders.items() if leader == 1)
         assert _produce_hint(f"127.0.0.1:{sasl_ports[1]}", pki, topic_name, partition) == (1, sasl_ports[0])
+        # a Fetch v12 (current_leader, but no endpoints yet) to it is answered, not a crash
+        assert _fetch_v12_leader(f"127.0.0.1:{sasl_ports[1]}", pki, topic_name, partition) == 1
     finally:
         try:
             for b in brokers:

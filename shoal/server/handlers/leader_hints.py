@@ -31,7 +31,7 @@ def leader_hints(cluster: Any, cls: type, pcls: type, items: Iterable[tuple[str,
             if view is not None and view.leader >= 0:
                 r["current_leader"] = make(lcls, leader_id=view.leader, leader_epoch=view.leader_epoch)
                 leaders.add(view.leader)
-    if not leaders:
+    if not leaders or not has_field(cls, "node_endpoints"):  # Fetch v12-v15: current_leader, no endpoints
         return ()
     ecls = sub(cls, "NodeEndpoint")
     out = []
