@@ -252,8 +252,9 @@ _DEFS: list[Definition] = [
                "How long a failed authentication waits before its answer, after which the connection is "
                "closed.", check=_ge(0), dynamic=False),
     Definition("connections.max.reauth.ms", int, 0, Scope.BROKER,
-               "Re-authentication (KIP-368) is not supported: only 0 (sessions never expire) is accepted.",
-               check=Range(0, 0), dynamic=False),
+               "SASL sessions last this long (KIP-368): the client must authenticate again on the same "
+               "connection before then, or its next request closes the connection; 0: sessions never expire.",
+               check=_ge(0), dynamic=False),
     Definition("super.users", str, "", Scope.BROKER,
                "Principals, `;` separated (`User:admin;User:CN=broker`), allowed the brokers' own APIs on a "
                "secured broker besides the inter-broker listener's principals.", dynamic=False),

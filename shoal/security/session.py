@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -70,6 +71,7 @@ class BrokerSecurity:
         self.broker_principals = self.inter_broker_principals()
         """Who may send the brokers' own APIs (shoal/security/access.py)."""
         self.failure_delay_s = config["connection.failed.authentication.delay.ms"] / 1000
+        self.reauth_ms: int = config["connections.max.reauth.ms"]
 
     @property
     def secured(self) -> bool:
@@ -131,7 +133,7 @@ class BrokerSecurity:
 
 class ConnectionSecurity:
     __slots__ = ("broker_security", "listener", "principal", "authenticated", "mechanism", "server", "failed",
-                 "handshake_done", "raw_tokens")
+                 "handshake_done", "raw_tokens", "expires_at", "reauthenticating")
 
     def __init__(self, broker_security: BrokerSecurity, listener: ListenerSpec) -> None:
         self.broker_security = broker_security
@@ -144,6 +146,10 @@ class ConnectionSecurity:
         self.handshake_done = False
         self.raw_tokens = False
         """After a v0 SaslHandshake: the tokens come as bare frames, not in SaslAuthenticate."""
+        self.expires_at = 0.0
+        """With connections.max.reauth.ms: the monotonic time the SASL session ends (0: never)."""
+        self.reauthenticating = False
+        """Between a SaslHandshake on an authenticated connection and the end of its exchange."""
 
     def connection_made(self, conn: Any, transport: Any) -> None:
         if self.listener.tls:
@@ -163,6 +169,9 @@ class ConnectionSecurity:
             raise ProtocolViolation("a request after failed authentication")
         if not self.authenticated and api_key not in PRE_AUTH_APIS:
             raise ProtocolViolation(f"request of API {api_key} before SASL authentication completed")
+        if self.expires_at and api_key not in PRE_AUTH_APIS and time.monotonic() > self.expires_at:
+            raise ProtocolViolation(f"SASL session of {self.principal} expired without re-authentication "
+                                    "(connections.max.reauth.ms)")
 
 
     async def step(self, conn: Any, token: bytes) -> bytes:
@@ -177,9 +186,17 @@ class ConnectionSecurity:
             await asyncio.sleep(self.broker_security.failure_delay_s)
             raise
         if self.server.complete:
+            principal = f"User:{self.server.username}"
+            if self.reauthenticating and principal != self.principal:
+                self.failed = True
+                raise AuthenticationFailed(f"Cannot change principals during re-authentication from "
+                                           f"{self.principal} to {principal}")
+            self.reauthenticating = False
             self.authenticated = True
             self.raw_tokens = False
-            self.principal = f"User:{self.server.username}"
+            self.principal = principal
+            lifetime_ms = self.broker_security.reauth_ms
+            self.expires_at = time.monotonic() + lifetime_ms / 1000 if lifetime_ms > 0 else 0.0
             log.debug("connection %s from %s: authenticated as %s (SASL/%s, listener %s)", conn.connection_id,
                      conn.peer, self.principal, self.mechanism, self.listener.name)
         return out

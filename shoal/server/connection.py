@@ -238,8 +238,8 @@ class Connection(asyncio.Protocol):
         if len(body) < 4:
             raise ProtocolViolation(f"frame of {len(body)} bytes is too short for a request header")
         api_key, version = _KEY_VERSION.unpack_from(body, 0)
-        if sec is not None and not sec.authenticated:
-            sec.check(api_key)  # before SASL completes, only ApiVersions and the SASL requests
+        if sec is not None and (not sec.authenticated or sec.expires_at):
+            sec.check(api_key)  # before SASL completes (or after it expired), only ApiVersions and SASL
         route = self._routes.get(api_key)
         if route is None:
             raise ProtocolViolation(f"unknown or unsupported API key {api_key}")

@@ -564,6 +564,7 @@ def test_cluster_brokers_replicate_over_a_sasl_ssl_inter_broker_listener(request
 
 
 def _sasl_plain_connection(bootstrap: str, user: str, password: str) -> Any:
+    """A raw connection authenticated with SASL/PLAIN."""
     from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
     from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
@@ -625,4 +626,48 @@ def test_broker_only_apis_need_the_broker_principal_or_a_super_user(start_broker
             assert r.error_code == ErrorCode.none
             assert r.responses[0].partitions[0].records
             assert c.request(reassign).error_code == ErrorCode.none
+    b.assert_alive()
+
+
+def test_sasl_sessions_expire_unless_the_client_authenticates_again(start_broker: Any, topic_name: str) -> None:
+    from kio.schema.errors import ErrorCode
+    from kio.schema.metadata.v9.request import MetadataRequest
+    from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+    from tests.support.wire import request_bytes
+
+    b = start_broker({"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.jaas.config": PLAIN_JAAS,
+                      "connections.max.reauth.ms": "1500"})
+    metadata = MetadataRequest(topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False,
+                               include_cluster_authorized_operations=False)
+    alice = b"\x00alice\x00alice-secret"
+    # the session lifetime is in the answer; re-authenticating (same mechanism and principal) extends it
+    with _sasl_plain_connection(b.bootstrap, "alice", "alice-secret") as c:
+        time.sleep(1.0)
+        assert c.request(SaslHandshakeRequest(mechanism="PLAIN")).error_code == ErrorCode.none
+        r = c.request(SaslAuthenticateRequest(auth_bytes=alice))
+        assert (r.error_code, r.session_lifetime.total_seconds()) == (ErrorCode.none, 1.5)
+        time.sleep(1.0)  # 2 s after the first authentication, 1 s after the second
+        assert c.request(metadata).brokers
+    # without it, the first request after the session ended closes the connection
+    with _sasl_plain_connection(b.bootstrap, "alice", "alice-secret") as c:
+        assert c.request(metadata).brokers
+        time.sleep(2.0)
+        c.send(request_bytes(metadata, 7))
+        assert c.read_frame() is None
+    # another principal cannot take over the connection
+    with _sasl_plain_connection(b.bootstrap, "alice", "alice-secret") as c:
+        assert c.request(SaslHandshakeRequest(mechanism="PLAIN")).error_code == ErrorCode.none
+        r = c.request(SaslAuthenticateRequest(auth_bytes=b"\x00admin\x00admin-secret"))
+        assert r.error_code == ErrorCode.sasl_authentication_failed and "principals" in r.error_message
+        assert c.is_closed_by_peer()
+    # librdkafka re-authenticates by itself and keeps producing on its connections
+    conf = _sasl_conf("PLAIN", "alice", "alice-secret")
+    p = producer(b.bootstrap, **conf)
+    produce_all(p, topic_name, [{"value": b"before"}])
+    time.sleep(4)
+    produce_all(p, topic_name, [{"value": b"after"}])
+    assert [r.value for r in records_of(b.bootstrap, topic_name, [0], 2, **conf)] == [b"before", b"after"]
+    assert b.stderr_path.read_text().count("expired without re-authentication") == 1  # the raw connection's
     b.assert_alive()

@@ -9,8 +9,10 @@ handshake, or SaslAuthenticate before the handshake or after success.
 An unknown or disabled mechanism answers UNSUPPORTED_SASL_MECHANISM with the enabled
 ones, and the connection is closed. A failed authentication answers
 SASL_AUTHENTICATION_FAILED after ``connection.failed.authentication.delay.ms`` and the
-connection is closed once that answer is written. Re-authentication is not offered
-(``session_lifetime_ms`` 0).
+connection is closed once that answer is written. With ``connections.max.reauth.ms``
+the answer's ``session_lifetime_ms`` tells the client when to authenticate again (KIP-368:
+a v1 handshake and SaslAuthenticate on the same connection, same mechanism and principal);
+a request after the session ended closes the connection.
 """
 
 from __future__ import annotations
@@ -54,16 +56,21 @@ def _mechanism_server(ctx: Any, name: str) -> Any:
 async def handle_sasl_handshake(ctx: Any, request: Any) -> Any:
     cls = ctx.response_type
     sec = getattr(ctx.connection, "security", None)
-    if sec is None or not sec.listener.sasl or sec.handshake_done or sec.authenticated:
+    if sec is None or not sec.listener.sasl:
+        return make(cls, error_code=ErrorCode.illegal_sasl_state, mechanisms=())
+    # re-authentication (KIP-368): a v1 handshake on an authenticated connection, when sessions expire
+    reauth = sec.authenticated and sec.broker_security.reauth_ms > 0 and ctx.api_version >= 1
+    if (sec.handshake_done and not sec.authenticated) or sec.reauthenticating or (sec.authenticated and not reauth):
         return make(cls, error_code=ErrorCode.illegal_sasl_state, mechanisms=())
     enabled = sec.broker_security.mechanisms.get(sec.listener.name, [])
-    if request.mechanism not in enabled:
+    if request.mechanism not in enabled or (reauth and request.mechanism != sec.mechanism):
         log.info("connection %s from %s: SASL mechanism %r is not enabled on listener %s; closing",
                  ctx.connection.connection_id, ctx.connection.peer, request.mechanism, sec.listener.name)
         sec.failed = True
         close_after_answer(ctx.connection)
         return make(cls, error_code=ErrorCode.unsupported_sasl_mechanism, mechanisms=tuple(enabled))
     sec.handshake_done = True
+    sec.reauthenticating = reauth
     sec.mechanism = request.mechanism
     sec.server = _mechanism_server(ctx, request.mechanism)
     sec.raw_tokens = ctx.api_version == 0
@@ -75,7 +82,8 @@ async def handle_sasl_authenticate(ctx: Any, request: Any) -> Any:
     cls = ctx.response_type
     conn = ctx.connection
     sec = getattr(conn, "security", None)
-    if sec is None or not sec.listener.sasl or sec.server is None or sec.authenticated or sec.raw_tokens:
+    if sec is None or not sec.listener.sasl or sec.server is None or sec.raw_tokens or (
+            sec.authenticated and not sec.reauthenticating):
         return make(cls, error_code=ErrorCode.illegal_sasl_state, error_message="SaslAuthenticate is not expected now",
                     auth_bytes=b"", session_lifetime=0)
     try:
@@ -84,4 +92,5 @@ async def handle_sasl_authenticate(ctx: Any, request: Any) -> Any:
         close_after_answer(conn)
         return make(cls, error_code=ErrorCode.sasl_authentication_failed, error_message=str(e), auth_bytes=b"",
                     session_lifetime=0)
-    return make(cls, error_code=ErrorCode.none, error_message=None, auth_bytes=out, session_lifetime=0)
+    lifetime = sec.broker_security.reauth_ms if sec.server.complete else 0
+    return make(cls, error_code=ErrorCode.none, error_message=None, auth_bytes=out, session_lifetime=lifetime)
