@@ -103,6 +103,16 @@ def test_ssl_listener_beside_plaintext_serves_confluent_and_kafka_python(start_b
     assert [(x.host, x.port) for x in md.brokers.values()] == [("127.0.0.1", ssl_port)]
     md = admin_client(b.bootstrap).list_topics(timeout=10)
     assert [(x.host, x.port) for x in md.brokers.values()] == [("127.0.0.1", b.port)]
+    # so does FindCoordinator: a consumer group over SSL finds its coordinator on the SSL port
+    from tests.support.clients import consume_exact, consumer
+
+    c = consumer(ssl_bootstrap, **_ssl_conf(pki), **{"group.id": "ssl-group"})
+    try:
+        c.subscribe([topic_name])
+        assert [r.value for r in consume_exact(c, 5)] == [f"v{i}".encode() for i in range(5)]
+        c.commit(asynchronous=False)
+    finally:
+        c.close()
 
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
