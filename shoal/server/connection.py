@@ -38,6 +38,13 @@ Idleness: ``last_active_s`` (loop time) moves whenever bytes are received or a r
 is written; the listener closes connections idle past ``connections.max.idle.ms``
 (``close_idle``).
 
+Security (shoal/security): on a broker with TLS or SASL listeners, ``security`` holds the
+connection's listener and authentication state. Until SASL completes only ApiVersions and
+the SASL requests are served (bare token frames after a v0 SaslHandshake are answered by
+``_serve_raw_sasl``), and the brokers' own APIs go through ``guarded_handler``. On the
+single PLAINTEXT listener of a broker without security settings it is None and nothing
+of this runs.
+
 Errors: a frame that is not a Kafka request (bad size, truncated, undecodable header or
 body, unknown API key, unsupported version of an API other than ApiVersions) is a
 ProtocolViolation: logged, connection closed. Bytes after a decoded body are ignored, as
@@ -289,10 +296,13 @@ class Connection(asyncio.Protocol):
         def done(t: asyncio.Task[bytes]) -> None:
             self._pool.release(slot.reserved)
             slot.reserved = 0
-            if t.cancelled() or self._closing:
+            if t.cancelled():
                 return
-            if t.exception() is not None:
-                self._abort(str(t.exception()))
+            exc = t.exception()
+            if self._closing:
+                return
+            if exc is not None:
+                self._abort(str(exc))
                 return
             slot.pieces = [t.result()]
             self._flush()
