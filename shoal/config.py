@@ -188,9 +188,14 @@ _DEFS: list[Definition] = [
                "Cluster id; empty means generate one at first start and keep it in the data directory.",
                dynamic=False),
     Definition("listeners", str, "PLAINTEXT://127.0.0.1:9092", Scope.BROKER,
-               "Where to listen; `shoal serve --host/--port` override it.", check=_Listeners(), dynamic=False),
+               "Where to listen: `NAME://host:port` entries, comma separated (an empty host: every interface); "
+               "each NAME's security protocol is in `listener.security.protocol.map` (docs/SECURITY.md). "
+               "`shoal serve --host/--port` replace the first listener's host and port.", check=_Listeners(),
+               dynamic=False),
     Definition("advertised.listeners", str, "", Scope.BROKER,
-               "host:port given to clients in Metadata; empty means the bound address.", check=_Listeners(True),
+               "`NAME://host:port` given to clients (Metadata, FindCoordinator, DescribeCluster) for the "
+               "listener their request came in on; a listener not named here gives its bound address.",
+               check=_Listeners(True),
                dynamic=False),
     Definition("log.dirs", str, "./shoal-data", Scope.BROKER,
                "The data directory (one is supported); `--data-dir` overrides it.", dynamic=False),
@@ -230,6 +235,68 @@ _DEFS: list[Definition] = [
                "Largest record batch accepted (topic key: max.message.bytes).", check=_ge(0)),
     Definition("shutdown.timeout.ms", int, 10_000, Scope.BROKER,
                "How long a clean shutdown waits for in-flight requests.", check=_ge(0)),
+    # --- security (shoal/security; docs/SECURITY.md) -----------------------------------
+    Definition("listener.security.protocol.map", str,
+               "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL", Scope.BROKER,
+               "`NAME:PROTOCOL` pairs: the security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) of each "
+               "listener name.", dynamic=False),
+    Definition("inter.broker.listener.name", str, "", Scope.BROKER,
+               "The listener brokers of a cluster connect to each other on (authenticating as its protocol "
+               "asks); empty: the listener named PLAINTEXT, else the first.", dynamic=False),
+    Definition("ssl.keystore.type", str, "", Scope.BROKER,
+               "PEM or PKCS12 (JKS is not read: convert it with keytool); empty: PEM when "
+               "`ssl.keystore.key` is set or the file is PEM text, else PKCS12.",
+               choices=("", "PEM", "PKCS12", "JKS"), dynamic=False),
+    Definition("ssl.keystore.location", str, "", Scope.BROKER,
+               "The listener's key and certificate chain: a PEM file (the private key and the certificates) "
+               "or a PKCS12 file.", dynamic=False),
+    Definition("ssl.keystore.password", str, "", Scope.BROKER, "The PKCS12 keystore's password.", dynamic=False),
+    Definition("ssl.key.password", str, "", Scope.BROKER,
+               "The password of an encrypted private key (PEM).", dynamic=False),
+    Definition("ssl.keystore.key", str, "", Scope.BROKER,
+               "With `ssl.keystore.type=PEM`: the private key itself (PEM text; encrypted with "
+               "`ssl.key.password` if set).", dynamic=False),
+    Definition("ssl.keystore.certificate.chain", str, "", Scope.BROKER,
+               "With `ssl.keystore.type=PEM`: the certificate chain itself (PEM text).", dynamic=False),
+    Definition("ssl.truststore.type", str, "", Scope.BROKER,
+               "PEM or PKCS12; empty: PEM when `ssl.truststore.certificates` is set or the file is PEM text, "
+               "else PKCS12.", choices=("", "PEM", "PKCS12", "JKS"), dynamic=False),
+    Definition("ssl.truststore.location", str, "", Scope.BROKER,
+               "CA certificates that client certificates are verified against (and, between brokers, the "
+               "other broker's certificate): a PEM or PKCS12 file.", dynamic=False),
+    Definition("ssl.truststore.password", str, "", Scope.BROKER, "The PKCS12 truststore's password.",
+               dynamic=False),
+    Definition("ssl.truststore.certificates", str, "", Scope.BROKER,
+               "With `ssl.truststore.type=PEM`: the CA certificates themselves (PEM text).", dynamic=False),
+    Definition("ssl.client.auth", str, "none", Scope.BROKER,
+               "Client certificates on SSL listeners: required, requested (verified if sent) or none. A "
+               "verified certificate's subject is the principal (`User:CN=...`).",
+               choices=("none", "requested", "required"), dynamic=False),
+    Definition("ssl.enabled.protocols", list, ["TLSv1.2", "TLSv1.3"], Scope.BROKER,
+               "TLS versions accepted.", check=OneOfList("TLSv1.2", "TLSv1.3"), dynamic=False),
+    Definition("ssl.endpoint.identification.algorithm", str, "https", Scope.BROKER,
+               "Between brokers: https checks that the other broker's certificate names its host; empty "
+               "does not.", choices=("", "https"), dynamic=False),
+    Definition("sasl.enabled.mechanisms", list, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"], Scope.BROKER,
+               "SASL mechanisms offered on SASL listeners (Kafka's default, GSSAPI, is not supported).",
+               check=OneOfList("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), dynamic=False),
+    Definition("sasl.mechanism.inter.broker.protocol", str, "PLAIN", Scope.BROKER,
+               "The mechanism a broker authenticates with to another on a SASL inter-broker listener.",
+               choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), dynamic=False),
+    Definition("sasl.jaas.config", str, "", Scope.BROKER,
+               "Kafka's JAAS line: PlainLoginModule with `user_NAME=\"password\"` entries (the PLAIN users) "
+               "and `username`/`password` (what this broker logs in with to others); also per listener and "
+               "mechanism as `listener.name.<listener>.<mechanism>.sasl.jaas.config`.", dynamic=False),
+    Definition("connection.failed.authentication.delay.ms", int, 100, Scope.BROKER,
+               "How long a failed authentication waits before its answer, after which the connection is "
+               "closed.", check=_ge(0), dynamic=False),
+    Definition("connections.max.reauth.ms", int, 0, Scope.BROKER,
+               "SASL sessions last this long (KIP-368): the client must authenticate again on the same "
+               "connection before then, or its next request closes the connection; 0: sessions never expire.",
+               check=_ge(0), dynamic=False),
+    Definition("super.users", str, "", Scope.BROKER,
+               "Principals, `;` separated (`User:admin;User:CN=broker`), allowed the brokers' own APIs on a "
+               "secured broker besides the inter-broker listener's principals.", dynamic=False),
     # --- observing (shoal/observe; docs/OBSERVING.md) -----------------------------------
     Definition("metrics.port", int, -1, Scope.BROKER,
                "Port of the HTTP endpoint serving Prometheus metrics (`/metrics`), `/healthz`, `/readyz` and the "
@@ -582,6 +649,32 @@ def load_properties(text: str) -> dict[str, str]:
     return out
 
 
+SENSITIVE_KEYS = frozenset({
+    "ssl.keystore.password", "ssl.key.password", "ssl.keystore.key", "ssl.truststore.password", "sasl.jaas.config",
+})
+"""Keys whose values DescribeConfigs never shows (Kafka's PASSWORD type)."""
+
+_LISTENER_SUFFIXES = ("ssl.", "sasl.", "plain.sasl.jaas.config", "scram-sha-256.sasl.jaas.config",
+                      "scram-sha-512.sasl.jaas.config")
+
+
+def listener_override(name: str, raw: Any) -> str:
+    """Check a ``listener.name.<listener>.<key>`` key: ``key`` a broker ``ssl.*``/``sasl.*`` key or
+    ``<mechanism>.sasl.jaas.config``; the value is parsed as that key's when it is one."""
+    rest = name[len("listener.name."):]
+    listener, _, key = rest.partition(".")
+    if not listener or not key.startswith(_LISTENER_SUFFIXES):
+        raise ConfigError(f"unknown configuration key {name!r}: listener.name.<listener>. takes ssl.* and sasl.* "
+                          "keys and <mechanism>.sasl.jaas.config")
+    d = CONFIG_DEFS.get(key)
+    if d is not None and d.scope is Scope.BROKER:
+        value = parse_value(key, raw)
+        return ",".join(value) if isinstance(value, list) else str(value)
+    if key.endswith("sasl.jaas.config"):
+        return str(raw).strip()
+    raise ConfigError(f"unknown configuration key {name!r}")
+
+
 class BrokerConfig(Mapping[str, Any]):
     """The broker's effective configuration: defaults, then the file, then overrides.
 
@@ -592,7 +685,7 @@ class BrokerConfig(Mapping[str, Any]):
 
     IGNORED_KEYS = frozenset({
         "process.roles", "controller.quorum.voters", "controller.listener.names",
-        "inter.broker.listener.name", "listener.security.protocol.map", "num.network.threads",
+        "num.network.threads",
         "num.io.threads", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
         "num.recovery.threads.per.data.dir",
         "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
@@ -601,6 +694,8 @@ class BrokerConfig(Mapping[str, Any]):
     })
 
     def __init__(self, overrides: Mapping[str, Any] | None = None) -> None:
+        self.listener_overrides: dict[str, str] = {}
+        """``listener.name.<listener>.<key>`` values (shoal/security/listeners.py), as given."""
         values: dict[str, Any] = {}
         for d in _DEFS:
             if d.scope is Scope.BROKER:
@@ -614,6 +709,9 @@ class BrokerConfig(Mapping[str, Any]):
 
     def set(self, name: str, raw: Any) -> None:
         if name in self.IGNORED_KEYS:
+            return
+        if name.startswith("listener.name."):
+            self.listener_overrides[name] = listener_override(name, raw)
             return
         d = CONFIG_DEFS.get(name)
         if d is None:

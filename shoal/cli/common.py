@@ -103,7 +103,8 @@ def reach(args: argparse.Namespace, client_id: str = "shoal-tools") -> Any:
     conf = client_config(args)
     protocol = conf.get("security.protocol", "PLAINTEXT").upper()
     if protocol != "PLAINTEXT":
-        raise CliError(f"security.protocol={protocol} is not supported (shoal listens in PLAINTEXT only)")
+        raise CliError(f"security.protocol={protocol} is not supported by this tool: it connects to PLAINTEXT "
+                       "listeners only (shoal users connects to any)")
     budget = timeout_s(args)
     deadline = time.monotonic() + budget
     last: BaseException | None = None

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..config import BrokerConfig, ConfigError, load_properties
+from ..config import SENSITIVE_KEYS, BrokerConfig, ConfigError, load_properties
 from .main import command
 
 
@@ -77,6 +77,15 @@ def tune_malloc(environ: Mapping[str, str] = os.environ) -> bool:
         mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD))
 
 
+def _masked(item: str) -> str:
+    """``key=value``, the value hidden for a password, key or JAAS key (Kafka's PASSWORD type)."""
+    key, sep, _ = item.partition("=")
+    name = key.strip()
+    if sep and (name in SENSITIVE_KEYS or name.endswith(tuple(SENSITIVE_KEYS))):
+        return f"{key}=[hidden]"
+    return item
+
+
 @command("serve", "run the broker in the foreground")(_configure)
 def run(args: argparse.Namespace) -> int:
     tune_malloc()
@@ -111,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         "starting: listener %s:%d, data dir %s, config file %s%s; limits: socket.request.max.bytes=%d, "
         "queued.max.requests=%d, message.max.bytes=%d, group.share.partition.max.record.locks=%d, "
         "metrics.port=%d", host, port, data_dir.resolve(), args.config or "(none)",
-        "".join(f", -o {item}" for item in args.override), config["socket.request.max.bytes"],
+        "".join(f", -o {_masked(item)}" for item in args.override), config["socket.request.max.bytes"],
         config["queued.max.requests"], config["message.max.bytes"], config["group.share.partition.max.record.locks"],
         config["metrics.port"])
 

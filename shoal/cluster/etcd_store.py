@@ -74,6 +74,8 @@ class BrokerInfo:
     """Its log directory failed (KIP-112): it leads and follows nothing until it recovers."""
     metrics_url: str | None = None
     """The broker's metrics endpoint and queue view (``metrics.port``), None when off."""
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+    """(listener name, host, port) of every listener; host/port are the inter-broker listener's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +206,7 @@ class EtcdStore:
     # -- registration -------------------------------------------------------------------
     async def register(self, node_id: int, host: str, port: int, rack: str | None, session_timeout_ms: int,
                        on_session_lost: Callable[[], None], *, registration: int | None = None,
-                       metrics_url: str | None = None) -> int:
+                       metrics_url: str | None = None, endpoints: dict[str, tuple[str, int]] | None = None) -> int:
         """Register under a new lease; returns the registration epoch.
 
         The epoch is the lease id at a process's first registration; ``registration``
@@ -218,9 +220,13 @@ class EtcdStore:
         lease = await c.lease(ttl)
         epoch = int(lease.id) if registration is None else registration
         key = _key("brokers", node_id)
-        info = dict(self._node_info, registration=epoch) if registration is not None and self._node_info else {
-            "host": host, "port": port, "rack": rack, "registration": epoch, "shutting_down": False,
-            "metrics_url": metrics_url}
+        if registration is not None and self._node_info:
+            info = dict(self._node_info, registration=epoch)
+        else:
+            info = {"host": host, "port": port, "rack": rack, "registration": epoch, "shutting_down": False,
+                    "metrics_url": metrics_url}
+            if endpoints:
+                info["endpoints"] = {name: [h, p] for name, (h, p) in endpoints.items()}
         value = json.dumps(info).encode()
         ok, _ = await c.transaction(compare=[c.transactions.create(key) == 0],
                                     success=[c.transactions.put(key, value, lease=lease)], failure=[])
@@ -435,9 +441,11 @@ class EtcdStore:
                 snap.controller = int(kv.value)
             elif parts[0] == "brokers" and len(parts) == 2:
                 d = json.loads(kv.value)
+                endpoints = tuple((str(n), str(hp[0]), int(hp[1])) for n, hp in d.get("endpoints", {}).items())
                 snap.brokers[int(parts[1])] = BrokerInfo(int(parts[1]), d["host"], int(d["port"]), d.get("rack"),
                                                          int(d["registration"]), bool(d.get("shutting_down")),
-                                                         bool(d.get("log_dir_offline")), d.get("metrics_url"))
+                                                         bool(d.get("log_dir_offline")), d.get("metrics_url"),
+                                                         endpoints)
             elif parts[0] == "topics" and len(parts) == 2:
                 d = json.loads(kv.value)
                 snap.topics[parts[1]] = TopicRecord(parts[1], uuid.UUID(d["topic_id"]), int(d["num_partitions"]),

@@ -73,7 +73,8 @@ class Fetcher:
         self.partitions: dict[tuple[str, int], FetchState] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
-        self._conn = PeerConnection(host, port, f"shoal-replica-{manager.node_id}")
+        self._conn = PeerConnection(host, port, f"shoal-replica-{manager.node_id}",
+                                    getattr(getattr(manager, "broker", None), "peer_security", None))
         self._flushing: asyncio.Future[None] | None = None
         self._dirty: set[tuple[str, int]] = set()
         self.closed = False

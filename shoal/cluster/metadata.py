@@ -28,6 +28,9 @@ class BrokerEndpoint:
     host: str
     port: int
     rack: str | None = None
+    listeners: tuple[tuple[str, str, int], ...] = ()
+    """(listener name, host, port) of every listener, for clients (shoal/security/serving.py);
+    ``host``/``port`` are the inter-broker listener's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +68,9 @@ class LocalMetadata:
 
     def _me(self) -> BrokerEndpoint:
         b = self._broker
-        return BrokerEndpoint(b.node_id, b.advertised_host, b.advertised_port, None)
+        sec = getattr(b, "security", None)
+        listeners = tuple((n, h, p) for n, (h, p) in sec.advertised.items()) if sec is not None else ()
+        return BrokerEndpoint(b.node_id, b.advertised_host, b.advertised_port, None, listeners)
 
     def brokers(self) -> list[BrokerEndpoint]:
         return [self._me()]

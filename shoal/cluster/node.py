@@ -118,10 +118,14 @@ class ClusterNode:
         deadline = asyncio.get_running_loop().time() + self.config["broker.session.timeout.ms"] / 1000 + 5
         while True:
             try:
+                sec = getattr(b, "security", None)
+                host, port = (b.advertised_host, b.advertised_port) if sec is None else \
+                    sec.advertised[sec.inter_broker.name]  # what the other brokers connect to
                 self.registration = await self.store.register(
-                    b.node_id, b.advertised_host, b.advertised_port, rack, self.config["broker.session.timeout.ms"],
+                    b.node_id, host, port, rack, self.config["broker.session.timeout.ms"],
                     self._session_lost, registration=self.registration if again else None,
-                    metrics_url=b.observe.url if b.observe is not None else None)
+                    metrics_url=b.observe.url if b.observe is not None else None,
+                    endpoints=None if sec is None else sec.advertised)
                 return
             except RuntimeError:
                 # our previous incarnation's lease has not lapsed yet (a quick restart)
@@ -243,7 +247,7 @@ class ClusterNode:
 
     # -- the metadata interface -----------------------------------------------------------------
     def brokers(self) -> list[BrokerEndpoint]:
-        return [BrokerEndpoint(b.node_id, b.host, b.port, b.rack)
+        return [BrokerEndpoint(b.node_id, b.host, b.port, b.rack, b.endpoints)
                 for b in sorted(self.store.snapshot.brokers.values(), key=lambda b: b.node_id)]
 
     def controller_id(self) -> int:
@@ -261,7 +265,7 @@ class ClusterNode:
     def coordinator(self) -> BrokerEndpoint | None:
         snap = self.store.snapshot
         b = snap.brokers.get(snap.controller)
-        return BrokerEndpoint(b.node_id, b.host, b.port, b.rack) if b is not None else None
+        return BrokerEndpoint(b.node_id, b.host, b.port, b.rack, b.endpoints) if b is not None else None
 
     # -- producer ids -------------------------------------------------------------------------
     PRODUCER_ID_BLOCK = 1000

@@ -129,9 +129,12 @@ class _ResponseReader(asyncio.BufferedProtocol):
 
 
 class PeerConnection:
-    def __init__(self, host: str, port: int, client_id: str) -> None:
+    def __init__(self, host: str, port: int, client_id: str, security: Any = None) -> None:
+        """``security``: a :class:`~shoal.security.client.PeerSecurity` when the other broker's
+        inter-broker listener wants TLS or SASL (``broker.peer_security``)."""
         self.host, self.port = host, port
         self._client_id = client_id.encode()
+        self._security = security
         self._reader: _ResponseReader | None = None
         self._cid = 0
 
@@ -141,9 +144,25 @@ class PeerConnection:
 
     async def connect(self) -> None:
         if self._reader is None:
-            _, self._reader = await asyncio.wait_for(
-                asyncio.get_running_loop().create_connection(_ResponseReader, self.host, self.port),
-                CONNECT_TIMEOUT_S)
+            sec = self._security
+            if sec is None or sec.ssl_context is None:
+                _, self._reader = await asyncio.wait_for(
+                    asyncio.get_running_loop().create_connection(_ResponseReader, self.host, self.port),
+                    CONNECT_TIMEOUT_S)
+            else:
+                _, self._reader = await asyncio.wait_for(
+                    asyncio.get_running_loop().create_connection(_ResponseReader, self.host, self.port,
+                                                                 ssl=sec.ssl_context, server_hostname=self.host),
+                    CONNECT_TIMEOUT_S)
+            if sec is not None and sec.sasl is not None:
+                from ..security.client import authenticate
+
+                try:
+                    await asyncio.wait_for(authenticate(self, self._reader.exchange, sec.sasl, self._client_id),
+                                           CONNECT_TIMEOUT_S)
+                except BaseException:
+                    self.close()
+                    raise
 
     async def call(self, api_key: int, version: int, request: Any) -> Any:
         """Send ``request`` (a kio entity of a flexible version); return the response entity.

@@ -32,7 +32,8 @@ from ..cluster.metadata import LocalMetadata
 from .data_dir import DataDirLock, StorageErrors
 from .dispatch import routes
 from .fetch_session import FetchSessionCache
-from .listener import Listener
+from .listener import bind_error
+from ..security.serving import Listeners
 from .memory_pool import MemoryPool
 from .state_files import DynamicConfigs, ProducerIdAllocator
 from .worker_threads import WorkerThreads
@@ -228,7 +229,11 @@ class Broker:
         self.shutting_down = False
         self.connections: set[Any] = set()
         self._next_connection_id = 0
-        self._server: Listener | None = None
+        self._server: Listeners | None = None
+        self.security: Any = None
+        """The listeners' TLS and SASL settings (shoal/security/session.py), set at start."""
+        self.peer_security: Any = None
+        """Cluster mode: TLS and SASL for connections to the other brokers (shoal/security/client.py)."""
         self.memory_pool = MemoryPool(self.config["queued.max.request.bytes"], _no_loop_yet)
         self._stopped = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -270,10 +275,10 @@ class Broker:
         """
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock.acquire()
-        self._server = Listener(self, self._new_connection)
-        await _bind(self._server.start(self.host, self.port, accept=False), self.host, self.port, "")
-        sock = self._server.sockets[0]
-        self.host, self.port = sock.getsockname()[:2]
+        self._server = Listeners(self, self._new_connection)
+        await self._server.start(self.host, self.port, accept=False)
+        self.host, self.port = self._server.host, self._server.port
+        self.advertised_host, self.advertised_port = self._server.advertised_host, self._server.advertised_port
         if self.config["metrics.port"] >= 0:
             from ..observe.http import ObserveServer
             from ..observe.metrics import Metrics
@@ -285,7 +290,7 @@ class Broker:
                 self.observe.bind()
             except OSError as e:
                 self._server.close()
-                raise OSError(_bind_error(metrics_host, self.config["metrics.port"], e, " (metrics.port)")) from None
+                raise OSError(bind_error(metrics_host, self.config["metrics.port"], e, " (metrics.port)")) from None
         try:
             await self._start_after_bind()
         except BaseException:
@@ -322,13 +327,6 @@ class Broker:
             await hook(self)
         loop = asyncio.get_running_loop()
         self.memory_pool = MemoryPool(self.config["queued.max.request.bytes"], loop.call_soon)
-        adv = self.config["advertised.listeners"]
-        if adv:
-            hostport = adv.split("://")[-1]
-            h, _, p = hostport.rpartition(":")
-            self.advertised_host, self.advertised_port = h, int(p)
-        else:
-            self.advertised_host, self.advertised_port = self.host, self.port
         self._schedule_housekeeping()
         if node is not None:
             self.cluster = node
@@ -641,19 +639,3 @@ def on_disconnect(fn: Any) -> Any:
     """Register ``fn(broker, connection)`` to run when a client connection closes."""
     _DISCONNECT_HOOKS.append(fn)
     return fn
-
-
-async def _bind(started: Any, host: str, port: int, what: str) -> None:
-    """Await a listener's start; an OSError becomes one naming the address."""
-    try:
-        await started
-    except OSError as e:
-        raise OSError(_bind_error(host, port, e, what)) from None
-
-
-def _bind_error(host: str, port: int, e: OSError, what: str) -> str:
-    """``cannot listen on 127.0.0.1:9092: address already in use`` (``what`` names the setting)."""
-    reason = (e.strerror or str(e) or type(e).__name__)
-    reason = reason[:1].lower() + reason[1:]
-    address = f"[{host}]:{port}" if ":" in host else f"{host or '0.0.0.0'}:{port}"
-    return f"cannot listen on {address}{what}: {reason}"

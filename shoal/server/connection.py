@@ -50,6 +50,13 @@ Idleness: ``last_active_s`` (loop time) moves whenever bytes are received or a r
 is written; the listener closes connections idle past ``connections.max.idle.ms``
 (``close_idle``).
 
+Security (shoal/security): on a broker with TLS or SASL listeners, ``security`` holds the
+connection's listener and authentication state. Until SASL completes only ApiVersions and
+the SASL requests are served (bare token frames after a v0 SaslHandshake are answered by
+``_serve_raw_sasl``), and the brokers' own APIs go through ``guarded_handler``. On the
+single PLAINTEXT listener of a broker without security settings it is None and nothing
+of this runs.
+
 Errors: a frame that is not a Kafka request (bad size, truncated, undecodable header or
 body, unknown API key, unsupported version of an API other than ApiVersions) is a
 ProtocolViolation: logged, connection closed. Bytes after a decoded body are ignored, as
@@ -76,6 +83,8 @@ from ..protocol.codec import codec_for, decode_request, encode_response
 from ..protocol.entities import has_field, make
 from ..protocol.framing import FrameDecoder
 from ..protocol.header import parse_request_header
+from ..security.access import guarded_handler
+from ..security.serving import REQUEST_LISTENER
 from .context import RequestContext
 
 if TYPE_CHECKING:
@@ -130,6 +139,9 @@ class Connection(asyncio.Protocol):
         self._fd = -1
         self.sends_file_slices = False
         """Whether a Fetch answer may carry FileSlices (the transport has a socket to send them to)."""
+        self.security: Any = None
+        """The listener and authentication state (shoal/security/session.py); None on the default
+        PLAINTEXT listener of a broker without security settings."""
 
     # -- asyncio.Protocol ---------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -148,6 +160,8 @@ class Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"
+        if self.security is not None:
+            self.security.connection_made(self, transport)
         self.broker.connection_opened(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -255,9 +269,14 @@ class Connection(asyncio.Protocol):
             slot.reserved = reserved
 
     def _serve_frame(self, body: bytes, reserved: int) -> _Slot | None:
+        sec = self.security
+        if sec is not None and not sec.authenticated and sec.raw_tokens:
+            return self._serve_raw_sasl(body)
         if len(body) < 4:
             raise ProtocolViolation(f"frame of {len(body)} bytes is too short for a request header")
         api_key, version = _KEY_VERSION.unpack_from(body, 0)
+        if sec is not None and (not sec.authenticated or sec.expires_at):
+            sec.check(api_key)  # before SASL completes (or after it expired), only ApiVersions and SASL
         route = self._routes.get(api_key)
         if route is None:
             raise ProtocolViolation(f"unknown or unsupported API key {api_key}")
@@ -278,8 +297,10 @@ class Connection(asyncio.Protocol):
             return None
         slot = _Slot()
         self._slots.append(slot)
+        if sec is not None:
+            REQUEST_LISTENER.set(sec.listener.name)  # for the leader hints; an async handler's task keeps it
         try:
-            response = route.handler(ctx, request)
+            response = (route.handler if sec is None else guarded_handler(sec, route))(ctx, request)
         except ApiError as e:
             response = self._error_response(ctx, e)
         if asyncio.iscoroutine(response):
@@ -293,6 +314,30 @@ class Connection(asyncio.Protocol):
         if metrics is not None:
             metrics.request_done(api_key, perf_counter() - started)
         self._flush()
+        return slot
+
+    def _serve_raw_sasl(self, body: bytes) -> _Slot:
+        """A bare SASL token frame (after a v0 SaslHandshake); its answer is a bare frame too."""
+        slot = _Slot()
+        self._slots.append(slot)
+        task = asyncio.ensure_future(self.security.raw_token(self, body))
+        slot.task = task
+
+        def done(t: asyncio.Task[bytes]) -> None:
+            self._pool.release(slot.reserved)
+            slot.reserved = 0
+            if t.cancelled():
+                return
+            exc = t.exception()
+            if self._closing:
+                return
+            if exc is not None:
+                self._abort(str(exc))
+                return
+            slot.pieces = [t.result()]
+            self._flush()
+
+        task.add_done_callback(done)
         return slot
 
     def _run_no_response(self, ctx: RequestContext, route: Any, request: Any, reserved: int) -> None:

@@ -36,7 +36,7 @@ from typing import Any
 
 log = logging.getLogger("shoal.connection")
 
-__all__ = ["Listener", "parse_ip_overrides"]
+__all__ = ["Listener", "parse_ip_overrides", "bind_error"]
 
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _ACCEPT_PAUSE_S = 1.0
@@ -72,8 +72,14 @@ def parse_ip_overrides(value: str) -> dict[str, int]:
 
 
 class Listener:
-    def __init__(self, broker: Any, factory: Callable[[], Any]) -> None:
+    def __init__(self, broker: Any, factory: Callable[[], Any], *, ssl_context: Any = None,
+                 sweep_idle: bool = True) -> None:
+        """``ssl_context``: TLS on every accepted connection (an SSL or SASL_SSL listener).
+        ``sweep_idle``: this listener closes the broker's idle connections (one of a broker's
+        listeners does, for all of them)."""
         cfg = broker.config
+        self._ssl = ssl_context
+        self._sweep_idle = sweep_idle
         self._broker = broker
         self._factory = factory
         self._max_connections: int = cfg["max.connections"]
@@ -122,7 +128,7 @@ class Listener:
         self._socks = socks
         self._enabled = accept
         self._resume_accepting()
-        if self._idle_ms > 0:
+        if self._idle_ms > 0 and self._sweep_idle:
             self._schedule_sweep()
 
     def enable(self) -> None:
@@ -203,7 +209,20 @@ class Listener:
 
     async def _connect(self, sock: socket.socket, ip: str) -> None:
         try:
-            _, protocol = await self._loop.connect_accepted_socket(self._factory, sock)
+            if self._ssl is None:
+                _, protocol = await self._loop.connect_accepted_socket(self._factory, sock)
+            else:  # the transport's protocol is TLS's; the connection is what the factory made
+                made: list[Any] = []
+                await self._loop.connect_accepted_socket(lambda: made.append(self._factory()) or made[0], sock,
+                                                         ssl=self._ssl)
+                protocol = made[0]
+        except (OSError, asyncio.TimeoutError) as e:  # a TLS handshake that failed, a peer gone
+            sock.close()
+            self._released(ip)
+            if self._ssl is None:
+                raise
+            log.info("TLS handshake with %s failed: %s", ip, e)
+            return
         except BaseException:
             sock.close()
             self._released(ip)
@@ -240,3 +259,11 @@ class Listener:
 def _log_connect_failure(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("setting up an accepted connection failed", exc_info=task.exception())
+
+
+def bind_error(host: str, port: int, e: OSError, what: str = "") -> str:
+    """``cannot listen on 127.0.0.1:9092: address already in use`` (``what`` names the setting)."""
+    reason = (e.strerror or str(e) or type(e).__name__)
+    reason = reason[:1].lower() + reason[1:]
+    address = f"[{host}]:{port}" if ":" in host else f"{host or '0.0.0.0'}:{port}"
+    return f"cannot listen on {address}{what}: {reason}"

@@ -63,7 +63,8 @@ class _Channel:
         self.host, self.port = host, port
         self.queue: list[tuple[StateOp, asyncio.Future[PartitionOutcome]]] = []
         self._task: asyncio.Task[None] | None = None
-        self._conn = PeerConnection(host, port, f"shoal-persister-{owner.broker.node_id}")
+        self._conn = PeerConnection(host, port, f"shoal-persister-{owner.broker.node_id}",
+                                    getattr(owner.broker, "peer_security", None))
         self.requests = 0
         """Requests sent (for tests and logs)."""
 

@@ -11,6 +11,7 @@ COORDINATOR_NOT_AVAILABLE is answered while the partition has no leader.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any
 
@@ -19,6 +20,7 @@ from ...errors import ErrorCode
 from ...protocol.entities import make, sub
 from ...share.coordinator import SharePartitionKey
 from ...share.coordinator import partition_for as share_partition_for
+from ...security.serving import client_endpoint
 from ..dispatch import api
 from ..internal_topics import OFFSETS_TOPIC, SHARE_STATE_TOPIC, ensure_internal_topic
 
@@ -30,8 +32,8 @@ def handle_describe_cluster(ctx: Any, request: Any) -> Any:
     b = ctx.broker
     cls = ctx.response_type
     bcls = sub(cls, "DescribeClusterBroker")
-    brokers = tuple(make(bcls, broker_id=e.node_id, host=e.host, port=e.port, rack=e.rack, is_fenced=False)
-                    for e in b.cluster.brokers())
+    brokers = tuple(make(bcls, broker_id=e.node_id, host=hp[0], port=hp[1], rack=e.rack, is_fenced=False)
+                    for e in b.cluster.brokers() if (hp := client_endpoint(ctx, e)) is not None)
     return make(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, endpoint_type=1,
                 cluster_id=b.cluster_id, controller_id=b.cluster.controller_id(), brokers=brokers,
                 cluster_authorized_operations=-2147483648)
@@ -112,7 +114,11 @@ async def handle_find_coordinator(ctx: Any, request: Any) -> Any:
         await ensure_internal_topic(b, topic)
 
     def coordinator_of(key: str) -> Any:
-        return _coordinator(b, topic, key_type, key) if clustered else b.cluster.coordinator()
+        coord = _coordinator(b, topic, key_type, key) if clustered else b.cluster.coordinator()
+        if coord is None:
+            return None
+        hp = client_endpoint(ctx, coord)  # its endpoint on the listener this request came in on
+        return None if hp is None else dataclasses.replace(coord, host=hp[0], port=hp[1])
 
     if ctx.api_version < 4:
         code, msg = _coordinator_error(ctx, key_type, request.key)

@@ -21,6 +21,7 @@ from typing import Any
 
 from ...config import (
     CONFIG_DEFS,
+    SENSITIVE_KEYS,
     ConfigError,
     Scope,
     check_topic_key,
@@ -117,8 +118,9 @@ def broker_config_entries(broker: Any) -> list[ConfigEntry]:
     for d in CONFIG_DEFS.values():
         if d.scope is not Scope.BROKER:
             continue
-        out.append(ConfigEntry(d.name, to_text(broker.config[d.name]), _broker_source(broker, d.name),
-                               not d.dynamic, CONFIG_TYPE[d.type], d.doc, tuple(_broker_synonyms(broker, d.name))))
+        shown = None if d.name in SENSITIVE_KEYS else to_text(broker.config[d.name])  # passwords, keys: never shown
+        out.append(ConfigEntry(d.name, shown, _broker_source(broker, d.name), not d.dynamic, CONFIG_TYPE[d.type],
+                               d.doc, tuple(_broker_synonyms(broker, d.name))))
     return out
 
 
@@ -412,7 +414,7 @@ def handle_describe_configs(ctx: Any, request: Any) -> Any:
                 entries = [e for e in entries if e.name in keys]
             configs = tuple(
                 make(ecls, name=e.name, value=e.value, read_only=e.read_only,
-                     config_source=CONFIG_SOURCE[e.source], is_sensitive=False,
+                     config_source=CONFIG_SOURCE[e.source], is_sensitive=e.name in SENSITIVE_KEYS,
                      is_default=e.source == "default", config_type=e.config_type,
                      documentation=e.doc if include_docs else None,
                      synonyms=tuple(make(scls, name=n, value=v, source=CONFIG_SOURCE[s]) for n, v, s in e.synonyms)

@@ -251,7 +251,8 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
         meta = store.get_topic(name)
         return meta.topic_id if meta is not None else unknown.get((name, plist[0][0]), ZERO_UUID)
 
-    if ctx.api_version >= 12 and not node_endpoints:
+    if ctx.api_version >= 12 and not node_endpoints and not any(
+            "current_leader" in r for plist in answered.values() for _, r in plist):
         # the common answer, packed directly (no leader hints to add)
         return EncodedPieces(write_fetch_response(ctx.api_version, ErrorCode.none, session_id, [
             (topic_key(name, plist).bytes if use_ids else name,

@@ -12,6 +12,7 @@ from typing import Any
 
 from ...errors import ErrorCode
 from ...protocol.entities import has_field, make, sub
+from ...security.serving import endpoint_on_request_listener
 
 
 def leader_hints(cluster: Any, cls: type, pcls: type, items: Iterable[tuple[str, int, dict[str, Any]]]) -> tuple[Any, ...]:
@@ -30,8 +31,12 @@ def leader_hints(cluster: Any, cls: type, pcls: type, items: Iterable[tuple[str,
             if view is not None and view.leader >= 0:
                 r["current_leader"] = make(lcls, leader_id=view.leader, leader_epoch=view.leader_epoch)
                 leaders.add(view.leader)
-    if not leaders:
+    if not leaders or not has_field(cls, "node_endpoints"):  # Fetch v12-v15: current_leader, no endpoints
         return ()
     ecls = sub(cls, "NodeEndpoint")
-    return tuple(make(ecls, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-                 for b in cluster.brokers() if b.node_id in leaders)
+    out = []
+    for b in cluster.brokers():
+        hp = endpoint_on_request_listener(b) if b.node_id in leaders else None  # the client's listener
+        if hp is not None:
+            out.append(make(ecls, node_id=b.node_id, host=hp[0], port=hp[1], rack=b.rack))
+    return tuple(out)

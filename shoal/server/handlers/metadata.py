@@ -46,6 +46,7 @@ from ...errors import ApiError, ErrorCode
 from ...protocol.codec import EncodedBody, encode_body
 from ...protocol.entities import ZERO_UUID, has_field, make, sub
 from ...protocol.header import uvarint
+from ...security.serving import client_endpoint, listener_name, own_endpoint
 from ..dispatch import api
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__share_group_state"})
@@ -56,7 +57,8 @@ _I32 = struct.Struct(">i")
 
 def broker_entity(ctx: Any, cls: type) -> Any:
     b = ctx.broker
-    return make(cls, node_id=b.node_id, host=b.advertised_host, port=b.advertised_port, rack=None)
+    host, port = own_endpoint(ctx)
+    return make(cls, node_id=b.node_id, host=host, port=port, rack=None)
 
 
 def topic_entity(ctx: Any, cls: type, meta: Any) -> Any:
@@ -90,7 +92,12 @@ def _brokers(ctx: Any, cls: type) -> tuple[Any, ...]:
     cluster = ctx.broker.cluster
     if not cluster.clustered:
         return (broker_entity(ctx, cls),)
-    return tuple(make(cls, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack) for b in cluster.brokers())
+    out = []
+    for b in cluster.brokers():
+        hp = client_endpoint(ctx, b)
+        if hp is not None:
+            out.append(make(cls, node_id=b.node_id, host=hp[0], port=hp[1], rack=b.rack))
+    return tuple(out)
 
 
 def _not_created_reason(broker: Any, request: Any, name: str) -> str:
@@ -119,8 +126,9 @@ class MetadataCache:
 
     def __init__(self) -> None:
         self._topics: dict[tuple[type, str], tuple[int, bytes]] = {}
-        self._frames: dict[type, tuple[int, _Frame]] = {}
-        self._full: dict[type, tuple[int, EncodedBody]] = {}
+        self._frames: dict[tuple[type, str | None], tuple[int, _Frame]] = {}
+        self._full: dict[tuple[type, str | None], tuple[int, EncodedBody]] = {}
+        """Keyed by response type and listener: the brokers' endpoints are the listener's."""
 
     # -- pieces ---------------------------------------------------------------------
     def topic_bytes(self, ctx: Any, tcls: type, meta: Any) -> bytes:
@@ -141,7 +149,7 @@ class MetadataCache:
     def frame(self, ctx: Any) -> _Frame:
         cls = ctx.response_type
         version = ctx.broker.store.metadata_version
-        hit = self._frames.get(cls)
+        hit = self._frames.get((cls, listener_name(ctx)))
         if hit is not None and hit[0] == version:
             return hit[1]
         empty = encode_body(_response(ctx, ()))
@@ -152,7 +160,7 @@ class MetadataCache:
         if empty[cut - len(marker):cut] != marker:  # pragma: no cover - kio changed the layout
             raise AssertionError(f"unexpected {cls.__name__} layout around the topic array")
         result = _Frame(empty[:cut - len(marker)], empty[cut:], flexible)
-        self._frames[cls] = (version, result)
+        self._frames[(cls, listener_name(ctx))] = (version, result)
         return result
 
     def splice(self, ctx: Any, entries: list[bytes]) -> EncodedBody:
@@ -165,7 +173,7 @@ class MetadataCache:
     # -- requests ---------------------------------------------------------------------
     def full_body(self, ctx: Any) -> EncodedBody | None:
         """The body listing every topic, if cached for the current version."""
-        hit = self._full.get(ctx.response_type)
+        hit = self._full.get((ctx.response_type, listener_name(ctx)))
         if hit is not None and hit[0] == ctx.broker.store.metadata_version:
             return hit[1]
         return None
@@ -175,7 +183,7 @@ class MetadataCache:
         tcls = sub(cls, "MetadataResponseTopic")
         metas = ctx.broker.store.topics()
         body = self.splice(ctx, [self.topic_bytes(ctx, tcls, m) for m in metas])
-        self._full[cls] = (ctx.broker.store.metadata_version, body)
+        self._full[(cls, listener_name(ctx))] = (ctx.broker.store.metadata_version, body)
         if len(self._topics) > 2 * len(metas) * max(1, len(self._full)):
             self._prune(ctx)
         return body

@@ -85,7 +85,8 @@ async def high_watermarks(ctx: Any, wanted: set[tuple[str, int]]) -> dict[tuple[
         endpoint = next((e for e in b.cluster.brokers() if e.node_id == leader), None)
         if endpoint is None:
             continue
-        conn = PeerConnection(endpoint.host, endpoint.port, f"shoal-group-coordinator-{b.node_id}")
+        conn = PeerConnection(endpoint.host, endpoint.port, f"shoal-group-coordinator-{b.node_id}",
+                              getattr(b, "peer_security", None))
         try:
             req_cls = codec_for(LIST_OFFSETS, LIST_OFFSETS_VERSION).request_type  # type: ignore[union-attr]
             tcls, pcls = sub(req_cls, "ListOffsetsTopic"), sub(req_cls, "ListOffsetsPartition")

@@ -38,6 +38,7 @@ from ...protocol.entities import make, sub
 from ...share.partition import SharePartition, UpdateStatus
 from ...share.session import FINAL_EPOCH, INITIAL_EPOCH
 from ...share.state import AcknowledgeType, AcquireMode
+from ...security.serving import client_endpoint, own_endpoint
 from ..dispatch import api
 from ..share_service import ShareService, share_service
 
@@ -169,11 +170,12 @@ def _node_endpoints(ctx: Any, cls: Any, others: Iterable[int] = ()) -> tuple[Any
     """This broker's endpoint, and those of the leaders named in NOT_LEADER_OR_FOLLOWER results."""
     b = ctx.broker
     ecls = sub(cls, "NodeEndpoint")
-    out = [make(ecls, node_id=b.node_id, host=b.advertised_host, port=b.advertised_port, rack=None)]
+    host, port = own_endpoint(ctx)
+    out = [make(ecls, node_id=b.node_id, host=host, port=port, rack=None)]
     wanted = set(others) - {b.node_id}
     if wanted:
-        out.extend(make(ecls, node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
-                   for e in b.cluster.brokers() if e.node_id in wanted)
+        out.extend(make(ecls, node_id=e.node_id, host=hp[0], port=hp[1], rack=e.rack)
+                   for e in b.cluster.brokers() if e.node_id in wanted and (hp := client_endpoint(ctx, e)) is not None)
     return tuple(out)
 
 
