@@ -93,6 +93,10 @@ def _too_many(where: str, count: int, smallest: int, left: int) -> ProtocolViola
         f"{where}: {count} elements of at least {smallest} bytes announced, {max(left, 0)} bytes left")
 
 
+def _long_string(where: str, n: int) -> ProtocolViolation:
+    return ProtocolViolation(f"{where}: string of {n} bytes, longer than 32767")
+
+
 def _bad_length(where: str, n: int) -> ProtocolViolation:
     if n == -1:
         return ProtocolViolation(f"{where}: null where the array is not nullable")
@@ -106,8 +110,8 @@ class _Gen:
         self.lines: list[str] = []
         self.names: dict[type, str] = {}
         self.ns: dict[str, Any] = {
-            "_uv": _uv, "_tags": _tags, "_too_many": _too_many, "_bad_length": _bad_length, "_i16": _unpack_i16,
-            "_i32": _unpack_i32, "ProtocolViolation": ProtocolViolation,
+            "_uv": _uv, "_tags": _tags, "_too_many": _too_many, "_bad_length": _bad_length,
+            "_long_string": _long_string, "_i16": _unpack_i16, "_i32": _unpack_i32,
         }
         self.n = 0
 
@@ -219,6 +223,14 @@ class _Gen:
             ]
         return [f"n = {'_i32' if wide else '_i16'}(buf, pos)[0]", f"pos += {4 if wide else 2}"]
 
+    @staticmethod
+    def string_limit(flexible: bool, where: str, indent: str) -> list[str]:
+        """A compact string longer than 0x7fff bytes is refused, as Kafka's readers refuse it (a
+        legacy one cannot be longer): any string a request brings fits in any response."""
+        if not flexible:
+            return []
+        return [f"{indent}if n > 0x7fff:", f"{indent}    raise _long_string({where!r}, n)"]
+
     def field(self, f: dataclasses.Field[Any], flexible: bool, where: str) -> list[str]:
         kind = classify_field(f)
         t = f.metadata.get("kafka_type")
@@ -234,7 +246,10 @@ class _Gen:
             if t not in _VARIABLE:
                 raise NotImplementedError(f"{where}: kafka type {t}")
             # Strings and bytes: kio checks them against the buffer itself; only step over them.
-            return [*self.length(flexible, t != "string"), "if n > 0:", "    pos += n"]
+            if t == "string":
+                return [*self.length(flexible, False), *self.string_limit(flexible, where, ""),
+                        "if n > 0:", "    pos += n"]
+            return [*self.length(flexible, True), "if n > 0:", "    pos += n"]
         out = self.length(flexible, True)
         if kind_name == "EntityTupleField":
             smallest = self.smallest(kind.type_)
@@ -259,7 +274,7 @@ class _Gen:
             elif t == "string":
                 smallest = 1 if flexible else 2
                 walk = ["for _ in range(n):", *("    " + line for line in self.length(flexible, False)),
-                        "    if n > 0:", "        pos += n"]
+                        *self.string_limit(flexible, where, "    "), "    if n > 0:", "        pos += n"]
             else:
                 raise NotImplementedError(f"{where}: array of {t}")
         out += [

@@ -11,20 +11,14 @@
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
-import io
 import random
 import struct
 import subprocess
 import sys
-import uuid
-from typing import Any
 
 import pytest
 from kio.index import load_request_schema
-from kio.serial import entity_reader, entity_writer
-from kio.serial._introspect import classify_field, get_field_tag, is_optional
+from kio.serial import entity_reader
 
 from shoal.errors import ProtocolViolation
 from shoal.protocol.bounds import check_request
@@ -32,54 +26,9 @@ from shoal.protocol.codec import codec_for, decode_request
 from shoal.protocol.fetch_request import write_fetch_request_v12
 from shoal.protocol.header import uvarint
 from shoal.server.dispatch import routes
+from tests.support.fuzz import encode, random_entity
 
 SERVED = [(key, v) for key, r in sorted(routes().items()) for v in range(r.min_version, r.max_version + 1)]
-
-
-def _value(f: dataclasses.Field[Any], rng: random.Random, depth: int) -> Any:
-    kind = classify_field(f)
-    nullable = is_optional(f)
-    t = f.metadata.get("kafka_type")
-    if kind.is_array:
-        if nullable and rng.random() < 0.2:
-            return None
-        n = rng.randint(0, 3 if depth < 3 else 0)
-        if type(kind).__name__ == "EntityTupleField":
-            return tuple(random_entity(kind.type_, rng, depth + 1) for _ in range(n))
-        return tuple(_primitive(t, False, rng) for _ in range(n))
-    if type(kind).__name__ == "EntityField":
-        return random_entity(kind.type_, rng, depth + 1)
-    return _primitive(t, nullable, rng)
-
-
-def _primitive(t: str | None, nullable: bool, rng: random.Random) -> Any:
-    if nullable and rng.random() < 0.2:
-        return None
-    if t == "bool":
-        return rng.random() < 0.5
-    if t in ("int8", "int16", "int32", "int64"):
-        bits = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}[t]
-        return rng.randint(-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
-    if t in ("timedelta_i32", "timedelta_i64"):
-        return datetime.timedelta(milliseconds=rng.randint(0, 100_000))
-    if t == "uuid":
-        return uuid.UUID(int=rng.getrandbits(128))
-    if t == "string":
-        return "".join(rng.choice("abcé-_.") for _ in range(rng.randint(0, 12)))
-    if t in ("bytes", "records"):
-        return rng.randbytes(rng.randint(0, 40))
-    raise AssertionError(f"no random value for kafka type {t}")
-
-
-def random_entity(cls: type, rng: random.Random, depth: int = 0) -> Any:
-    return cls(**{f.name: _value(f, rng, depth) for f in dataclasses.fields(cls)
-                  if get_field_tag(f) is None or rng.random() < 0.5})
-
-
-def encode(entity: Any) -> bytes:
-    buf = io.BytesIO()
-    entity_writer(type(entity))(buf, entity)
-    return buf.getvalue()
 
 
 @pytest.mark.parametrize(("api_key", "version"), SERVED)
@@ -160,6 +109,8 @@ for name, (api_key, version, body) in sorted(ABORTING.items()):
     (3, 12, b"\x00\x01\x00", "past the end"),                                # truncated
     (3, 12, b"\x01\x01\x00\x01\x05" + uv(2**31), "tagged field 5"),         # larger than the frame
     (3, 12, b"\x01\x01\x00" + uv(2**32 - 1), "tagged fields announced"),
+    # a topic name of 32,768 bytes: Kafka's readers refuse strings longer than 32,767
+    (3, 12, b"\x02" + b"\x00" * 16 + uv(32769) + b"a" * 32768 + b"\x00\x01\x00\x00", "longer than 32767"),
     # Fetch's cluster id (tag 0) announcing 5 bytes and holding 1: the reader would go on elsewhere
     (1, 16, b"\x00" * 21 + b"\x01\x01\x01" + b"\x01\x00\x05\x01" + b"\x00" * 4, "does not fill"),
 ])
@@ -179,7 +130,8 @@ from kio.index import load_request_schema
 from kio.serial import entity_reader
 from shoal.errors import ProtocolViolation
 from shoal.protocol.bounds import check_request
-from tests.unit.protocol.test_bounds import SERVED, _PATCHES, encode, random_entity
+from tests.support.fuzz import encode, random_entity
+from tests.unit.protocol.test_bounds import SERVED, _PATCHES
 
 passed = refused = 0
 for api_key, version in SERVED:
