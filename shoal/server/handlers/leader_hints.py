@@ -18,7 +18,8 @@ def leader_hints(cluster: Any, cls: type, pcls: type, items: Iterable[tuple[str,
     """Set ``current_leader`` in each NOT_LEADER_OR_FOLLOWER result of ``items`` ((topic, partition, result)).
 
     Returns the endpoints of the leaders named, for the response's ``node_endpoints``;
-    () when the response version has no such fields.
+    () when the response version has no such fields (Fetch v12-v15 has ``current_leader``
+    but no ``node_endpoints``).
     """
     if not has_field(pcls, "current_leader"):
         return ()
@@ -30,7 +31,7 @@ def leader_hints(cluster: Any, cls: type, pcls: type, items: Iterable[tuple[str,
             if view is not None and view.leader >= 0:
                 r["current_leader"] = make(lcls, leader_id=view.leader, leader_epoch=view.leader_epoch)
                 leaders.add(view.leader)
-    if not leaders:
+    if not leaders or not has_field(cls, "node_endpoints"):
         return ()
     ecls = sub(cls, "NodeEndpoint")
     return tuple(make(ecls, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
