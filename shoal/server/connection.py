@@ -43,7 +43,11 @@ body, unknown API key, unsupported version of an API other than ApiVersions) is 
 ProtocolViolation: logged, connection closed. Bytes after a decoded body are ignored, as
 Kafka's request parser ignores them (librdkafka's AdminClient sends Metadata v12 with
 three). An exception escaping a handler is a bug:
-logged with its traceback, connection closed. The broker keeps serving everyone else.
+logged with its traceback (once per exception type and place, then as one line),
+connection closed. A response that cannot be encoded (a value out of its field's range)
+is a bug too: logged the same way and answered INVALID_REQUEST where the response has a
+top-level error code, else the connection is closed; no request is left unanswered on
+an open connection. The broker keeps serving everyone else.
 """
 
 from __future__ import annotations
