@@ -130,7 +130,7 @@ class _Gen:
             if kind.is_array:
                 size += 1 if flexible else 4
             elif type(kind).__name__ == "EntityField":
-                size += self.smallest(kind.type_)
+                size += 1 if is_optional(f) else self.smallest(kind.type_)
             else:
                 t = f.metadata["kafka_type"]
                 if t in _FIXED:
@@ -238,8 +238,9 @@ class _Gen:
         kind_name = type(kind).__name__
         if not kind.is_array:
             if kind_name == "EntityField":
-                if nullable:
-                    raise NotImplementedError(f"{where}: nullable struct")
+                if nullable:  # KIP-893: an int8 marker, -1 for null, then the struct
+                    return ["if buf[pos] == 0xff:", "    pos += 1", "else:",
+                            f"    pos = {self.entity(kind.type_)}(buf, pos + 1, end)"]
                 return [f"pos = {self.entity(kind.type_)}(buf, pos, end)"]
             if t in _FIXED:
                 return [f"pos += {_FIXED[t]}"]
@@ -290,7 +291,10 @@ class _Gen:
 
 @lru_cache(maxsize=None)
 def request_checker(request_type: type) -> Checker:
-    """A function ``(frame, pos) -> end`` checking the body of ``request_type`` at ``pos``."""
+    """A function ``(frame, pos) -> end`` checking the body of ``request_type`` at ``pos``.
+
+    Any kio entity class works: the peer connection checks the responses of other
+    brokers with it too."""
     gen = _Gen()
     top = gen.entity(request_type)
     source = "\n".join(gen.lines)
@@ -300,6 +304,8 @@ def request_checker(request_type: type) -> Checker:
     where = request_type.__name__
 
     def check(buf: bytes, pos: int) -> int:
+        if type(buf) is not bytes:
+            buf = bytes(buf)  # a memoryview has no count() for the strided check
         end = len(buf)
         try:
             pos = fn(buf, pos, end)

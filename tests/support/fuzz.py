@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 from kio.serial._introspect import classify_field, get_field_tag, is_optional
 
@@ -103,6 +104,14 @@ def _primitive(t: str | None, nullable: bool, rng: random.Random, names: tuple[s
         return "".join(rng.choice("abcé-_.") for _ in range(rng.randint(0, 12)))
     if t in ("bytes", "records"):
         return rng.randbytes(rng.randint(0, 40))
+    if t == "error_code":
+        return rng.choice(list(ErrorCode))
+    if t == "uint16":
+        return rng.randint(0, 65535)
+    if t == "float64":
+        return rng.random()
+    if t == "datetime_i64":
+        return datetime.datetime.fromtimestamp(rng.randint(0, 2_000_000_000), datetime.timezone.utc)
     raise AssertionError(f"no random value for kafka type {t}")
 
 

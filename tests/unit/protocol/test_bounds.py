@@ -161,3 +161,50 @@ print(passed, refused)
 def test_extreme_lengths_anywhere_never_reach_kio_unchecked() -> None:
     passed, refused = map(int, run_child(_CHILD).split())
     assert refused > 0 and passed > 0
+
+
+@pytest.mark.parametrize(("api_key", "version"), SERVED)
+def test_valid_responses_pass_too(api_key: int, version: int) -> None:
+    """The peer connection checks other brokers' answers with the same checker."""
+    from kio.index import load_response_schema
+
+    cls = load_response_schema(api_key, version)
+    rng = random.Random(api_key * 1000 + version)
+    for _ in range(5):
+        body = encode(random_entity(cls, rng))
+        assert check_request(cls, memoryview(body), 0) == len(body)
+
+
+def test_a_peer_answer_announcing_billions_of_elements_is_a_connection_error() -> None:
+    """A peer broker (or whatever listens on its port) answering Metadata v12 with a broker
+    list of 2^32-2 entries: PeerConnection.call raises ConnectionError, the process lives."""
+    out = run_child("""
+import asyncio, struct
+from kio.schema.metadata.v12 import request as metadata12
+from shoal.cluster.peer import PeerConnection
+from tests.support.fuzz import uv
+
+async def answer(reader, writer):
+    size, = struct.unpack(">i", await reader.readexactly(4))
+    request = await reader.readexactly(size)
+    cid = request[4:8]
+    body = cid + b"\\x00" + b"\\x00" * 4 + uv(2**32 - 1) + b"\\x00" * 16
+    writer.write(struct.pack(">i", len(body)) + body)
+    await writer.drain()
+
+async def main():
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    conn = PeerConnection("127.0.0.1", port, "test")
+    try:
+        await conn.call(3, 12, metadata12.MetadataRequest(
+            topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    except ConnectionError as e:
+        print("refused:", e)
+    finally:
+        conn.close()
+        server.close()
+
+asyncio.run(main())
+""")
+    assert "refused:" in out and "MetadataResponse.brokers" in out, out
