@@ -14,7 +14,9 @@ never reserves more than about 8 bytes per byte of frame, and a frame is at most
 ``socket.request.max.bytes``. A tagged field's announced size must fit in the frame, and
 a known tagged field's value must end exactly where its size says (where the reader
 continues after it). Arrays that are not nullable must not be null (-1, or 0 for a
-compact array): the reader would take the null as it is and hand the handler None.
+compact array): the reader would take the null as it is and hand the handler None. A
+string may not be longer than 32,767 bytes, as Kafka's readers have it (a compact string
+could announce more), so that every id a request brings fits any response version.
 
 How: for each request schema a checker is generated once as Python source and compiled:
 straight-line code per entity that steps over fixed-width fields by their total width,
