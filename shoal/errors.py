@@ -26,10 +26,17 @@ class FsyncError(OSError):
     OSErrors around a sync (opening the file, no descriptors) lose nothing."""
 
 
+MAX_MESSAGE_CHARS = 1000
+"""An error message longer than this is cut: messages quote names from requests (up to
+32,767 bytes each), and a response's error message must fit an int16-length string."""
+
+
 class ApiError(Exception):
     """Answer the request (or the part of it concerned) with ``error_code``."""
 
     def __init__(self, error_code: ErrorCode, message: str | None = None) -> None:
+        if message is not None and len(message) > MAX_MESSAGE_CHARS:
+            message = message[:MAX_MESSAGE_CHARS - 1] + "…"
         super().__init__(message or error_code.name)
         self.error_code = error_code
         self.message = message

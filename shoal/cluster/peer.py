@@ -17,6 +17,7 @@ from typing import Any
 from kio.serial import entity_reader, entity_writer
 
 from ..errors import ProtocolViolation
+from ..protocol.bounds import check_request
 from ..protocol.codec import codec_for
 from ..protocol.header import skip_tagged_fields
 
@@ -171,7 +172,12 @@ class PeerConnection:
         peer closes it; the caller then closes this connection.
         """
         body = await self.call_raw(api_key, version, request)
-        value, _ = entity_reader(codec_for(api_key, version).response_type)(body, 0)  # type: ignore[union-attr]
+        cls = codec_for(api_key, version).response_type  # type: ignore[union-attr]
+        try:
+            check_request(cls, body, 0)  # kio's reader must not see an array longer than the frame
+        except ProtocolViolation as e:
+            raise ConnectionError(f"undecodable answer from {self.host}:{self.port}: {e}") from e
+        value, _ = entity_reader(cls)(body, 0)
         return value
 
     async def call_raw(self, api_key: int, version: int, request: Any) -> memoryview:

@@ -94,6 +94,20 @@ _TRANSITIONS: dict[ClassicGroupState, frozenset[ClassicGroupState]] = {
 }
 
 
+MEMBER_ID_PREFIX_MAX_BYTES = 0x7FFF - 37
+"""A new member's id is a prefix (its group instance id or client id), "-" and a uuid, as
+in Kafka. The prefix is cut to this many UTF-8 bytes, so that the id fits the int16-length
+strings of every response version that carries it, however long an id the request
+brought (up to 32,767 bytes)."""
+
+
+def member_id_prefix(text: str) -> str:
+    raw = text.encode()
+    if len(raw) <= MEMBER_ID_PREFIX_MAX_BYTES:
+        return text
+    return raw[:MEMBER_ID_PREFIX_MAX_BYTES].decode(errors="ignore")  # no half character at the cut
+
+
 @dataclass(frozen=True, slots=True)
 class ClassicConfig:
     initial_rebalance_delay_ms: int = 3000
@@ -520,7 +534,7 @@ class ClassicGroup:
             return join_error(ErrorCode.coordinator_not_available)
         if not self._supports_protocols(j.protocol_type, j.protocols):
             return join_error(ErrorCode.inconsistent_group_protocol)
-        new_id = self.config.new_member_id(j.group_instance_id or j.client_id)
+        new_id = self.config.new_member_id(member_id_prefix(j.group_instance_id or j.client_id))
         if j.group_instance_id is not None:
             old_id = self.static_members.get(j.group_instance_id)
             if old_id is not None:

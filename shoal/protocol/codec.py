@@ -15,6 +15,7 @@ from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_re
 from kio.serial import entity_reader, entity_writer
 
 from ..errors import ProtocolViolation
+from .bounds import request_checker
 from .framing import frame
 from .header import RequestHeader, parse_request_header, response_header
 
@@ -27,6 +28,8 @@ class Codec(NamedTuple):
     read_request: Any
     write_response: Any
     flexible: bool
+    check_request: Any
+    """Checks a request body's length fields against the frame before ``read_request`` (bounds.py)."""
 
 
 class EncodedPieces(NamedTuple):
@@ -54,12 +57,17 @@ def codec_for(api_key: int, version: int) -> Codec | None:
         resp = load_response_schema(api_key, version)
     except (UnknownAPIKey, UnknownEntity):
         return None
-    return Codec(req, resp, entity_reader(req), entity_writer(resp), bool(req.__flexible__))
+    return Codec(req, resp, entity_reader(req), entity_writer(resp), bool(req.__flexible__), request_checker(req))
 
 
 def decode_request(frame_bytes: bytes, codec: Codec) -> tuple[RequestHeader, Any]:
-    """Parse header and body. Raises ProtocolViolation if either does not decode."""
+    """Parse header and body. Raises ProtocolViolation if either does not decode.
+
+    The body's length fields are checked against the frame first: kio's native reader
+    reserves what an array announces, and a failed allocation there aborts the process.
+    """
     header, pos = parse_request_header(frame_bytes, codec.flexible)
+    codec.check_request(frame_bytes, pos)
     try:
         body, size = codec.read_request(frame_bytes, pos)
     except Exception as e:  # kio raises several types for bad input

@@ -62,7 +62,11 @@ body, unknown API key, unsupported version of an API other than ApiVersions) is 
 ProtocolViolation: logged, connection closed. Bytes after a decoded body are ignored, as
 Kafka's request parser ignores them (librdkafka's AdminClient sends Metadata v12 with
 three). An exception escaping a handler is a bug:
-logged with its traceback, connection closed. The broker keeps serving everyone else.
+logged with its traceback (once per exception type and place, then as one line),
+connection closed. A response that cannot be encoded (a value out of its field's range)
+is a bug too: logged the same way and answered INVALID_REQUEST where the response has a
+top-level error code, else the connection is closed; no request is left unanswered on
+an open connection. The broker keeps serving everyone else.
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ from collections import deque
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ApiError, ProtocolViolation
+from ..errors import ApiError, ErrorCode, ProtocolViolation
 from ..log.segment import FileSlice
 from ..protocol.codec import codec_for, decode_request, encode_response
 from ..protocol.entities import has_field, make
@@ -209,8 +213,8 @@ class Connection(asyncio.Protocol):
                 self._serve(body, reserved)
         except ProtocolViolation as e:
             self._abort(f"protocol violation: {e}")
-        except Exception:
-            log.exception("connection %s from %s: internal error; closing", self.connection_id, self.peer)
+        except Exception as e:
+            _log_failure("connection %s from %s: internal error; closing", self.connection_id, self.peer, exc=e)
             self._abort(None)
         else:
             self._maybe_pause()
@@ -310,7 +314,10 @@ class Connection(asyncio.Protocol):
             slot.task = task
             task.add_done_callback(lambda t, s=slot, c=ctx, t0=started: self._async_done(s, c, t, t0))
             return slot
-        self._fill(slot, encode_response(codec, api_key, header.correlation_id, response))
+        pieces = self._encode(ctx, response)
+        if pieces is None:
+            return slot
+        self._fill(slot, pieces)
         if metrics is not None:
             metrics.request_done(api_key, perf_counter() - started)
         self._flush()
@@ -367,6 +374,14 @@ class Connection(asyncio.Protocol):
                 check(result)
 
     def _async_done(self, slot: _Slot, ctx: RequestContext, task: asyncio.Task[Any], started: float = 0.0) -> None:
+        try:
+            self._answer_async(slot, ctx, task, started)
+        except Exception as e:  # never leave the slot unfilled: that would hang the connection
+            _log_failure("connection %s from %s: answering %s v%d failed; closing", self.connection_id, self.peer,
+                         ctx.codec.request_type.__name__, ctx.api_version, exc=e)
+            self._abort(None)
+
+    def _answer_async(self, slot: _Slot, ctx: RequestContext, task: asyncio.Task[Any], started: float) -> None:
         self._pool.release(slot.reserved)
         slot.reserved = 0
         if task.cancelled() or self._closing:
@@ -380,21 +395,42 @@ class Connection(asyncio.Protocol):
                     self._abort(f"cannot answer: {e}")
                     return
             else:
-                log.error(
-                    "connection %s from %s: %s v%d failed; closing",
-                    self.connection_id, self.peer, ctx.codec.request_type.__name__, ctx.api_version,
-                    exc_info=exc,
-                )
+                _log_failure("connection %s from %s: %s v%d failed; closing", self.connection_id, self.peer,
+                             ctx.codec.request_type.__name__, ctx.api_version, exc=exc)
                 if self.broker.metrics is not None:
                     self.broker.metrics.request_failed(ctx.api_key)
                 self._abort(None)
                 return
         else:
             response = task.result()
-        self._fill(slot, encode_response(ctx.codec, ctx.api_key, ctx.header.correlation_id, response))
+        pieces = self._encode(ctx, response)
+        if pieces is None:
+            return
+        self._fill(slot, pieces)
         if self.broker.metrics is not None:
             self.broker.metrics.request_done(ctx.api_key, perf_counter() - started)
         self._flush()
+
+    def _encode(self, ctx: RequestContext, response: Any) -> list[Any] | None:
+        """The response's frame pieces. A response that cannot be encoded (a value out of its
+        field's range) is a bug: it is logged and the request answered with INVALID_REQUEST
+        where the response has a top-level error code; else the connection is closed. None
+        when it was closed."""
+        try:
+            return encode_response(ctx.codec, ctx.api_key, ctx.header.correlation_id, response)
+        except Exception as e:
+            name = f"{ctx.codec.response_type.__name__} v{ctx.api_version}"
+            try:
+                error = self._error_response(ctx, ApiError(ErrorCode.invalid_request, f"cannot encode {name}"))
+                pieces = encode_response(ctx.codec, ctx.api_key, ctx.header.correlation_id, error)
+            except Exception:
+                _log_failure("connection %s from %s: cannot encode %s; closing", self.connection_id, self.peer,
+                             name, exc=e)
+                self._abort(None)
+                return None
+            _log_failure("connection %s from %s: cannot encode %s; answered INVALID_REQUEST", self.connection_id,
+                         self.peer, name, exc=e)
+            return pieces
 
     def _error_response(self, ctx: RequestContext, e: ApiError) -> Any:
         cls = ctx.codec.response_type
@@ -634,3 +670,23 @@ def _scratch_buffer() -> memoryview:
     if scratch is None or len(scratch) != SCRATCH_BYTES:
         scratch = _local.scratch = memoryview(bytearray(SCRATCH_BYTES))
     return scratch
+
+
+_FAILURES_SEEN: set[tuple[Any, ...]] = set()
+_FAILURES_REMEMBERED = 1000
+
+
+def _log_failure(message: str, *args: Any, exc: BaseException) -> None:
+    """Log an unexpected exception (a bug): with its traceback the first time one of its type
+    is raised at its place, as one line after that, so that a client repeating a request
+    that trips the bug does not flood the log with tracebacks."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = (type(exc), tb.tb_frame.f_code.co_filename, tb.tb_lineno) if tb is not None else (type(exc), str(exc))
+    if where in _FAILURES_SEEN:
+        log.error(message + " (%s: %s; traceback logged before)", *args, type(exc).__name__, exc)
+        return
+    if len(_FAILURES_SEEN) < _FAILURES_REMEMBERED:
+        _FAILURES_SEEN.add(where)
+    log.error(message, *args, exc_info=exc)

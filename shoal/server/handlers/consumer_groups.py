@@ -13,6 +13,8 @@ import dataclasses
 import logging
 from typing import Any
 
+from kio.schema.consumer_group_heartbeat.v1 import request as hb_req_v1
+
 from ...errors import ErrorCode
 from ...groups.classic import ClassicGroup
 from ...groups.manager import build_response
@@ -43,6 +45,9 @@ def _plain(value: Any) -> Any:
 @api(68, 0, 1)
 def handle_consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
     svc = group_service(ctx.broker)
+    if ctx.api_version == 0:  # the coordinator reads v1's fields; v0 has no regex
+        request = hb_req_v1.ConsumerGroupHeartbeatRequest(
+            **{f.name: getattr(request, f.name) for f in dataclasses.fields(request)}, subscribed_topic_regex=None)
     group_id = request.group_id
     p = svc.partition_for(group_id)
     existing = svc.shard(p).groups.get(group_id)

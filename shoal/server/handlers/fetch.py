@@ -42,11 +42,12 @@ def _requested(ctx: Any, request: Any, epochs: dict[tuple[str, int], int]) -> tu
     unknown: dict[tuple[str, int], Any] = {}
     for t in request.topics:
         if use_ids:
-            meta = store.topic_by_id(t.topic_id)
-            name = meta.name if meta is not None else f"<unknown {t.topic_id}>"
+            topic_id = t.topic_id or ZERO_UUID  # kio reads the zero uuid as None
+            meta = store.topic_by_id(topic_id)
+            name = meta.name if meta is not None else f"<unknown {topic_id}>"
             if meta is None:
                 for p in t.partitions:
-                    unknown[(name, p.partition)] = t.topic_id
+                    unknown[(name, p.partition)] = topic_id
                 continue
         else:
             name = t.topic
@@ -225,9 +226,12 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
     tcls = sub(cls, "FetchableTopicResponse")
     pcls = sub(cls, "PartitionData")
     node_endpoints: tuple[Any, ...] = ()
+    hinted = False
     if cluster is not None and any(r.get("error_code") == ErrorCode.not_leader_or_follower
                                    for r in results.values()):
+        # current_leader from v12, node_endpoints from v16
         node_endpoints = leader_hints(broker.cluster, cls, pcls, [(k[0], k[1], r) for k, r in results.items()])
+        hinted = any("current_leader" in r for r in results.values())
     answered: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     for key, r in results.items():
         if incremental and session is not None and not session.must_send(
@@ -251,8 +255,7 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
         meta = store.get_topic(name)
         return meta.topic_id if meta is not None else unknown.get((name, plist[0][0]), ZERO_UUID)
 
-    if ctx.api_version >= 12 and not node_endpoints and not any(
-            "current_leader" in r for plist in answered.values() for _, r in plist):
+    if ctx.api_version >= 12 and not hinted:
         # the common answer, packed directly (no leader hints to add)
         return EncodedPieces(write_fetch_response(ctx.api_version, ErrorCode.none, session_id, [
             (topic_key(name, plist).bytes if use_ids else name,

@@ -19,7 +19,8 @@ def leader_hints(cluster: Any, cls: type, pcls: type, items: Iterable[tuple[str,
     """Set ``current_leader`` in each NOT_LEADER_OR_FOLLOWER result of ``items`` ((topic, partition, result)).
 
     Returns the endpoints of the leaders named, for the response's ``node_endpoints``;
-    () when the response version has no such fields.
+    () when the response version has no such fields (Fetch v12-v15 has ``current_leader``
+    but no ``node_endpoints``).
     """
     if not has_field(pcls, "current_leader"):
         return ()

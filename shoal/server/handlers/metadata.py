@@ -241,11 +241,27 @@ def handle_metadata(ctx: Any, request: Any) -> Any:
         if _uncached(ctx, cache, tcls, metas) <= _CHUNK_TOPICS:
             return cache.build_full_body(ctx)
         return _full_later(ctx, cache, tcls, metas)
+    if any(_invalid_topic(ctx.api_version, t) for t in requested):
+        # As Kafka: v10-v11 name topics only by name; every topic of the answer is INVALID_REQUEST
+        tcls = sub(ctx.response_type, "MetadataResponseTopic")
+        return make(ctx.response_type, throttle_time=0, brokers=(), cluster_id=None, controller_id=-1, topics=tuple(
+            make(tcls, error_code=ErrorCode.invalid_request, name=getattr(t, "name", None) or "",
+                 topic_id=getattr(t, "topic_id", None) or ZERO_UUID, is_internal=False, partitions=())
+            for t in requested))
     if broker.cluster.clustered:
         missing = _to_auto_create(broker, request)
         if missing:
             return _create_then_answer(ctx, request, missing)
     return _named_response(ctx, request)
+
+
+def _invalid_topic(version: int, t: Any) -> bool:
+    """A requested topic without a name, or named by id before v12."""
+    name = getattr(t, "name", "")
+    topic_id = getattr(t, "topic_id", None)  # kio reads the zero uuid as None
+    if version < 12:
+        return name is None or topic_id not in (None, ZERO_UUID)
+    return name is None and topic_id in (None, ZERO_UUID)
 
 
 def _named_response(ctx: Any, request: Any, failed: dict[str, ApiError] | None = None) -> Any:

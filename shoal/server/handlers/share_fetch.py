@@ -34,7 +34,7 @@ from typing import Any
 
 from ...errors import ApiError, ErrorCode
 from ...protocol.batch import iter_batches
-from ...protocol.entities import make, sub
+from ...protocol.entities import ZERO_UUID, make, sub
 from ...share.partition import SharePartition, UpdateStatus
 from ...share.session import FINAL_EPOCH, INITIAL_EPOCH
 from ...share.state import AcknowledgeType, AcquireMode
@@ -66,6 +66,8 @@ def _ack_keys(topics: Any) -> list[tuple[uuid.UUID, int]]:
 
 
 def _uuid(topic_id: Any) -> uuid.UUID:
+    if not topic_id:  # kio reads the zero uuid as None (a share session keeps it as "")
+        return ZERO_UUID
     return topic_id if isinstance(topic_id, uuid.UUID) else uuid.UUID(str(topic_id))
 
 

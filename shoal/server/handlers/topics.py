@@ -12,13 +12,32 @@ from .configs import CONFIG_SOURCE, topic_config_entries
 from .metadata import INTERNAL_TOPICS
 
 
+MAX_NEW_PARTITIONS_PER_REQUEST = 10_000
+"""Kafka's controller refuses a user operation that would write more than 10,000 metadata
+records (a record per partition) with POLICY_VIOLATION; so does this broker, instead of
+creating millions of partitions one by one for a single request."""
+_EXCESSIVE = "Unable to perform excessively large batch operation."
+
+
+def _new_partitions(t: Any, default: int) -> int:
+    """How many partitions a CreateTopics entry asks for."""
+    if t.assignments:
+        return len(t.assignments)
+    return default if t.num_partitions == -1 else max(t.num_partitions, 0)
+
+
 @api(19, 2, 7)
 def handle_create_topics(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
-    if broker.cluster.clustered:
-        return _create_topics_in_cluster(ctx, request)
     cls = ctx.response_type
     rcls = sub(cls, "CreatableTopicResult")
+    if sum(_new_partitions(t, broker.config["num.partitions"]) for t in request.topics) \
+            > MAX_NEW_PARTITIONS_PER_REQUEST:
+        return make(cls, throttle_time=0, topics=tuple(
+            make(rcls, name=t.name, topic_id=ZERO_UUID, num_partitions=-1, replication_factor=-1, configs=(),
+                 error_code=ErrorCode.policy_violation, error_message=_EXCESSIVE) for t in request.topics))
+    if broker.cluster.clustered:
+        return _create_topics_in_cluster(ctx, request)
     ccls = sub(cls, "CreatableTopicConfigs") if ctx.api_version >= 5 else None
     results = []
     seen: set[str] = set()
@@ -158,10 +177,16 @@ async def _create_partitions_in_cluster(ctx: Any, request: Any) -> Any:
 @api(37, 0, 3)
 def handle_create_partitions(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
-    if broker.cluster.clustered:
-        return _create_partitions_in_cluster(ctx, request)
     cls = ctx.response_type
     rcls = sub(cls, "CreatePartitionsTopicResult")
+    store = broker.store
+    if sum(max(t.count - (meta.num_partitions if (meta := store.get_topic(t.name)) is not None else 0), 0)
+           for t in request.topics) > MAX_NEW_PARTITIONS_PER_REQUEST:
+        return make(cls, throttle_time=0, results=tuple(
+            make(rcls, name=t.name, error_code=ErrorCode.policy_violation, error_message=_EXCESSIVE)
+            for t in request.topics))
+    if broker.cluster.clustered:
+        return _create_partitions_in_cluster(ctx, request)
     out = []
     for t in request.topics:
         r: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
