@@ -281,8 +281,18 @@ class JavaProgram:
 
     def run(self, *args: str, timeout: float = 300, input: str | None = None,
             check: bool = True) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(self.command(*args), input=input, capture_output=True, text=True, timeout=timeout,
-                              stdin=None if input is not None else subprocess.DEVNULL)
+        """Run to completion; a run past ``timeout`` is killed and raises with what it printed."""
+        cmd = self.command(*args)
+        with subprocess.Popen(cmd, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+            try:
+                stdout, stderr = p.communicate(input, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                stdout, stderr = p.communicate()
+                raise KitError(f"{self.main_class} {' '.join(args)} did not finish within {timeout}s\n"
+                               f"--- stdout ---\n{stdout[-6000:]}\n--- stderr ---\n{stderr[-6000:]}") from None
+        proc = subprocess.CompletedProcess(cmd, p.returncode, stdout, stderr)
         if check and proc.returncode != 0:
             raise KitError(f"{self.main_class} {' '.join(args)} exited with {proc.returncode}\n"
                            f"--- stdout ---\n{proc.stdout[-6000:]}\n--- stderr ---\n{proc.stderr[-6000:]}")
