@@ -53,6 +53,13 @@ def to_text(value: Any) -> str | None:
     return str(value)
 
 
+def _broker_source(broker: Any, key: str) -> str:
+    """Where the broker's value of ``key`` comes from: set dynamically, in its configuration, or not at all."""
+    if key in broker.dynamic_configs.broker:
+        return "dynamic_default_broker"
+    return "default" if broker.config[key] == CONFIG_DEFS[key].default else "static_broker"
+
+
 def topic_config_entries(broker: Any, overrides: dict[str, str]) -> list[ConfigEntry]:
     out = []
     for d in CONFIG_DEFS.values():
@@ -66,9 +73,7 @@ def topic_config_entries(broker: Any, overrides: dict[str, str]) -> list[ConfigE
                 out.append(ConfigEntry(d.name, to_text(d.default), "default", False, CONFIG_TYPE[d.type], d.doc, ()))
             continue
         broker_value = to_text(broker.config[d.broker_synonym])
-        broker_source = "dynamic_default_broker" if d.broker_synonym in broker.dynamic_configs.broker else (
-            "default" if broker.config[d.broker_synonym] == CONFIG_DEFS[d.broker_synonym].default else "static_broker"
-        )
+        broker_source = _broker_source(broker, d.broker_synonym)
         synonyms = [(d.broker_synonym, broker_value, broker_source)]
         if d.name in overrides:
             synonyms.insert(0, (d.name, overrides[d.name], "topic"))
@@ -104,9 +109,9 @@ def group_config_entries(broker: Any, group_id: str) -> list[ConfigEntry]:
             continue
         if d.name in overrides:
             out.append(ConfigEntry(d.name, overrides[d.name], "group", False, CONFIG_TYPE[d.type], d.doc))
-        elif d.broker_synonym is not None:
-            out.append(ConfigEntry(d.name, to_text(broker.config[d.broker_synonym]), "default", False,
-                                   CONFIG_TYPE[d.type], d.doc))
+        elif d.broker_synonym is not None:  # as Kafka: the source of the broker's value
+            out.append(ConfigEntry(d.name, to_text(broker.config[d.broker_synonym]),
+                                   _broker_source(broker, d.broker_synonym), False, CONFIG_TYPE[d.type], d.doc))
         else:
             out.append(ConfigEntry(d.name, to_text(d.default), "default", False, CONFIG_TYPE[d.type], d.doc))
     return out
