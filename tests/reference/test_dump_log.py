@@ -47,7 +47,7 @@ def dump(files: list[Path], decoder: str) -> tuple[list[Dumped], str]:
             continue
         offset = int(line.split()[2])
         _, _, rest = line.partition(" key: ")
-        key_text, sep, value_text = rest.partition(" payload: ")
+        key_text, _, value_text = rest.partition(" payload: ")
         out.append(Dumped(offset, _json(key_text), None if value_text == "<DELETE>" else _json(value_text)))
     return out, proc.stdout
 

@@ -27,8 +27,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 __all__ = [
-    "KitError", "KIT_DIR", "classpath", "java_command", "run_tool", "KafkaBroker", "JavaProgram",
-    "TOOLS", "free_port",
+    "KIT_DIR",
+    "TOOLS",
+    "JavaProgram",
+    "KafkaBroker",
+    "KitError",
+    "classpath",
+    "free_port",
+    "java_command",
+    "run_tool",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,8 +79,8 @@ def classpath() -> str:
     """Kafka's jars, fetched by Maven on the first call of a fresh machine (kit.sh)."""
     global _classpath
     if _classpath is None:
-        proc = subprocess.run(["bash", str(KIT_DIR / "kit.sh"), "classpath"], capture_output=True, text=True,
-                              timeout=900)
+        proc = subprocess.run(["bash", str(KIT_DIR / "kit.sh"), "classpath"], check=False, capture_output=True,
+                              text=True, timeout=900)
         if proc.returncode != 0:
             raise KitError(f"reference/kafka/kit.sh could not fetch Apache Kafka's jars:\n{proc.stderr}")
         _classpath = Path(proc.stdout.strip()).read_text().strip()
@@ -124,7 +131,7 @@ def run_tool(tool: str, *args: str, input: str | None = None, timeout: float = 1
         dump.parent.mkdir(parents=True, exist_ok=True)
     cmd = java_command(cls, *args, cds_dump=dump)
     try:
-        proc = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout,
+        proc = subprocess.run(cmd, input=input, check=False, capture_output=True, text=True, timeout=timeout,
                               stdin=None if input is not None else subprocess.DEVNULL,
                               env={**os.environ, **(env or {})})
         if dump is not None and proc.returncode == 0 and dump.exists():
@@ -210,7 +217,7 @@ class KafkaBroker:
         props.update(self.overrides)
         return props
 
-    def start(self) -> "KafkaBroker":
+    def start(self) -> KafkaBroker:
         if self.proc is not None and self.proc.poll() is None:
             raise KitError("Kafka broker already running")
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -265,7 +272,7 @@ class KafkaBroker:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
-    def __enter__(self) -> "KafkaBroker":
+    def __enter__(self) -> KafkaBroker:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -296,7 +303,7 @@ class JavaProgram:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         proc = subprocess.run([javac, "-nowarn", "-encoding", "UTF-8", "-d", str(tmp), "-cp", classpath(),
-                               str(self.source)], capture_output=True, text=True, timeout=300)
+                               str(self.source)], check=False, capture_output=True, text=True, timeout=300)
         if proc.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
             raise KitError(f"javac {self.source.name} failed:\n{proc.stdout}\n{proc.stderr}")
