@@ -25,7 +25,8 @@ __all__ = ["IGNORED", "Side", "normalize"]
 IGNORED = frozenset({
     "throttle_time", "error_message", "topic_id", "node_id", "host", "port", "leader_id", "leader_epoch",
     "node_endpoints", "records", "current_leader", "rack", "cluster_id", "controller_id", "coordinator_key",
-    "member_id", "acquisition_lock_timeout", "create_timestamp", "write_timestamp", "log_start_offset", "last_stable_offset",
+    "member_id", "acquisition_lock_timeout", "create_timestamp", "write_timestamp", "log_start_offset",
+    "last_stable_offset",
 })
 
 

@@ -85,7 +85,8 @@ def join(conn, group: str, member: str) -> Any:
         time.sleep(0.5)
     del fc
     deadline = time.monotonic() + 20
-    while code(r.error_code) == "none" and not (r.assignment and r.assignment.topic_partitions) and time.monotonic() < deadline:
+    while (code(r.error_code) == "none" and not (r.assignment and r.assignment.topic_partitions)
+           and time.monotonic() < deadline):
         time.sleep(0.3)
         r = heartbeat(conn, group, member, r.member_epoch, None)
     return r

@@ -140,7 +140,8 @@ def test_consumer_offsets_values(workload) -> None:
     # the share group (types 11, 12, 15): its epoch and initialized share-partitions
     assert [v["data"]["epoch"] for k, v in by_type[11] if k["groupId"] == "dl-share-g"] == [2]
     [spm] = [v["data"] for k, v in by_type[15] if k["groupId"] == "dl-share-g"]
-    assert spm["initializedTopics"] == [{"topicId": workload["share_topic_id"], "topicName": "dl-share", "partitions": [0]}]
+    assert spm["initializedTopics"] == [
+        {"topicId": workload["share_topic_id"], "topicName": "dl-share", "partitions": [0]}]
     assert spm["initializingTopics"] == [] and spm["deletingTopics"] == []
 
 

@@ -96,7 +96,7 @@ def test_admin_topics_partitions_configs_groups(shoal, java, share_group: str) -
     errors = [" ".join(x) for x in tagged(proc.stdout, "E")]
     assert errors[0].startswith("recreate TopicExistsException")
     assert errors[1].startswith("shrink InvalidPartitionsException")
-    assert errors[2].startswith("badconfig InvalidConfigurationException") or errors[2].startswith("badconfig InvalidRequestException")
+    assert errors[2].startswith("badconfig InvalidConfigurationException")
     assert any(x.startswith("describe java-admin 5 false ") for x in info)
     assert "list true" in info
     assert "config cleanup.policy compact DYNAMIC_TOPIC_CONFIG" in info
@@ -105,7 +105,8 @@ def test_admin_topics_partitions_configs_groups(shoal, java, share_group: str) -
     assert "cluster 1 true" in info
     assert f"group {share_group} Share share" in info
     assert "group java-admin-classic Classic" in info  # only committed offsets: no protocol type
-    of = {x.split()[1]: x.split()[2].split(",") if len(x.split()) > 2 else [] for x in info if x.startswith("groups-of")}
+    of = {x.split()[1]: x.split()[2].split(",") if len(x.split()) > 2 else []
+          for x in info if x.startswith("groups-of")}
     assert share_group in of["Share"] and share_group not in of["Classic"] and share_group not in of["Consumer"]
     assert "java-admin-classic" in of["Classic"] and "java-admin-classic" not in of["Share"]
     assert "deleted true" in info

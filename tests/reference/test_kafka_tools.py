@@ -29,7 +29,8 @@ def test_topics_configs_and_console_clients(shoal) -> None:
     assert tool(shoal, "kafka-topics", "--create", "--topic", "tools-t", "--partitions", "2",
                 "--config", "retention.ms=100000").strip() == "Created topic tools-t."
     described = tool(shoal, "kafka-topics", "--describe", "--topic", "tools-t")
-    assert re.search(r"Topic: tools-t\tTopicId: \S+\tPartitionCount: 2\tReplicationFactor: 1\tConfigs: retention.ms=100000", described)
+    assert re.search(r"Topic: tools-t\tTopicId: \S+\tPartitionCount: 2\tReplicationFactor: 1\t"
+                     r"Configs: retention.ms=100000", described)
     assert len(re.findall(r"\tTopic: tools-t\tPartition: \d\tLeader: 0\tReplicas: 0\tIsr: 0", described)) == 2
     tool(shoal, "kafka-topics", "--alter", "--topic", "tools-t", "--partitions", "3")
     assert "PartitionCount: 3" in tool(shoal, "kafka-topics", "--describe", "--topic", "tools-t")
@@ -43,7 +44,8 @@ def test_topics_configs_and_console_clients(shoal) -> None:
     assert "retention.ms=200000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=200000" in configs
     tool(shoal, "kafka-configs", "--entity-type", "topics", "--entity-name", "tools-t", "--alter",
          "--delete-config", "cleanup.policy")
-    assert "cleanup.policy" not in tool(shoal, "kafka-configs", "--entity-type", "topics", "--entity-name", "tools-t", "--describe")
+    assert "cleanup.policy" not in tool(shoal, "kafka-configs", "--entity-type", "topics", "--entity-name", "tools-t",
+                                        "--describe")
     brokers = tool(shoal, "kafka-configs", "--entity-type", "brokers", "--entity-name", "0", "--describe", "--all")
     assert re.search(r"^  num\.partitions=1 sensitive=false", brokers, re.MULTILINE)
     assert re.search(r"^  group\.share\.min\.record\.lock\.duration\.ms=1000 sensitive=false", brokers, re.MULTILINE)
@@ -133,7 +135,8 @@ def test_share_groups_tool_and_console_share_consumer(shoal) -> None:
     assert sorted(r[1:] for r in reset[1:]) == [["tools-sg-t", "0", "0"], ["tools-sg-t", "1", "0"]]
     rows = table(tool(shoal, "kafka-share-groups", "--describe", "--group", "tools-sg", "--offsets"))
     assert sorted((r[2], r[3], r[4]) for r in rows[1:]) == [("0", "0", str(start["0"])), ("1", "0", str(start["1"]))]
-    assert table(tool(shoal, "kafka-share-groups", "--delete-offsets", "--group", "tools-sg", "--topic", "tools-sg-t")) == [
+    assert table(tool(shoal, "kafka-share-groups", "--delete-offsets", "--group", "tools-sg",
+                      "--topic", "tools-sg-t")) == [
         ["TOPIC", "STATUS"], ["tools-sg-t", "Successful"]]
     assert "Deletion of requested share groups ('tools-sg') was successful." in tool(
         shoal, "kafka-share-groups", "--delete", "--group", "tools-sg")
