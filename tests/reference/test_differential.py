@@ -256,3 +256,60 @@ KAFKA_ONLY_GROUP_CONFIGS = frozenset({
     "streams.heartbeat.interval.ms", "streams.initial.rebalance.delay.ms", "streams.num.standby.replicas",
     "streams.rack.aware.assignment.tags", "streams.session.timeout.ms",
 })
+
+
+def create_topics(conn, topics: list[dict[str, Any]], validate_only: bool = False) -> Any:
+    req = conn.request_type(19, 7)
+    return conn.send(make(req, timeout=ms(15000), validate_only=validate_only, topics=tuple(
+        make(sub(req, "CreatableTopic"), name=t["name"], num_partitions=t.get("partitions", 1),
+             replication_factor=t.get("rf", 1), assignments=tuple(
+                 make(sub(req, "CreatableReplicaAssignment"), partition_index=i, broker_ids=tuple(b))
+                 for i, b in enumerate(t.get("assignments", []))),
+             configs=tuple(make(sub(req, "CreatableTopicConfig"), name=k, value=v)
+                           for k, v in t.get("configs", {}).items()))
+        for t in topics)))
+
+
+def create_partitions(conn, name: str, count: int, validate_only: bool = False) -> Any:
+    req = conn.request_type(37, 3)
+    return conn.send(make(req, timeout=ms(15000), validate_only=validate_only, topics=(
+        make(sub(req, "CreatePartitionsTopic"), name=name, count=count, assignments=None),)))
+
+
+def test_create_topics_and_partitions_validation(sides) -> None:
+    """CreateTopics v7 and CreatePartitions v3 refusals: per topic error codes."""
+    def scenario(side: Side) -> list[tuple[str, Any]]:
+        conn = side.connect()
+
+        def codes(r: Any) -> list[tuple[str, str]]:
+            items = r.topics if hasattr(r, "topics") else r.results
+            return sorted((str(t.name), code(t.error_code)) for t in items)
+
+        return [
+            ("bad names", codes(create_topics(conn, [{"name": "bad name"}, {"name": "a" * 250}, {"name": "."}]))),
+            ("zero partitions", codes(create_topics(conn, [{"name": "diff-zero", "partitions": 0}]))),
+            ("too many replicas", codes(create_topics(conn, [{"name": "diff-rf3", "rf": 3}]))),
+            ("zero replicas", codes(create_topics(conn, [{"name": "diff-rf0", "rf": 0}]))),
+            ("unknown config", codes(create_topics(conn, [{"name": "diff-cfg", "configs": {"no.such": "1"}}]))),
+            ("bad config value", codes(create_topics(conn, [{"name": "diff-cfg2", "configs": {"retention.ms": "x"}}]))),
+            ("duplicate in request", codes(create_topics(conn, [{"name": "diff-dup"}, {"name": "diff-dup"}]))),
+            ("was the duplicate created", codes(create_partitions(conn, "diff-dup", 2, validate_only=True))),
+            ("exists", codes(create_topics(conn, [{"name": TOPIC}]))),
+            ("validate only", codes(create_topics(conn, [{"name": "diff-validate"}], validate_only=True))),
+            ("not created by validate only", codes(create_partitions(conn, "diff-validate", 2))),
+            ("fewer partitions", codes(create_partitions(conn, TOPIC, 1))),
+            ("same partitions", codes(create_partitions(conn, TOPIC, 2))),
+            ("unknown topic", codes(create_partitions(conn, "diff-no-such", 3))),
+            ("more partitions, validate only", codes(create_partitions(conn, TOPIC, 3, validate_only=True))),
+        ]
+
+    want, got = both(sides, scenario)
+    known = {"duplicate in request", "was the duplicate created"}
+    diffs = [(n, w, g) for (n, w), (_, g) in zip(want, got) if w != g and n not in known]
+    assert diffs == [], "\n".join(f"{n}:\n  kafka: {w}\n  shoal: {g}" for n, w, g in diffs)
+    # A topic named twice in one CreateTopics (docs/COMPATIBILITY.md): Kafka answers one
+    # INVALID_REQUEST and creates nothing; shoal creates the first and refuses the second.
+    assert dict(want)["duplicate in request"] == [["diff-dup", "invalid_request"]]
+    assert dict(want)["was the duplicate created"] == [["diff-dup", "unknown_topic_or_partition"]]
+    assert dict(got)["duplicate in request"] == [["diff-dup", "invalid_request"], ["diff-dup", "none"]]
+    assert dict(got)["was the duplicate created"] == [["diff-dup", "none"]]
