@@ -15,11 +15,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from kio.schema.errors import ErrorCode
 
 from shoal.protocol.entities import make, ms, sub
 from tests.reference.differential import Side, normalize
-from tests.support.kafka_ref import KafkaBroker, run_tool
+from tests.support.clients import admin_client, create_topic, produce_all, producer
+from tests.support.kafka_ref import KafkaBroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -32,14 +34,13 @@ def sides(shoal, tmp_path_factory: pytest.TempPathFactory, kafka_classpath: str)
     kafka.start()
     try:
         pair = (Side("kafka", kafka.bootstrap), Side("shoal", shoal.bootstrap))
-        for side in pair:
-            run_tool("kafka-topics", "--bootstrap-server", side.bootstrap, "--create", "--topic", TOPIC,
-                     "--partitions", "2")
-            run_tool("kafka-console-producer", "--bootstrap-server", side.bootstrap, "--topic", TOPIC,
-                     "--producer-property", "partitioner.class=org.apache.kafka.clients.producer.RoundRobinPartitioner",
-                     input="".join(f"v{i}\n" for i in range(10)))
-            run_tool("kafka-configs", "--bootstrap-server", side.bootstrap, "--entity-type", "groups",
-                     "--entity-name", "diff-g", "--alter", "--add-config", "share.auto.offset.reset=earliest")
+        for side in pair:  # the same topic, records and group config on both (librdkafka: no JVM to start)
+            create_topic(side.bootstrap, TOPIC, 2)
+            produce_all(producer(side.bootstrap), TOPIC, [{"value": f"v{i}", "partition": i % 2} for i in range(10)])
+            group = ConfigResource(ResourceType.GROUP, "diff-g", incremental_configs=[ConfigEntry(
+                "share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+            admin = admin_client(side.bootstrap)
+            admin.incremental_alter_configs([group])[group].result(timeout=30)
         yield pair
     finally:
         for side in pair:
@@ -313,3 +314,60 @@ def test_create_topics_and_partitions_validation(sides) -> None:
     assert dict(want)["was the duplicate created"] == [["diff-dup", "unknown_topic_or_partition"]]
     assert dict(got)["duplicate in request"] == [["diff-dup", "invalid_request"], ["diff-dup", "none"]]
     assert dict(got)["was the duplicate created"] == [["diff-dup", "none"]]
+
+
+def list_offsets(conn, topic: str, partitions: dict[int, int]) -> list[tuple[int, str, int]]:
+    req = conn.request_type(2, 10)
+    r = conn.send(make(req, replica_id=-1, isolation_level=0, timeout=ms(10000), topics=(
+        make(sub(req, "ListOffsetsTopic"), name=topic, partitions=tuple(
+            make(sub(req, "ListOffsetsPartition"), partition_index=p, current_leader_epoch=-1, timestamp=ts)
+            for p, ts in partitions.items())),)))
+    return sorted((p.partition_index, code(p.error_code), p.offset) for t in r.topics for p in t.partitions)
+
+
+def offset_commit(conn, group: str, topic: str, offsets: dict[int, int], *, member: str = "",
+                  generation: int = -1) -> list[tuple[int, str]]:
+    req = conn.request_type(8, 9)
+    r = conn.send(make(req, group_id=group, generation_id_or_member_epoch=generation, member_id=member,
+                       group_instance_id=None, topics=(make(sub(req, "OffsetCommitRequestTopic"), name=topic,
+                       partitions=tuple(make(sub(req, "OffsetCommitRequestPartition"), partition_index=p,
+                                             committed_offset=o, committed_leader_epoch=-1, committed_metadata="m")
+                                        for p, o in offsets.items())),)))
+    return sorted((p.partition_index, code(p.error_code)) for t in r.topics for p in t.partitions)
+
+
+def offset_fetch(conn, group: str, topic: str | None) -> Any:
+    req = conn.request_type(9, 9)
+    topics = None if topic is None else (
+        make(sub(req, "OffsetFetchRequestTopics"), name=topic, partition_indexes=(0, 1)),)
+    r = conn.send(make(req, require_stable=False, groups=(
+        make(sub(req, "OffsetFetchRequestGroup"), group_id=group, member_id=None, member_epoch=-1, topics=topics),)))
+    return [(code(g.error_code), sorted((t.name, p.partition_index, p.committed_offset, p.metadata, code(p.error_code))
+                                        for t in g.topics for p in t.partitions)) for g in r.groups]
+
+
+def test_list_offsets_and_offset_commit_fetch(sides) -> None:
+    def scenario(side: Side) -> list[tuple[str, Any]]:
+        conn = side.connect()
+        conn.call(10, 6, key_type=0, coordinator_keys=("diff-oc",))
+        deadline = time.monotonic() + 60
+        while True:  # Kafka's coordinator for the group may still be loading
+            first = offset_commit(conn, "diff-oc", TOPIC, {0: 3, 1: 5})
+            if all(c not in _NOT_READY for _, c in first) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        return [
+            ("latest and earliest", list_offsets(conn, TOPIC, {0: -1, 1: -2})),
+            ("max timestamp", [(p, c) for p, c, _ in list_offsets(conn, TOPIC, {0: -3})]),
+            ("unknown partition", list_offsets(conn, TOPIC, {7: -1})),
+            ("unknown topic", list_offsets(conn, "diff-no-such", {0: -1})),
+            ("commit without a member", first),
+            ("fetch", offset_fetch(conn, "diff-oc", TOPIC)),
+            ("fetch all topics", offset_fetch(conn, "diff-oc", None)),
+            ("commit to an unknown topic", offset_commit(conn, "diff-oc", "diff-no-such", {0: 1})),
+            ("commit to an unknown partition", offset_commit(conn, "diff-oc", TOPIC, {9: 1})),
+            ("commit with an unknown member", offset_commit(conn, "diff-oc", TOPIC, {0: 1}, member="x", generation=3)),
+            ("fetch of an unknown group", offset_fetch(conn, "diff-no-group", TOPIC)),
+        ]
+
+    assert_same(sides, scenario)
