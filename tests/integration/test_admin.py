@@ -374,3 +374,20 @@ def test_one_broker_describes_its_log_dir_and_refuses_reassignments_elsewhere(sh
         assert admin.list_partition_reassignments() == {}
     finally:
         admin.close()
+
+
+def test_group_config_sources_follow_the_broker_value(start_broker):
+    """A group config without a group override reports where the broker's value comes from,
+    as Kafka does: STATIC_BROKER_CONFIG when set in the broker's configuration, DEFAULT_CONFIG
+    when not set, DYNAMIC_BROKER_CONFIG when set dynamically on the broker, GROUP_CONFIG when the
+    group overrides it."""
+    b = start_broker({"group.share.session.timeout.ms": "50000", "group.share.min.session.timeout.ms": "45000"})
+    admin = admin_client(b.bootstrap)
+    res = ConfigResource(ResourceType.GROUP, "sources")
+    alter = ConfigResource(ResourceType.GROUP, "sources", incremental_configs=[
+        ConfigEntry("share.delivery.count.limit", "4", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([alter], request_timeout=T)[alter].result(timeout=T)
+    cfg = admin.describe_configs([res], request_timeout=T)[res].result(timeout=T)
+    assert (cfg["share.session.timeout.ms"].value, int(cfg["share.session.timeout.ms"].source)) == ("50000", 4)
+    assert (cfg["share.record.lock.duration.ms"].value, int(cfg["share.record.lock.duration.ms"].source)) == ("30000", 5)
+    assert (cfg["share.delivery.count.limit"].value, int(cfg["share.delivery.count.limit"].source)) == ("4", 8)

@@ -524,3 +524,35 @@ def test_consumer_groups_cli(start_broker: Callable[..., BrokerProcess], topic_n
     commit_offsets(bs, "cli-g", topic_name, {0: 1})
     assert "cli-g" in run_cli(bs, "--delete", "--group", "cli-g")
     assert "cli-g" not in run_cli(bs, "--list").split()
+
+
+def test_offset_commit_to_unknown_topics_and_partitions(broker: BrokerProcess) -> None:
+    """As Kafka: partitions of an OffsetCommit that no topic has are answered
+    UNKNOWN_TOPIC_OR_PARTITION and not committed; the others are committed."""
+    from shoal.client.connection import Connection
+    from shoal.protocol.entities import make, sub
+
+    create_topic(broker.bootstrap, "known", 2)
+
+    def commit(conn: Connection, topics: dict[str, list[int]]) -> list[tuple[str, int, str]]:
+        req = conn.request_type(8, 9)
+        r = conn.send(make(req, group_id="unknown-commits", generation_id_or_member_epoch=-1, member_id="",
+                           group_instance_id=None, topics=tuple(
+                               make(sub(req, "OffsetCommitRequestTopic"), name=name, partitions=tuple(
+                                   make(sub(req, "OffsetCommitRequestPartition"), partition_index=p,
+                                        committed_offset=1, committed_leader_epoch=-1, committed_metadata="")
+                                   for p in ps)) for name, ps in topics.items())))
+        return [(t.name, p.partition_index, p.error_code.name) for t in r.topics for p in t.partitions]
+
+    with Connection.to(broker.bootstrap) as conn:
+        assert commit(conn, {"known": [0, 5, 1], "no-such-topic": [0]}) == [
+            ("known", 0, "none"), ("known", 5, "unknown_topic_or_partition"), ("known", 1, "none"),
+            ("no-such-topic", 0, "unknown_topic_or_partition")]
+        assert commit(conn, {"no-such-topic": [0, 1]}) == [
+            ("no-such-topic", 0, "unknown_topic_or_partition"), ("no-such-topic", 1, "unknown_topic_or_partition")]
+        req = conn.request_type(9, 9)
+        r = conn.send(make(req, require_stable=False, groups=(make(
+            sub(req, "OffsetFetchRequestGroup"), group_id="unknown-commits", member_id=None, member_epoch=-1,
+            topics=None),)))
+        assert sorted((t.name, p.partition_index, p.committed_offset) for g in r.groups for t in g.topics
+                      for p in t.partitions) == [("known", 0, 1), ("known", 1, 1)]

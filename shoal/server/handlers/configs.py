@@ -132,9 +132,9 @@ def group_config_entries(broker: Any, group_id: str) -> list[ConfigEntry]:
             continue
         if d.name in overrides:
             out.append(ConfigEntry(d.name, overrides[d.name], "group", False, CONFIG_TYPE[d.type], d.doc))
-        elif d.broker_synonym is not None:
-            out.append(ConfigEntry(d.name, to_text(broker.config[d.broker_synonym]), "default", False,
-                                   CONFIG_TYPE[d.type], d.doc))
+        elif d.broker_synonym is not None:  # as Kafka: the source of the broker's value
+            out.append(ConfigEntry(d.name, to_text(broker.config[d.broker_synonym]),
+                                   _broker_source(broker, d.broker_synonym), False, CONFIG_TYPE[d.type], d.doc))
         else:
             out.append(ConfigEntry(d.name, to_text(d.default), "default", False, CONFIG_TYPE[d.type], d.doc))
     return out

@@ -25,12 +25,45 @@ async def handle_offset_commit(ctx: Any, request: Any) -> Any:
     request carries the error, as Kafka answers.
     """
     svc = group_service(ctx.broker)
+    unknown = _unknown_partitions(ctx.broker, request)
+    known = dataclasses.replace(request, topics=tuple(
+        dataclasses.replace(t, partitions=kept) for t in request.topics
+        if (kept := tuple(x for x in t.partitions if (t.name, x.partition_index) not in unknown))))
+    if not known.topics:
+        return _offset_commit_error(ctx.response_type, request, ErrorCode.unknown_topic_or_partition)
     try:
         p = svc.partition_for(request.group_id)
-        result = await svc.apply_durable(p, svc.shard(p).handle_offset_commit(request, ctx.now_ms()))
+        result = await svc.apply_durable(p, svc.shard(p).handle_offset_commit(known, ctx.now_ms()))
     except ApiError as e:
         return _offset_commit_error(ctx.response_type, request, e.error_code)
-    return result.response
+    if not unknown:
+        return result.response
+    return _with_unknown(ctx.response_type, request, result.response, unknown)
+
+
+def _unknown_partitions(broker: Any, request: Any) -> set[tuple[str, int]]:
+    """The partitions of an OffsetCommit that no topic has: Kafka answers them
+    UNKNOWN_TOPIC_OR_PARTITION and commits the others."""
+    out = set()
+    for t in request.topics:
+        meta = broker.store.get_topic(t.name)
+        for x in t.partitions:
+            if meta is None or not 0 <= x.partition_index < meta.num_partitions:
+                out.add((t.name, x.partition_index))
+    return out
+
+
+def _with_unknown(cls: type, request: Any, response: Any, unknown: set[tuple[str, int]]) -> Any:
+    """The coordinator's answer for the known partitions, with the unknown ones added, in request order."""
+    tcls = sub(cls, "OffsetCommitResponseTopic")
+    pcls = sub(cls, "OffsetCommitResponsePartition")
+    answered = {(t.name, x.partition_index): x for t in response.topics for x in t.partitions}
+    return dataclasses.replace(response, topics=tuple(
+        make(tcls, name=t.name, partitions=tuple(
+            make(pcls, partition_index=x.partition_index, error_code=ErrorCode.unknown_topic_or_partition)
+            if (t.name, x.partition_index) in unknown else answered[(t.name, x.partition_index)]
+            for x in t.partitions))
+        for t in request.topics))
 
 
 def _offset_commit_error(cls: type, request: Any, code: ErrorCode) -> Any:
