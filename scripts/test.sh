@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything the tests need in ./.venv and run the whole suite (unit, property,
-# integration with real clients, Apache Kafka's Java clients and tools, Spark). Extra
-# arguments go to pytest.
+# integration with real clients, Apache Kafka's Java clients and tools, Spark with shoal's data
+# source and with Spark's own Kafka connector). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -27,14 +27,17 @@ if ! command -v chromium >/dev/null 2>&1; then
     echo "warning: chromium could not be installed; the queue view's browser test is skipped (SHOAL_SKIP_BROWSER=1)" >&2
     export SHOAL_SKIP_BROWSER=1
 fi
-# Apache Kafka's released jars (its broker, tools and Java clients) for tests/reference: fetched
-# with Maven into ~/.m2 once, then cached. No Maven or no network is an error, not a skip.
+# Apache Kafka's released jars (its broker, tools and Java clients) for tests/reference, and
+# Spark's own Kafka connector (spark-sql-kafka-0-10 for the installed pyspark) for
+# tests/spark/test_kafka_connector.py: fetched with Maven into ~/.m2 once, then cached. No
+# Maven or no network is an error, not a skip.
 if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
     if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
         (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven openjdk-17-jdk-headless) >/dev/null 2>&1 || true
     fi
 fi
 bash reference/kafka/kit.sh fetch
+.venv/bin/python reference/spark/fetch.py >/dev/null
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
 exec .venv/bin/python -m pytest -q "$@"

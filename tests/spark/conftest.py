@@ -2,7 +2,9 @@
 
 The session runs ``local[4,3]``: four task slots and up to three attempts per task, so a
 test can kill a task and see it retried (plain ``local[N]`` never retries). Workers run
-this interpreter (``PYSPARK_PYTHON``), which has shoal installed.
+this interpreter (``PYSPARK_PYTHON``), which has shoal installed. Spark's own Kafka
+connector is on the session's classpath (``spark.jars``) once reference/spark/fetch.py
+has fetched it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pyspark  # noqa: F401  (the "test" extra installs it: without it these te
 import pytest
 
 from tests.support.broker import BrokerProcess
+from tests.support.spark_kafka import connector_jars
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +39,11 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
     import shoal.spark
 
-    session = (SparkSession.builder.master("local[4,3]").appName("shoal-tests")
+    builder = SparkSession.builder
+    jars = connector_jars()  # Spark's Kafka connector, for test_kafka_connector.py (when fetched)
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
+    session = (builder.master("local[4,3]").appName("shoal-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.sql.session.timeZone", "UTC")
