@@ -42,6 +42,7 @@ from typing import Any
 from kio.serial._introspect import classify_field, get_field_tag, is_optional
 
 from ..errors import ProtocolViolation
+from .header import read_uvarint as _uv
 
 __all__ = ["request_checker", "check_request"]
 
@@ -56,21 +57,6 @@ _VARIABLE = {"string", "bytes", "records"}
 
 _unpack_i16 = struct.Struct(">h").unpack_from
 _unpack_i32 = struct.Struct(">i").unpack_from
-
-
-def _uv(buf: bytes, pos: int) -> tuple[int, int]:
-    """An unsigned varint of at most 5 bytes (kio's and Kafka's limit): (value, new position)."""
-    result = 0
-    shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise ProtocolViolation("varint longer than 5 bytes")
 
 
 def _tags(buf: bytes, pos: int, end: int, known: dict[int, Checker] | None, where: str) -> int:

@@ -23,19 +23,13 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 from kio.serial._introspect import classify_field, get_field_tag, is_optional
 
+from shoal.protocol.header import read_uvarint
+from shoal.protocol.header import uvarint as uv
+
 __all__ = ["random_entity", "encode", "length_fields", "mutations", "uv", "Spot"]
 
 _FIXED = {"bool": 1, "int8": 1, "int16": 2, "int32": 4, "int64": 8, "timedelta_i32": 4, "timedelta_i64": 8,
           "uuid": 16, "uint16": 2, "uint32": 4, "uint64": 8, "float64": 8, "error_code": 2}
-
-
-def uv(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def encode(entity: Any) -> bytes:
@@ -131,21 +125,10 @@ def length_fields(cls: type, body: bytes) -> list[Spot]:
     return out
 
 
-def _read_uv(buf: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-
-
 def _length(buf: bytes, pos: int, flexible: bool, wide: bool, where: str, out: list[Spot]) -> tuple[int, int]:
     """A length at ``pos``: (elements or bytes, -1 for null; position after it)."""
     if flexible:
-        n, end = _read_uv(buf, pos)
+        n, end = read_uvarint(buf, pos)
         out.append(Spot(pos, end - pos, "uv", where))
         return n - 1, end
     if wide:
@@ -165,12 +148,12 @@ def _walk(cls: type, buf: bytes, pos: int, out: list[Spot]) -> int:
             continue
         pos = _walk_field(f, flexible, buf, pos, out, f"{cls.__name__}.{f.name}")
     if flexible:
-        count, end = _read_uv(buf, pos)
+        count, end = read_uvarint(buf, pos)
         out.append(Spot(pos, end - pos, "uv", f"{cls.__name__} tagged fields"))
         pos = end
         for _ in range(count):
-            tag, pos = _read_uv(buf, pos)
-            size, end = _read_uv(buf, pos)
+            tag, pos = read_uvarint(buf, pos)
+            size, end = read_uvarint(buf, pos)
             out.append(Spot(pos, end - pos, "uv", f"{cls.__name__} tagged field {tag}"))
             pos = end
             if tag in known:
