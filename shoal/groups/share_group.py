@@ -98,7 +98,7 @@ from .assignors import (
     normalize,
     partitions_of,
 )
-from .consumer import GroupKindQueries, TopicsMetadata, _td
+from .consumer import KAFKA_STATE_NUMBERING, GroupKindQueries, MemberState, TopicsMetadata, _td
 
 __all__ = [
     "GROUP_TYPE",
@@ -149,7 +149,8 @@ class ShareMember:
 
     def assignment_value(self) -> dict[str, Any]:
         return {"member_epoch": self.member_epoch, "previous_member_epoch": self.previous_member_epoch,
-                "state": 2, "assigned_partitions": assignment_to_json(self.assigned)}
+                "state": int(MemberState.STABLE), "assigned_partitions": assignment_to_json(self.assigned),
+                "state_numbering": KAFKA_STATE_NUMBERING}
 
 
 @dataclass(slots=True)
