@@ -1,17 +1,19 @@
 """Share-group membership (KIP-932): ShareGroupHeartbeat (76), ShareGroupDescribe (77).
 
 A heartbeat's records are made durable first; then the share-partitions newly in the
-group's assignment are initialized through the share service, and only then is the
-heartbeat answered (see ``group_service``). A group id of another kind answers
+group's assignment are initialized through the share service, the member is given
+those whose initialization succeeded (a member is only ever assigned initialized
+partitions), and only then is the heartbeat answered (see ``group_service``). A group id of another kind answers
 GROUP_ID_NOT_FOUND.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ...errors import ErrorCode
-from ...groups.share_group import ShareEffects
+from ...groups.share_group import ShareEffects, heartbeat_assignment
 from ...protocol.entities import make
 from ..dispatch import api
 from ..group_service import client_host, group_service
@@ -55,6 +57,10 @@ async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
             for tid, ps in retry.after.initialize.get(group_id, {}).items():
                 fresh[tid] = frozenset(fresh.get(tid, frozenset())) | frozenset(ps)
         await svc.initialize_share_partitions(p, group_id, fresh)
+        # Only initialized partitions are assigned: add those whose state now exists.
+        refreshed = svc.apply(p, share_groups.refresh_assignment(group_id, request.member_id))
+        if refreshed.response is not None:
+            response = dataclasses.replace(response, assignment=heartbeat_assignment(refreshed.response))
         await svc.wait_replicated(p)
     return response
 
