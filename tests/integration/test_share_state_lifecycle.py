@@ -145,3 +145,60 @@ def test_a_late_acknowledgement_after_the_offsets_were_deleted_creates_no_state(
         assert _fetch_all(s2, key, 1) == [(10, 1)]
         s2.close()
         m2.leave(admin)
+
+
+# --- the share coordinator as Kafka's ShareCoordinatorShard --------------------------------
+
+
+def _state_rpc(conn: Connection, api_key: int, version: int, group: str, topic_id: uuid.UUID, partition: int,
+               **fields: Any) -> Any:
+    """One share-state RPC for one key; returns its partition result."""
+    from shoal.protocol.entities import make, sub
+
+    req_type = conn.request_type(api_key, version)
+    data_name = {83: "InitializeStateData", 85: "WriteStateData", 87: "ReadStateSummaryData"}[api_key]
+    part = make(sub(req_type, "PartitionData"), partition=partition, **fields)
+    resp = conn.send(make(req_type, group_id=group, topics=(make(sub(req_type, data_name), topic_id=topic_id,
+                                                                 partitions=(part,)),)))
+    return resp.results[0].partitions[0]
+
+
+def _write(conn: Connection, group: str, topic_id: uuid.UUID, partition: int, state_epoch: int) -> Any:
+    return _state_rpc(conn, 85, 1, group, topic_id, partition, state_epoch=state_epoch, leader_epoch=-1,
+                      start_offset=-1, delivery_complete_count=-1, state_batches=())
+
+
+def test_share_coordinator_refuses_uninitialized_and_unknown_keys_and_fences_stale_state_epochs(
+        broker: BrokerProcess, topic_name: str) -> None:
+    bs = broker.bootstrap
+    create_topic(bs, topic_name)
+    group = "g-coordinator"
+    with Connection.to(bs) as conn:
+        tid = _topic_id(conn, topic_name)
+        # WriteShareGroupState of a key without state: INVALID_REQUEST, and nothing created.
+        assert _write(conn, group, tid, 0, 0).error_code == ErrorCode.invalid_request
+        summary = _state_rpc(conn, 87, 1, group, tid, 0, leader_epoch=-1)
+        assert summary.error_code == ErrorCode.unknown_topic_or_partition
+        # A topic or partition that does not exist: UNKNOWN_TOPIC_OR_PARTITION.
+        for t, p in ((uuid.uuid4(), 0), (tid, 5)):
+            r = _state_rpc(conn, 83, 0, group, t, p, state_epoch=0, start_offset=0)
+            assert r.error_code == ErrorCode.unknown_topic_or_partition, (t, p)
+
+        # The group coordinator initializes with the group epoch as state epoch.
+        m = ShareMembership(group, topics=(topic_name,))
+        m.heartbeat(conn)
+        assert m.assignment == {tid: (0,)}
+        first = _state_rpc(conn, 87, 1, group, tid, 0, leader_epoch=-1)
+        assert (first.error_code, first.state_epoch) == (ErrorCode.none, m.member_epoch)
+        m.leave(conn)
+        r = _delete_offsets(conn, group, topic_name)
+        assert [t.error_code for t in r.responses] == [ErrorCode.none]
+        # Initialized again by a later member, at the later group epoch: a leader that still
+        # holds the earlier state epoch is fenced.
+        m2 = ShareMembership(group, topics=(topic_name,))
+        m2.heartbeat(conn)
+        again = _state_rpc(conn, 87, 1, group, tid, 0, leader_epoch=-1)
+        assert again.error_code == ErrorCode.none and again.state_epoch > first.state_epoch
+        assert _write(conn, group, tid, 0, first.state_epoch).error_code == ErrorCode.fenced_state_epoch
+        assert _write(conn, group, tid, 0, again.state_epoch).error_code == ErrorCode.none
+        m2.leave(conn)
