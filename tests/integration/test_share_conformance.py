@@ -699,3 +699,31 @@ def test_describe_list_and_delete_share_groups_and_offsets_lag(shared_broker: Br
         assert describe_offsets(bs, group).error_code == ErrorCode.group_id_not_found
     finally:
         conn.close()
+
+
+# --- acknowledgement validation as Kafka's ------------------------------------------------
+
+
+def test_acknowledgement_batches_are_validated_as_kafka_does(member_on_topic: Any) -> None:
+    """Kafka's share-fetch request checks, then its share-partition leader's: batches out of
+    order or overlapping, and ranges past the fetched records, are INVALID_REQUEST for the
+    partition (nothing of it applied); offsets below the start offset are already archived
+    and succeed."""
+    from shoal.client.share import ShareSession
+
+    bs, conn, m, tid = member_on_topic
+    s = ShareSession(conn, m.group_id, m.member_id)
+    assert len(s.fetch([(tid, 0)]).records) == 10
+    key = (tid, 0)
+    assert s.acknowledge({key: [(5, 6, 1), (0, 1, 1)]}) == {key: ErrorCode.invalid_request}  # descending
+    assert s.acknowledge({key: [(0, 3, 1), (2, 4, 1)]}) == {key: ErrorCode.invalid_request}  # overlapping
+    assert s.acknowledge({key: [(8, 12, 1)]}) == {key: ErrorCode.invalid_request}  # past what was fetched
+    # None of it was applied: 0-4 are still the member's to accept, and are.
+    assert s.acknowledge({key: [(0, 4, 1)]}) == {}
+    assert [p.start_offset for t in describe_offsets(bs, m.group_id).topics for p in t.partitions] == [5]
+    # Below the start offset: already archived, a success.
+    assert s.acknowledge({key: [(1, 2, 1)]}) == {}
+    # Straddling it: 5 and 6 are accepted.
+    assert s.acknowledge({key: [(3, 6, 1)]}) == {}
+    assert [p.start_offset for t in describe_offsets(bs, m.group_id).topics for p in t.partitions] == [7]
+    s.close()
