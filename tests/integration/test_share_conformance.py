@@ -727,3 +727,29 @@ def test_acknowledgement_batches_are_validated_as_kafka_does(member_on_topic: An
     assert s.acknowledge({key: [(3, 6, 1)]}) == {}
     assert [p.start_offset for t in describe_offsets(bs, m.group_id).topics for p in t.partitions] == [7]
     s.close()
+
+
+def test_a_departed_member_with_its_session_gets_its_acknowledgements_answered(member_on_topic: Any) -> None:
+    """Kafka's share-partition leader checks the share session, not the group membership: a
+    ShareFetch of a member no longer in the group has its acknowledgements applied and
+    answered per partition (no UNKNOWN_MEMBER_ID that would make the client reset its
+    session); it acquires nothing new, and its next heartbeat tells it to join again."""
+    from shoal.client.connection import KafkaProtocolError
+    from shoal.client.share import ShareSession
+
+    bs, conn, m, tid = member_on_topic
+    s = ShareSession(conn, m.group_id, m.member_id)
+    assert len(s.fetch([(tid, 0)]).records) == 10
+    m.leave(conn)
+    assert members_of(bs, m.group_id) == 0
+    r = s.fetch([(tid, 0)], acknowledgements={(tid, 0): [(0, 4, 1)]}, max_wait_ms=200)
+    assert (r.acknowledge_errors, r.errors, r.records) == ({}, {}, [])
+    assert [p.start_offset for t in describe_offsets(bs, m.group_id).topics for p in t.partitions] == [5]
+    # Acknowledging what it does not hold fails for that partition only.
+    r = s.fetch([(tid, 0)], acknowledgements={(tid, 0): [(5, 5, 1), (6, 6, 9)]}, max_wait_ms=0)
+    assert r.acknowledge_errors == {(tid, 0): ErrorCode.invalid_request}
+    s.close()
+    # Without a session, the membership error as before.
+    with pytest.raises(KafkaProtocolError) as e:
+        ShareSession(conn, m.group_id, m.member_id).fetch([(tid, 0)], max_wait_ms=0)
+    assert e.value.code == ErrorCode.unknown_member_id
