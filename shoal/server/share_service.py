@@ -267,7 +267,7 @@ class ShareService:
         )
         self.persister = Persister(self.runtime)
         self.dead_letters = DeadLetterWriter(broker)
-        self.sessions = ShareSessionCache(int(cfg["max.share.session.cache.slots"]))
+        self.sessions = ShareSessionCache(int(cfg["group.share.max.share.sessions"]))
         self.partitions: dict[PartitionId, SharePartition] = {}
         self._timers: dict[PartitionId, tuple[int, asyncio.TimerHandle]] = {}
         self._retry: dict[PartitionId, asyncio.TimerHandle] = {}

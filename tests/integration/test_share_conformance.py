@@ -538,6 +538,26 @@ def test_max_groups_is_enforced(start_broker: Any, topic_name: str) -> None:
             c.close()
 
 
+def test_kafka_share_session_limit_key_is_served(start_broker: Any, topic_name: str) -> None:
+    """Kafka's broker key group.share.max.share.sessions bounds the share sessions."""
+    from shoal.client.connection import KafkaProtocolError
+    from shoal.client.share import ShareSession
+
+    b = start_broker({"group.share.max.share.sessions": "1"})
+    bs = b.bootstrap
+    create_topic(bs, topic_name)
+    conn, m, tid = joined(bs, "one", topic_name)
+    conn2, m2, _ = joined(bs, "one", topic_name)
+    try:
+        ShareSession(conn, "one", m.member_id).fetch([(tid, 0)], max_wait_ms=0)
+        with pytest.raises(KafkaProtocolError) as e:
+            ShareSession(conn2, "one", m2.member_id).fetch([(tid, 0)], max_wait_ms=0)
+        assert e.value.code == ErrorCode.share_session_limit_reached
+    finally:
+        conn.close()
+        conn2.close()
+
+
 # --- 9. ShareFetch v2 and the admin paths, over the wire -----------------------------------
 
 
@@ -753,3 +773,32 @@ def test_a_departed_member_with_its_session_gets_its_acknowledgements_answered(m
     with pytest.raises(KafkaProtocolError) as e:
         ShareSession(conn, m.group_id, m.member_id).fetch([(tid, 0)], max_wait_ms=0)
     assert e.value.code == ErrorCode.unknown_member_id
+
+
+# --- smaller points: FindCoordinator's SHARE key type, authorized operations ---------------
+
+
+def test_find_coordinator_share_key_type_only_from_v6(shared_broker: BrokerProcess) -> None:
+    """Kafka answers key type SHARE (2) with INVALID_REQUEST below FindCoordinator v6."""
+    from shoal.client.connection import Connection
+
+    key = "g:AAAAAAAAAAAAAAAAAAAAAQ:0"
+    with Connection.to(shared_broker.bootstrap) as conn:
+        old = conn.call(10, 5, key_type=2, coordinator_keys=(key,)).coordinators[0]
+        assert old.error_code == ErrorCode.invalid_request
+        new = conn.call(10, 6, key_type=2, coordinator_keys=(key,)).coordinators[0]
+        assert new.error_code == ErrorCode.none and new.node_id >= 0
+        group = conn.call(10, 5, key_type=0, coordinator_keys=("g",)).coordinators[0]
+        assert group.error_code == ErrorCode.none
+
+
+def test_share_group_describe_fills_authorized_operations(member_on_topic: Any) -> None:
+    """IncludeAuthorizedOperations: READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS and ALTER_CONFIGS
+    (AclOperation ids 3, 6, 8, 10, 11), as Kafka without an authorizer; otherwise Kafka's
+    "not requested" value."""
+    _bs, conn, m, _tid = member_on_topic
+    with_ops = conn.call(77, 1, group_ids=(m.group_id, "missing"), include_authorized_operations=True).groups
+    assert with_ops[0].authorized_operations == (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11)
+    assert with_ops[1].error_code == ErrorCode.group_id_not_found
+    without = conn.call(77, 1, group_ids=(m.group_id,), include_authorized_operations=False).groups[0]
+    assert without.authorized_operations == -2147483648
