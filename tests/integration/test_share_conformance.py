@@ -496,6 +496,20 @@ def test_share_configs_outside_their_ranges_are_invalid_config(shared_broker: Br
     assert _alter(bs, ResourceType.BROKER, "0", group_share_delivery_count_limit="5") is None
 
 
+def test_share_isolation_level_read_committed_is_refused_naming_transactions(shared_broker: BrokerProcess) -> None:
+    """KIP-932's share.isolation.level: read_uncommitted is served; read_committed needs
+    transactions, which do not exist yet, and the refusal says so."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import ResourceType
+
+    bs = shared_broker.bootstrap
+    err = _alter(bs, ResourceType.GROUP, "iso", share_isolation_level="read_committed")
+    assert err is not None and err.code() == KafkaError.INVALID_CONFIG and "transactions" in err.str(), err
+    err = _alter(bs, ResourceType.GROUP, "iso", share_isolation_level="serializable")
+    assert err is not None and err.code() == KafkaError.INVALID_CONFIG, err
+    assert _alter(bs, ResourceType.GROUP, "iso", share_isolation_level="read_uncommitted") is None
+
+
 def test_group_heartbeat_interval_must_be_below_its_session_timeout(start_broker: Any) -> None:
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import ResourceType
