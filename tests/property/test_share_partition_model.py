@@ -39,6 +39,7 @@ delivery count", "Acquisition lock", and the share-state writes of its later rev
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, settings
@@ -296,7 +297,7 @@ class SharePartitionModel(RuleBasedStateMachine):
         request = typed
         # Kafka's rules: batches in ascending order without overlap, none reaching past the
         # last fetched offset; offsets below SPSO are already archived and skipped.
-        ordered = all(b[0] > a[1] for a, b in zip(request, request[1:])) and all(lo >= 0 for lo, _h, _t in request)
+        ordered = all(b[0] > a[1] for a, b in itertools.pairwise(request)) and all(lo >= 0 for lo, _h, _t in request)
         covered = [o for lo, hi, _ in request for o in range(lo, hi + 1) if o >= self.start]
         ok = ordered and all(hi < self.end or hi < self.start for _lo, hi, _t in request) and all(
             o < self.end and self.recs[o].state == ACQUIRED and self.recs[o].member == member

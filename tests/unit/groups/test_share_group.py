@@ -12,7 +12,12 @@ from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatReque
 from kio.static.primitive import i32
 
 from shoal.coordinator.records import CoordinatorRecord, RecordType
-from shoal.groups.share_group import ShareEffects, ShareGroups, ShareGroupState, heartbeat_assignment
+from shoal.groups.share_group import (
+    ShareEffects,
+    ShareGroups,
+    ShareGroupState,
+    heartbeat_assignment,
+)
 
 FOO = uuid.UUID(int=1)
 BAR = uuid.UUID(int=2)
