@@ -738,14 +738,30 @@ def test_describe_list_and_delete_share_groups_and_offsets_lag(shared_broker: Br
 # --- acknowledgement validation as Kafka's ------------------------------------------------
 
 
-def test_acknowledgement_batches_are_validated_as_kafka_does(member_on_topic: Any) -> None:
+@pytest.fixture
+def member_on_own_broker(broker: BrokerProcess, topic_name: str) -> Any:
+    """As ``member_on_topic``, on a broker of the test's own (the shared one serves at most
+    group.share.max.groups groups)."""
+    from tests.integration.test_share_consumer import produce, set_group_configs
+
+    bs = broker.bootstrap
+    create_topic(bs, topic_name)
+    group = f"g-{topic_name}"
+    set_group_configs(bs, group, share_auto_offset_reset="earliest")
+    produce(bs, topic_name, 10)
+    conn, m, tid = joined(bs, group, topic_name)
+    yield bs, conn, m, tid
+    conn.close()
+
+
+def test_acknowledgement_batches_are_validated_as_kafka_does(member_on_own_broker: Any) -> None:
     """Kafka's share-fetch request checks, then its share-partition leader's: batches out of
     order or overlapping, and ranges past the fetched records, are INVALID_REQUEST for the
     partition (nothing of it applied); offsets below the start offset are already archived
     and succeed."""
     from shoal.client.share import ShareSession
 
-    bs, conn, m, tid = member_on_topic
+    bs, conn, m, tid = member_on_own_broker
     s = ShareSession(conn, m.group_id, m.member_id)
     assert len(s.fetch([(tid, 0)]).records) == 10
     key = (tid, 0)
@@ -763,7 +779,7 @@ def test_acknowledgement_batches_are_validated_as_kafka_does(member_on_topic: An
     s.close()
 
 
-def test_a_departed_member_with_its_session_gets_its_acknowledgements_answered(member_on_topic: Any) -> None:
+def test_a_departed_member_with_its_session_gets_its_acknowledgements_answered(member_on_own_broker: Any) -> None:
     """Kafka's share-partition leader checks the share session, not the group membership: a
     ShareFetch of a member no longer in the group has its acknowledgements applied and
     answered per partition (no UNKNOWN_MEMBER_ID that would make the client reset its
@@ -771,7 +787,7 @@ def test_a_departed_member_with_its_session_gets_its_acknowledgements_answered(m
     from shoal.client.connection import KafkaProtocolError
     from shoal.client.share import ShareSession
 
-    bs, conn, m, tid = member_on_topic
+    bs, conn, m, tid = member_on_own_broker
     s = ShareSession(conn, m.group_id, m.member_id)
     assert len(s.fetch([(tid, 0)]).records) == 10
     m.leave(conn)
@@ -806,11 +822,11 @@ def test_find_coordinator_share_key_type_only_from_v6(shared_broker: BrokerProce
         assert group.error_code == ErrorCode.none
 
 
-def test_share_group_describe_fills_authorized_operations(member_on_topic: Any) -> None:
+def test_share_group_describe_fills_authorized_operations(member_on_own_broker: Any) -> None:
     """IncludeAuthorizedOperations: READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS and ALTER_CONFIGS
     (AclOperation ids 3, 6, 8, 10, 11), as Kafka without an authorizer; otherwise Kafka's
     "not requested" value."""
-    _bs, conn, m, _tid = member_on_topic
+    _bs, conn, m, _tid = member_on_own_broker
     with_ops = conn.call(77, 1, group_ids=(m.group_id, "missing"), include_authorized_operations=True).groups
     assert with_ops[0].authorized_operations == (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11)
     assert with_ops[1].error_code == ErrorCode.group_id_not_found
