@@ -815,8 +815,8 @@ class ShareService:
                 # the state now, or the state was deleted: this share-partition is stale.
                 # Its acknowledgements rolled back; clients get an error and fetch from the
                 # current leader, which reloads the state (if there is any).
-                log.warning("share-partition %s-%s-%d: write fenced (%s); dropped", w.group_id, w.topic_id,
-                            w.partition, ErrorCode(failure.error_code).name)
+                log.warning("share-partition %s-%s-%d: write refused as stale (%s); dropped", w.group_id,
+                            w.topic_id, w.partition, ErrorCode(failure.error_code).name)
                 self._drop(pid)
                 live = False
                 self.wake(sp)

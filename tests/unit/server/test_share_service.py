@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from shoal.config import BrokerConfig
@@ -248,6 +249,30 @@ def test_fenced_write_drops_the_stale_share_partition_which_reloads_the_newer_st
     run(body)
 
 
+def test_a_leader_whose_state_was_deleted_creates_none_and_drops_its_share_partition(tmp_path: Path) -> None:
+    async def body() -> None:
+        b, svc = started(tmp_path, {"share.auto.offset.reset": "earliest"})
+        tid = _topic_with_records(b, "t", 4, svc)
+        sp = svc.get_partition("g", tid, 0)
+        sp.acquire("m", [(0, 3)], b.clock.now_ms(), 10)
+        update = sp.acknowledge("m", [(0, 1, [AcknowledgeType.ACCEPT])], b.clock.now_ms())
+        # The state is deleted behind the leader's back (another broker's group coordinator).
+        key = SharePartitionKey.of("g", tid, 0)
+        assert svc.persister.delete(key).ok
+        assert not await svc.persist(sp)  # WriteShareGroupState of an uninitialized key: refused
+        assert update.status is UpdateStatus.ROLLED_BACK
+        assert ("g", tid, 0) not in svc.partitions  # stale: dropped
+        assert svc.persister.read(key).error_code == ErrorCode.unknown_topic_or_partition  # nothing created
+        with pytest.raises(ApiError) as e:
+            svc.get_partition("g", tid, 0)
+        assert e.value.error_code == ErrorCode.unknown_topic_or_partition
+        assert svc.persister.read(key).error_code == ErrorCode.unknown_topic_or_partition
+        svc.stop()
+        b.close()
+
+    run(body)
+
+
 class _Ctx:
     """What a handler needs of its request context."""
 
@@ -256,8 +281,11 @@ class _Ctx:
 
 
 def _wire_write(tid: uuid.UUID, leader_epoch: int, start: int, batches: list[tuple[int, int, int, int]]) -> Any:
-    from kio.schema.write_share_group_state.v1.request import PartitionData, WriteShareGroupStateRequest, \
-        WriteStateData
+    from kio.schema.write_share_group_state.v1.request import (
+        PartitionData,
+        WriteShareGroupStateRequest,
+        WriteStateData,
+    )
     from kio.schema.write_share_group_state.v1.request import StateBatch as WireBatch
     from kio.static.primitive import i8, i16, i32, i64
 
@@ -384,7 +412,9 @@ def test_member_leaving_with_an_open_session_keeps_its_records_until_the_session
 
 
 def test_wire_write_refused_by_the_disk_answers_the_partition_with_an_error(tmp_path: Path) -> None:
-    from kio.schema.write_share_group_state.v1.response import WriteShareGroupStateResponse
+    from kio.schema.write_share_group_state.v1.response import (
+        WriteShareGroupStateResponse,
+    )
 
     from shoal.server.handlers.share_state import handle_write_share_group_state
 
