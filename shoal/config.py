@@ -479,8 +479,9 @@ _DEFS: list[Definition] = [
     Definition("group.share.max.heartbeat.interval.ms", int, 15_000, Scope.BROKER,
                "Largest share.heartbeat.interval.ms.", check=_ge(1)),
     Definition("group.share.assignors", list, ["simple"], Scope.BROKER, "Share-group assignors."),
-    Definition("max.share.session.cache.slots", int, 1000, Scope.BROKER,
-               "Share sessions the broker keeps.", check=_ge(1)),
+    Definition("group.share.max.share.sessions", int, 2000, Scope.BROKER,
+               "Share sessions the broker keeps (max.share.session.cache.slots is accepted as another name "
+               "for it).", check=_ge(1)),
     Definition("share.coordinator.state.topic.num.partitions", int, 1, Scope.BROKER,
                "Partitions of __share_group_state (fixed once the topic exists).", check=_ge(1), dynamic=False),
     Definition("share.coordinator.state.topic.replication.factor", int, 3, Scope.BROKER,
@@ -533,6 +534,9 @@ _DEFS: list[Definition] = [
 ]
 
 CONFIG_DEFS: dict[str, Definition] = {d.name: d for d in _DEFS}
+
+KEY_ALIASES = {"max.share.session.cache.slots": "group.share.max.share.sessions"}
+"""Broker keys accepted under another name: earlier shoal versions' name -> Kafka's."""
 
 BROKER_KEYS_ALSO_TOPIC = frozenset({"min.insync.replicas", "unclean.leader.election.enable"})
 """Broker keys that a topic may also override under the same name (as in Kafka)."""
@@ -713,6 +717,7 @@ class BrokerConfig(Mapping[str, Any]):
         if name.startswith("listener.name."):
             self.listener_overrides[name] = listener_override(name, raw)
             return
+        name = KEY_ALIASES.get(name, name)
         d = CONFIG_DEFS.get(name)
         if d is None:
             raise ConfigError(f"unknown configuration key {name!r}")

@@ -27,9 +27,18 @@ and value of each, in tag order). A nullable struct is preceded by an int8 (-1 n
 1 present). ``uuid`` is 16 bytes. A tagged field is written only when it differs from
 its default.
 
-One addition of shoal's own, written as a tagged field so that Kafka's decoders skip it:
-``ShareGroupStatePartitionMetadataValue.DeletingTopics[].Partitions`` (tag 0), the
-partitions whose state is being deleted (Kafka deletes whole topics and keeps no list).
+Two additions of shoal's own, written as tagged fields so that Kafka's decoders skip them:
+
+* ``ShareGroupStatePartitionMetadataValue.DeletingTopics[].Partitions`` (tag 0), the
+  partitions whose state is being deleted (Kafka deletes whole topics and keeps no list);
+* ``StateNumbering`` (tag 100) in ConsumerGroupCurrentMemberAssignmentValue (type 8) and
+  ShareGroupCurrentMemberAssignmentValue (type 14): 1 when ``State`` holds Kafka's
+  MemberState ids (STABLE 0, UNREVOKED_PARTITIONS 1, UNRELEASED_PARTITIONS 2, UNKNOWN -1),
+  which is what shoal writes; absent (0) in the records of earlier shoal versions, whose
+  ``State`` numbered UNREVOKED_PARTITIONS 0, UNRELEASED_PARTITIONS 1, STABLE 2. Readers
+  tell the two apart by it (``shoal.groups.consumer.member_state``), so a data directory
+  (or a replica) written before keeps its meaning, and Kafka's decoders read ``State`` as
+  shoal meant. The tag is far above the ones Kafka's specs use.
 
 Pure data; no I/O.
 """
@@ -170,6 +179,8 @@ _TOPIC_METADATA = (
     f("NumPartitions", "int32"),
     f("PartitionMetadata", "[]PartitionMetadata", fields=(f("Partition", "int32"), f("Racks", "[]string"))),
 )
+_STATE_NUMBERING = f("StateNumbering", "int8", tag=100, tagged="0+", default=0)
+"""Which ids the member records' ``State`` holds: 1 Kafka's MemberState, 0 (absent) shoal's earlier ones."""
 _STATE_BATCH = (
     f("FirstOffset", "int64"),
     f("LastOffset", "int64"),
@@ -246,6 +257,7 @@ RECORD_SCHEMAS: dict[str, dict[int, tuple[Schema, Schema]]] = {
                 f("State", "int8"),
                 f("AssignedPartitions", "[]TopicPartitions", fields=_TOPIC_PARTITIONS),
                 f("PartitionsPendingRevocation", "[]TopicPartitions", fields=_TOPIC_PARTITIONS),
+                _STATE_NUMBERING,  # shoal's addition, see above
             ])),
         9: (_key("ShareGroupPartitionMetadataKey", 9, _GROUP_ID),
             schema("ShareGroupPartitionMetadataValue", "0", "0+", [
@@ -270,6 +282,7 @@ RECORD_SCHEMAS: dict[str, dict[int, tuple[Schema, Schema]]] = {
                  f("PreviousMemberEpoch", "int32"),
                  f("State", "int8"),
                  f("AssignedPartitions", "[]TopicPartitions", fields=_TOPIC_PARTITIONS),
+                 _STATE_NUMBERING,  # shoal's addition, see above
              ])),
         15: (_key("ShareGroupStatePartitionMetadataKey", 15, _GROUP_ID),
              schema("ShareGroupStatePartitionMetadataValue", "0", "0+", [

@@ -106,6 +106,9 @@ __all__ = [
     "LEAVE_GROUP_MEMBER_EPOCH",
     "LEAVE_GROUP_STATIC_MEMBER_EPOCH",
     "MemberState",
+    "KAFKA_STATE_NUMBERING",
+    "member_state",
+    "with_kafka_member_state",
     "ConsumerGroupState",
     "ConsumerMember",
     "ConsumerGroup",
@@ -126,11 +129,45 @@ _RECORD_TYPES = frozenset(range(RecordType.CONSUMER_GROUP_METADATA, RecordType.C
 
 
 class MemberState(enum.IntEnum):
-    """Reconciliation state of a member (Kafka's MemberState ids)."""
+    """Reconciliation state of a member, with Kafka's MemberState ids (what records 8 and 14
+    hold in ``State``)."""
 
-    UNREVOKED_PARTITIONS = 0
-    UNRELEASED_PARTITIONS = 1
-    STABLE = 2
+    STABLE = 0
+    UNREVOKED_PARTITIONS = 1
+    UNRELEASED_PARTITIONS = 2
+    UNKNOWN = -1
+
+
+KAFKA_STATE_NUMBERING = 1
+"""``state_numbering`` of a member record whose ``state`` holds Kafka's ids (shoal writes it)."""
+
+_EARLIER_STATE_IDS = {0: MemberState.UNREVOKED_PARTITIONS, 1: MemberState.UNRELEASED_PARTITIONS,
+                      2: MemberState.STABLE}
+"""The ids earlier shoal versions wrote, in records without ``state_numbering``."""
+
+
+def member_state(value: Mapping[str, Any]) -> MemberState:
+    """The state a replayed record 8 or 14 says, whichever numbering wrote it (an id that
+    neither knows is UNKNOWN)."""
+    raw = int(value.get("state", -1))
+    if int(value.get("state_numbering", 0)) == KAFKA_STATE_NUMBERING:
+        try:
+            return MemberState(raw)
+        except ValueError:
+            return MemberState.UNKNOWN
+    return _EARLIER_STATE_IDS.get(raw, MemberState.UNKNOWN)
+
+
+def with_kafka_member_state(rec: CoordinatorRecord) -> CoordinatorRecord | None:
+    """A member record (type 8 or 14) of an earlier shoal version, restated with Kafka's
+    MemberState ids and ``state_numbering``; None for any other record (nothing to change)."""
+    if rec.record_type not in (RecordType.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+                               RecordType.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT) or rec.value is None:
+        return None
+    if int(rec.value.get("state_numbering", 0)) == KAFKA_STATE_NUMBERING:
+        return None
+    value = dict(rec.value, state=int(member_state(rec.value)), state_numbering=KAFKA_STATE_NUMBERING)
+    return replace(rec, value=value)
 
 
 class ConsumerGroupState(enum.Enum):
@@ -193,6 +230,7 @@ class ConsumerMember:
             "state": int(self.state),
             "assigned_partitions": assignment_to_json(self.assigned),
             "partitions_pending_revocation": assignment_to_json(self.pending_revocation),
+            "state_numbering": KAFKA_STATE_NUMBERING,
         }
 
 
@@ -309,7 +347,7 @@ class ConsumerGroup:
                     old,
                     member_epoch=int(v["member_epoch"]),
                     previous_member_epoch=int(v["previous_member_epoch"]),
-                    state=MemberState(int(v["state"])),
+                    state=member_state(v),
                     assigned=assignment_from_json(v["assigned_partitions"]),
                     pending_revocation=assignment_from_json(v["partitions_pending_revocation"]),
                 )

@@ -53,6 +53,7 @@ from shoal.coordinator.records import CoordinatorRecord, RecordType
 from shoal.coordinator.result import Result
 
 from .classic import ClassicConfig, ClassicGroup, Effects, JoinRequest, Parked, Reply, join_error, sync_error
+from .consumer import with_kafka_member_state
 from .offsets import CommitPartition, OffsetStore
 from .records import decode_group_metadata
 
@@ -556,6 +557,12 @@ class GroupCoordinatorShard:
         replay = self._replayers.get(t)
         if replay is not None:
             replay(self, record)
+
+    @staticmethod
+    def upgraded(record: CoordinatorRecord) -> CoordinatorRecord | None:
+        """``record`` as this version writes it, if an earlier version wrote it otherwise (the
+        runtime rewrites such records in place after loading); None when it is current."""
+        return with_kafka_member_state(record)
 
     def on_loaded(self, now_ms: int) -> list[int]:
         """After start-up replay: start every loaded member's session; returns deadlines."""

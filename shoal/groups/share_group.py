@@ -37,8 +37,16 @@ each in two stages so that a crash in between is retried:
   shell sends DeleteShareGroupState, then ``complete_delete_group`` writes the
   tombstones.
 
-Partitions are assigned while still initializing: the shell should initialize them
-before it answers the heartbeat (or make the share-partition wait for it).
+A member is given only the partitions of its target that are *initialized* (KIP-932:
+until the state exists, the heartbeat "responds ... but the list of assignments is
+empty"), so a share-partition leader only ever serves partitions with persisted state.
+The heartbeat handler initializes what the heartbeat made *initializing* before it
+answers, then ``refresh_assignment`` adds what became initialized to the member's
+assignment, so a joining member gets its partitions in its first answer when the
+initialization succeeds; the others get them at their next heartbeat. The state epoch
+an initialization writes is the group epoch at that time (as Kafka's group
+coordinator does), so state initialized again after DeleteShareGroupOffsets carries a
+higher epoch than the state a stale share-partition leader still holds.
 
 Handlers never change durable state: each works on a deep copy of the group, applies
 its own records to the copy with the code ``replay`` uses, and answers from the copy.
@@ -98,7 +106,13 @@ from .assignors import (
     normalize,
     partitions_of,
 )
-from .consumer import GroupKindQueries, TopicsMetadata, _td
+from .consumer import (
+    KAFKA_STATE_NUMBERING,
+    GroupKindQueries,
+    MemberState,
+    TopicsMetadata,
+    _td,
+)
 
 __all__ = [
     "GROUP_TYPE",
@@ -107,6 +121,7 @@ __all__ = [
     "ShareGroup",
     "ShareGroups",
     "ShareEffects",
+    "heartbeat_assignment",
 ]
 
 GROUP_TYPE = "share"
@@ -149,7 +164,8 @@ class ShareMember:
 
     def assignment_value(self) -> dict[str, Any]:
         return {"member_epoch": self.member_epoch, "previous_member_epoch": self.previous_member_epoch,
-                "state": 2, "assigned_partitions": assignment_to_json(self.assigned)}
+                "state": int(MemberState.STABLE), "assigned_partitions": assignment_to_json(self.assigned),
+                "state_numbering": KAFKA_STATE_NUMBERING}
 
 
 @dataclass(slots=True)
@@ -270,6 +286,17 @@ def _subtract(a: Assignment, b: Mapping[uuid.UUID, Iterable[int]]) -> Assignment
 
 def _union(a: Assignment, b: Mapping[uuid.UUID, Iterable[int]]) -> Assignment:
     return from_partitions(partitions_of(a) | partitions_of(b))
+
+
+def heartbeat_assignment(a: Assignment) -> hb_resp.Assignment:
+    """A member's assignment as ShareGroupHeartbeat's response carries it."""
+    return hb_resp.Assignment(topic_partitions=tuple(
+        hb_resp.TopicPartitions(topic_id=t, partitions=tuple(i32(p) for p in sorted(ps)))
+        for t, ps in sorted(a.items(), key=lambda kv: str(kv[0]))))
+
+
+def _intersect(a: Assignment, b: Mapping[uuid.UUID, Iterable[int]]) -> Assignment:
+    return from_partitions(partitions_of(a) & partitions_of(b))
 
 
 def _random_member_id() -> str:
@@ -452,7 +479,7 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
             self._compute_target(g, emit, effects)
 
         current = g.members[mid]
-        target = g.target.get(mid, {})
+        target = _intersect(g.target.get(mid, {}), g.initialized)
         if new_member or current.member_epoch != g.assignment_epoch or current.assigned != target:
             nxt = replace(current, previous_member_epoch=current.member_epoch, member_epoch=g.assignment_epoch,
                           assigned=dict(target))
@@ -463,9 +490,7 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
         self._session_deadlines[(gid, mid)] = now_ms + session_ms
         assignment = None
         if epoch == 0 or partitions_of(nxt.assigned) != partitions_of(before.assigned):
-            assignment = hb_resp.Assignment(topic_partitions=tuple(
-                hb_resp.TopicPartitions(topic_id=t, partitions=tuple(i32(p) for p in sorted(ps)))
-                for t, ps in sorted(nxt.assigned.items(), key=lambda kv: str(kv[0]))))
+            assignment = heartbeat_assignment(nxt.assigned)
         response = hb_resp.ShareGroupHeartbeatResponse(
             throttle_time=_td(0), error_code=ErrorCode.none, error_message=None, member_id=mid,
             member_epoch=i32(nxt.member_epoch), heartbeat_interval=_td(interval_ms), assignment=assignment)
@@ -587,6 +612,22 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
         return Result(records=[self._state_record(g, _subtract(g.initializing, moved),
                                                   _union(g.initialized, moved), g.deleting)],
                       response=ErrorCode.none)
+
+    def refresh_assignment(self, group_id: str, member_id: str) -> Result[Assignment | None]:
+        """After initializations: give the member the partitions of its target that are
+        initialized now, at its current epoch. Returns the record and the member's new
+        assignment, or no records and None when it is unchanged (or not a member)."""
+        g = self._groups.get(group_id)
+        m = None if g is None else g.members.get(member_id)
+        if g is None or m is None:
+            return Result(response=None)
+        wanted = _intersect(g.target.get(member_id, {}), g.initialized)
+        if partitions_of(wanted) == partitions_of(m.assigned):
+            return Result(response=None)
+        nxt = replace(m, assigned=wanted)
+        return Result(records=[record(RecordType.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+                                      _member_key(group_id, member_id), nxt.assignment_value())],
+                      response=wanted)
 
     def mark_initialize_failed(self, group_id: str,
                                partitions: Mapping[uuid.UUID, Iterable[int]]) -> Result[ErrorCode]:

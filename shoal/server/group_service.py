@@ -37,16 +37,19 @@ Contract with the share service (``broker.extensions["share"]``, optional):
   (``"classic"``/``"consumer"``/``"share"``/None);
 * once the records removing share members (leave, fencing, session expiry) are durable,
   this service calls ``share.on_share_member_removed(group_id, member_id)``;
-* share-partitions entering a share group's assignment are initialized before the
-  heartbeat that assigned them is answered: after the heartbeat's records are durable,
-  ``await share.initialize_share_state(group_id, {topic_id: [partitions]}, earliest_topics=...)``
-  (``earliest_topics``: topics whose new partitions start at the earliest offset); on success
-  ``mark_initialized`` is applied, if it raises ``mark_initialize_failed`` is applied,
-  the heartbeat is answered anyway and the next heartbeat of the group retries. A
-  second heartbeat that needs partitions being initialized waits for that attempt.
-  Without a share service the partitions are marked initialized at once;
+* share-partitions entering a share group's target assignment are initialized before
+  the heartbeat that made them *initializing* is answered: after the heartbeat's records
+  are durable, ``await share.initialize_share_state(group_id, {topic_id: [partitions]},
+  earliest_topics=..., state_epoch=<group epoch>)`` (``earliest_topics``: topics whose new
+  partitions start at the earliest offset); on success ``mark_initialized`` is applied
+  and the member gets them (``refresh_assignment``); if it raises
+  ``mark_initialize_failed`` is applied, the heartbeat is answered without them and the
+  next heartbeat of the group retries. A member is never assigned a partition that is
+  not initialized. A second heartbeat that needs partitions being initialized waits for
+  that attempt. Without a share service the partitions are marked initialized at once;
 * DeleteGroups of a share group: ``begin_delete_group`` (applied), then
-  ``await share.delete_share_state(group_id, {topic_id: [partitions]})``, then
+  ``await share.delete_share_state(group_id, {topic_id: [partitions]})`` for those and
+  every other key ``share.state_keys(group_id)`` knows with state, then
   ``complete_delete_group`` (applied). A successful DeleteGroups of any kind also
   deletes the group's dynamic configs.
 
@@ -743,11 +746,14 @@ class GroupCoordinatorService:
         # the group noticed it is skipped. Only the partitions of a topic the group meets
         # for the first time follow share.auto.offset.reset.
         known_topics = frozenset(self.share_groups(partition).initialized_partitions(group_id))
+        group = self.share_groups(partition).group(group_id)
+        state_epoch = group.group_epoch if group is not None else 0
         ok = True
         try:
             share = self._share_service()
             if share is not None:
-                await share.initialize_share_state(group_id, request, earliest_topics=known_topics)
+                await share.initialize_share_state(group_id, request, earliest_topics=known_topics,
+                                                   state_epoch=state_epoch)
         except Exception as e:
             ok = False
             log.warning("share state of group %s could not be initialized (%s); retrying on its next heartbeat",
@@ -771,12 +777,20 @@ class GroupCoordinatorService:
         begun = self.apply(partition, share_groups.begin_delete_group(group_id))
         code, to_delete = begun.response
         await self.wait_replicated(partition, wrote=bool(begun.records))
-        if code is not ErrorCode.none or not to_delete:
+        if code is not ErrorCode.none:
             return code
         share = self._share_service()
+        # Every share-partition of the group with state goes, also one the group's metadata
+        # does not list (state a share-partition leader of an earlier version created).
+        wanted = {tid: set(ps) for tid, ps in to_delete.items()}
+        if share is not None:
+            for key in share.state_keys(group_id):
+                wanted.setdefault(uuid.UUID(str(key.topic_id)), set()).add(key.partition)
+        if not wanted:
+            return code
         if share is not None:
             try:
-                await share.delete_share_state(group_id, {tid: sorted(ps) for tid, ps in to_delete.items()})
+                await share.delete_share_state(group_id, {tid: sorted(ps) for tid, ps in wanted.items()})
             except Exception as e:
                 log.warning("share state of group %s could not be deleted: %s", group_id, e)
                 return ErrorCode.coordinator_not_available

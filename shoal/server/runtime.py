@@ -46,10 +46,12 @@ start offset of every partition into a fresh shard, batch by batch. With
 share coordinator uses it to tell which records are superseded).
 
 Records are in Kafka's binary layouts (``shoal.coordinator.records``). A partition that
-still holds records in the JSON form earlier shoal versions wrote is read as usual, and
-then rewritten once, segment by segment (``shoal.log.compaction.rewrite_records``): each
-JSON record is re-encoded in place, at its offset. Until then, and if the rewrite is
-interrupted, the JSON records stay readable, and the next start finishes the job.
+still holds records in the JSON form earlier shoal versions wrote, or records the shard's
+``upgraded(record)`` restates (the group coordinator's member records with shoal's
+earlier member-state ids), is read as usual, and then rewritten once, segment by segment
+(``shoal.log.compaction.rewrite_records``): each such record is re-encoded in place, at
+its offset. Until then, and if the rewrite is interrupted, those records stay readable
+(each says which form it is in), and the next start finishes the job.
 
 Cluster mode (``follow_leadership=True``, only with ``broker.replicas``): the internal
 topic is a replicated topic in the cluster metadata, and a shard is *owned* only while
@@ -146,26 +148,28 @@ class CoordinatorRuntime(Generic[S]):
         total = 0
         plog = store.partition(self.topic, i)
         legacy = 0
+        upgraded = getattr(shard, "upgraded", None)
         for header, data in plog.read_batches(plog.log_start_offset):
             if header.is_control:
                 continue
             for rec in decode_records(data, header):
                 if rec.key is None or rec.offset < plog.log_start_offset:
                     continue
-                if is_legacy_json(rec.key) or is_legacy_json(rec.value):
-                    legacy += 1
+                json_form = is_legacy_json(rec.key) or is_legacy_json(rec.value)
                 try:
                     record = CoordinatorRecord.from_bytes(rec.key, rec.value, self.topic)
                 except ValueError:
                     log.error("%s-%d: skipping undecodable record at offset %d", self.topic, i, rec.offset)
                     continue
+                if json_form or (upgraded is not None and upgraded(record) is not None):
+                    legacy += 1
                 if self.replay_offsets:
                     shard.replay(record, rec.offset)  # type: ignore[attr-defined]
                 else:
                     shard.replay(record)  # type: ignore[attr-defined]
                 total += 1
         if legacy:
-            self._upgrade(plog, i, legacy)
+            self._upgrade(plog, i, legacy, upgraded)
         on_loaded = getattr(shard, "on_loaded", None)
         if on_loaded is not None:
             on_loaded(self.broker.clock.now_ms())
@@ -375,22 +379,30 @@ class CoordinatorRuntime(Generic[S]):
         return partition in self._failed
 
     # -- internals -------------------------------------------------------------------
-    def _upgrade(self, plog: Any, partition: int, count: int) -> None:
-        """Rewrite the JSON-form records of ``plog`` in Kafka's binary layout, in place."""
+    def _upgrade(self, plog: Any, partition: int, count: int,
+                 upgraded: Callable[[CoordinatorRecord], CoordinatorRecord | None] | None) -> None:
+        """Rewrite the records of ``plog`` an earlier version wrote otherwise (the JSON form,
+        and what the shard's ``upgraded`` restates) in Kafka's binary layout, in place."""
         topic = self.topic
 
         def transform(key: bytes | None, value: bytes | None) -> tuple[bytes, bytes | None] | None:
-            if key is None or not (is_legacy_json(key) or is_legacy_json(value)):
+            if key is None:
                 return None
+            json_form = is_legacy_json(key) or is_legacy_json(value)
             try:
-                return CoordinatorRecord.from_bytes(key, value, topic).to_bytes()
+                rec = CoordinatorRecord.from_bytes(key, value, topic)
+                new = upgraded(rec) if upgraded is not None else None
+                if new is None and not json_form:
+                    return None
+                return (new or rec).to_bytes()
             except Exception as e:  # kept as it is: still readable, never lost
-                log.error("%s-%d: cannot re-encode a JSON record (%s); kept as it is", topic, partition, e)
+                log.error("%s-%d: cannot re-encode a record of an earlier version (%s); kept as it is", topic,
+                          partition, e)
                 return None
 
         segments = rewrite_records(plog, transform)
-        log.info("%s-%d: rewrote %d JSON record(s) in Kafka's binary format (%d segment(s))", topic, partition,
-                 count, segments)
+        log.info("%s-%d: rewrote %d record(s) of an earlier version in Kafka's binary format (%d segment(s))",
+                 topic, partition, count, segments)
 
     def _check(self, partition: int) -> None:
         self.check_owner(partition)

@@ -20,8 +20,10 @@ Theory of operation
   error code (COORDINATOR_NOT_AVAILABLE when the append or the fsync failed; a failed
   fsync also halts the broker).
 * **Share-partition manager.** One :class:`~shoal.share.partition.SharePartition` per
-  ``(group_id, topic_id, partition)``, created on first use from the persisted state
-  (or, when nothing is persisted, from ``share.auto.offset.reset``). After any change
+  ``(group_id, topic_id, partition)``, created on first use from the persisted state,
+  which exists only where the group coordinator initialized it (a start offset of -1
+  is resolved from ``share.auto.offset.reset`` then); a partition without state is not
+  part of the group and answers UNKNOWN_TOPIC_OR_PARTITION, creating nothing. After any change
   the share-partition is queued (:meth:`ShareService.schedule_persist`) for the next
   *commit round* of its ``__share_group_state`` partition: one callback, on the next
   loop iteration, that takes a write of every queued share-partition, appends them,
@@ -47,7 +49,8 @@ loaded asynchronously (:meth:`ShareService.load_partitions`, with the data parti
 leader epoch) before the handlers use them; a commit round for a state partition this
 broker leads awaits the high watermark after its fsync (:meth:`_replicated_round`), one
 for another broker's sends the writes there (:meth:`_remote_round`). A write fenced by
-the share coordinator (FENCED_LEADER_EPOCH / FENCED_STATE_EPOCH) drops the share-partition.
+the share coordinator (FENCED_LEADER_EPOCH / FENCED_STATE_EPOCH), or refused because its
+state no longer exists (INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION), drops the share-partition.
 
 Event loop only. The group service calls :meth:`on_share_member_removed`,
 :meth:`initialize_share_state` and :meth:`delete_share_state`.
@@ -92,7 +95,11 @@ PartitionId = tuple[str, uuid.UUID, int]
 """(group_id, topic_id, partition)."""
 
 FENCED = frozenset({ErrorCode.fenced_leader_epoch, ErrorCode.fenced_state_epoch})
-"""A write answered with one of these comes from a stale share-partition leader."""
+"""A load answered with one of these: a newer leader (or state) exists."""
+
+STALE = FENCED | {ErrorCode.invalid_request, ErrorCode.unknown_topic_or_partition}
+"""A write answered with one of these comes from a stale share-partition leader: fenced,
+or its state was deleted (Kafka refuses a write of uninitialized state with INVALID_REQUEST)."""
 
 
 class Persister:
@@ -252,14 +259,15 @@ class ShareService:
         per_snapshot = int(cfg[SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT])
         self.runtime: CoordinatorRuntime[ShareCoordinatorShard] = CoordinatorRuntime(
             broker, SHARE_STATE_TOPIC, "share.coordinator.state.topic.num.partitions",
-            lambda _i: ShareCoordinatorShard(snapshot_update_records_per_snapshot=per_snapshot),
+            lambda _i: ShareCoordinatorShard(snapshot_update_records_per_snapshot=per_snapshot,
+                                             partition_count=self._partition_count),
             topic_configs={"cleanup.policy": "delete", "retention.ms": "-1",
                            "segment.bytes": str(cfg["share.coordinator.state.topic.segment.bytes"])},
             replay_offsets=True, follow_leadership=True,
         )
         self.persister = Persister(self.runtime)
         self.dead_letters = DeadLetterWriter(broker)
-        self.sessions = ShareSessionCache(int(cfg["max.share.session.cache.slots"]))
+        self.sessions = ShareSessionCache(int(cfg["group.share.max.share.sessions"]))
         self.partitions: dict[PartitionId, SharePartition] = {}
         self._timers: dict[PartitionId, tuple[int, asyncio.TimerHandle]] = {}
         self._retry: dict[PartitionId, asyncio.TimerHandle] = {}
@@ -276,6 +284,11 @@ class ShareService:
         self._rounds: set[asyncio.Future[None]] = set()
         """Cluster mode: commit rounds still waiting for their state partition's replicas or coordinator."""
         self._closed = False
+
+    def _partition_count(self, topic_id: uuid.UUID) -> int | None:
+        """The share coordinator's view of the metadata: a topic's partition count, or None."""
+        meta = self.broker.store.topic_by_id(topic_id)
+        return None if meta is None else int(meta.num_partitions)
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
@@ -411,10 +424,10 @@ class ShareService:
             raise error or ApiError(ErrorCode.coordinator_not_available, "share-partition state is loading")
         key = SharePartitionKey.of(group_id, topic_id, partition)
         outcome = self.persister.read(key)
-        if outcome.error_code == ErrorCode.unknown_topic_or_partition or (
-                outcome.ok and outcome.state is not None and outcome.state.start_offset == UNINITIALIZED_START_OFFSET):
-            epoch = outcome.state.state_epoch if outcome.state is not None else 0
-            outcome = self._initialize(key, name, epoch)
+        # No state (UNKNOWN_TOPIC_OR_PARTITION): the group coordinator has not initialized
+        # this share-partition, so it is not part of the group; nothing is created here.
+        if outcome.ok and outcome.state is not None and outcome.state.start_offset == UNINITIALIZED_START_OFFSET:
+            outcome = self._initialize(key, name, outcome.state.state_epoch)
         if not outcome.ok or outcome.state is None:
             raise ApiError(outcome.error_code, outcome.error_message or "share-partition state unavailable")
         st = outcome.state
@@ -517,12 +530,10 @@ class ShareService:
             # The read records this leader's epoch with the state: from then on the share
             # coordinator fences writes of any earlier leader of the partition.
             outcome = await self.persister.read_state(key, leader_epoch)
-            if outcome.error_code == ErrorCode.unknown_topic_or_partition or (
-                    outcome.ok and outcome.state is not None
-                    and outcome.state.start_offset == UNINITIALIZED_START_OFFSET):
-                epoch = outcome.state.state_epoch if outcome.state is not None else 0
+            # No state: not initialized by the group coordinator, so not part of the group.
+            if outcome.ok and outcome.state is not None and outcome.state.start_offset == UNINITIALIZED_START_OFFSET:
                 start = self.initial_start_offset(group_id, name, partition)
-                outcome = await self.persister.initialize_state(key, epoch, start)
+                outcome = await self.persister.initialize_state(key, outcome.state.state_epoch, start)
                 if outcome.ok:
                     outcome = await self.persister.read_state(key, leader_epoch)
             if not outcome.ok or outcome.state is None:
@@ -799,12 +810,13 @@ class ShareService:
                 label=f"share-partition {w.group_id}-{w.topic_id}-{w.partition}")
             sp.rollback(w, self.broker.clock.now_ms())
             released = True
-            if live and failure.error_code in FENCED:
+            if live and failure.error_code in STALE:
                 # A newer leader of the partition (or a reset of the group's offsets) owns
-                # the state now: this share-partition is stale. Its acknowledgements rolled
-                # back; clients get an error and fetch from the current leader.
-                log.warning("share-partition %s-%s-%d: write fenced (%s); dropped", w.group_id, w.topic_id,
-                            w.partition, ErrorCode(failure.error_code).name)
+                # the state now, or the state was deleted: this share-partition is stale.
+                # Its acknowledgements rolled back; clients get an error and fetch from the
+                # current leader, which reloads the state (if there is any).
+                log.warning("share-partition %s-%s-%d: write refused as stale (%s); dropped", w.group_id,
+                            w.topic_id, w.partition, ErrorCode(failure.error_code).name)
                 self._drop(pid)
                 live = False
                 self.wake(sp)
@@ -910,9 +922,13 @@ class ShareService:
 
     # -- group service contract ----------------------------------------------------------------
     async def initialize_share_state(self, group_id: str, partitions: Mapping[uuid.UUID, Iterable[int]],
-                                     earliest_topics: Iterable[uuid.UUID] = ()) -> None:
-        """Persist the initial SPSO of each share-partition that has none (idempotent).
+                                     earliest_topics: Iterable[uuid.UUID] = (), state_epoch: int = 0) -> None:
+        """Persist the initial state of each share-partition (InitializeShareGroupState).
 
+        The group coordinator calls this for partitions entering the group, none of
+        which the group uses yet: whatever state a key holds is replaced, as Kafka's
+        initialization does, so nothing left from elsewhere is inherited. The state epoch
+        is ``state_epoch`` (the group epoch), or the stored one if that is higher.
         Partitions of ``earliest_topics`` (topics the group already had state for, whose
         partition count grew) start at the earliest offset; the others as
         ``share.auto.offset.reset`` says. Raises ApiError when a topic is unknown or the
@@ -924,9 +940,10 @@ class ShareService:
             for p in parts:
                 key = SharePartitionKey.of(group_id, topic_id, p)
                 o = await self.persister.read_state_summary(key)
-                if o.ok and o.state is not None and o.state.start_offset != UNINITIALIZED_START_OFFSET:
-                    continue
-                epoch = o.state.state_epoch if o.ok and o.state is not None else 0
+                epoch = state_epoch
+                if o.ok and o.state is not None:
+                    epoch = max(epoch, o.state.state_epoch)
+                self._drop((group_id, topic_id, int(p)))
                 o = await self.persister.initialize_state(
                     key, epoch, self._start_offset(key, name, earliest=topic_id in earliest))
                 if not o.ok:

@@ -54,9 +54,16 @@ Rules and invariants
   initialize whose ``state_epoch`` is below the stored one fails with
   FENCED_STATE_EPOCH. A ``read`` with a higher leader epoch records it (one ShareUpdate)
   so that writes of the previous leader are fenced from then on, durably.
-* Reading a key with no state gives UNKNOWN_TOPIC_OR_PARTITION (KIP-932: "this
-  share-partition is not actually part of the share group"). A start offset of -1 is
-  returned as is: the leader then applies ``share.auto.offset.reset``.
+* State exists only where ``initialize`` created it (the group coordinator's
+  InitializeShareGroupState, or an offsets reset). Reading a key with no state gives
+  UNKNOWN_TOPIC_OR_PARTITION (KIP-932: "this share-partition is not actually part of
+  the share group"); writing one is INVALID_REQUEST (Kafka's
+  WRITE_UNINITIALIZED_SHARE_PARTITION), so a share-partition leader whose state was
+  deleted cannot create it again. A start offset of -1 is returned as is: the leader
+  then applies ``share.auto.offset.reset``.
+* Initialize, read and write of a topic or partition the metadata does not have
+  (``partition_count``) answer UNKNOWN_TOPIC_OR_PARTITION; delete does not check, so
+  the state of a deleted topic can still be removed.
 
 Pruning the log
 ---------------
@@ -67,7 +74,7 @@ lowest offset of a live key's last snapshot. Everything below it is superseded.
 
 What it does not know
 ---------------------
-Whether a topic or partition exists (the shell checks metadata before calling), which
+Topics and partitions other than through ``partition_count`` (the shell's metadata), which
 ``__share_group_state`` partition a request was routed to (the shell routes with
 :func:`partition_for`), time, and the log itself. Event-loop only; never awaits.
 """
@@ -420,10 +427,14 @@ class ShareCoordinatorShard:
     Event-loop only, never awaits. Operations never change the state; ``replay`` does.
     """
 
-    def __init__(self, *, snapshot_update_records_per_snapshot: int = 500) -> None:
+    def __init__(self, *, snapshot_update_records_per_snapshot: int = 500,
+                 partition_count: Callable[[uuid.UUID], int | None] | None = None) -> None:
         if snapshot_update_records_per_snapshot < 0:
             raise ValueError("snapshot_update_records_per_snapshot must be >= 0")
         self.snapshot_update_records_per_snapshot = snapshot_update_records_per_snapshot
+        self.partition_count = partition_count
+        """The metadata the shell knows: a topic id's partition count, None for an unknown
+        topic (Kafka's shard asks its metadata image). None: every key's topic exists."""
         self._states: dict[SharePartitionKey, ShareState] = {}
         """Current state of each live key: last snapshot plus the updates after it."""
         self._update_counts: dict[SharePartitionKey, int] = {}
@@ -464,6 +475,15 @@ class ShareCoordinatorShard:
             return min(self._snapshot_offsets.values())
         return self._next_offset
 
+    def _unknown_partition(self, key: SharePartitionKey) -> Result[PartitionOutcome] | None:
+        """UNKNOWN_TOPIC_OR_PARTITION when the metadata has no such topic or partition."""
+        if self.partition_count is None:
+            return None
+        count = self.partition_count(uuid.UUID(str(key.topic_id)))
+        if count is None or not 0 <= key.partition < count:
+            return _error(ErrorCode.unknown_topic_or_partition, "The topic or partition does not exist.")
+        return None
+
     # --- plain operations ------------------------------------------------------------
 
     def initialize(self, key: SharePartitionKey, state_epoch: int, start_offset: int,
@@ -472,7 +492,8 @@ class ShareCoordinatorShard:
 
         Returns one ShareSnapshot (leader epoch -1, snapshot epoch one past the current)
         and the resulting state; or no records and INVALID_REQUEST (bad key or start
-        offset below -1) or FENCED_STATE_EPOCH (``state_epoch`` below the stored one).
+        offset below -1), FENCED_STATE_EPOCH (``state_epoch`` below the stored one) or
+        UNKNOWN_TOPIC_OR_PARTITION (no such topic or partition), in Kafka's order.
         """
         if (msg := _validate_key(key)) is not None:
             return _error(ErrorCode.invalid_request, msg)
@@ -481,6 +502,8 @@ class ShareCoordinatorShard:
         current = self._states.get(key)
         if current is not None and current.state_epoch > state_epoch:
             return _error(ErrorCode.fenced_state_epoch)
+        if (unknown := self._unknown_partition(key)) is not None:
+            return unknown
         state = ShareState(
             state_epoch=state_epoch, leader_epoch=-1, start_offset=start_offset, state_batches=(),
             snapshot_epoch=0 if current is None else current.snapshot_epoch + 1,
@@ -508,15 +531,17 @@ class ShareCoordinatorShard:
 
         Returns one record and the state it will produce:
 
-        * a ShareSnapshot when ``key`` has no state, when ``state_epoch`` is above the
-          stored one, or when ``update_count(key)`` has reached
-          ``snapshot_update_records_per_snapshot``;
+        * a ShareSnapshot when ``state_epoch`` is above the stored one, or when
+          ``update_count(key)`` has reached ``snapshot_update_records_per_snapshot``;
         * otherwise a ShareUpdate holding the start offset, leader epoch and the
           (self-combined) batches of this write.
 
-        Errors (no records): INVALID_REQUEST for a bad key, start offset or batch;
-        FENCED_LEADER_EPOCH if ``leader_epoch`` is below the stored one;
-        FENCED_STATE_EPOCH if ``state_epoch`` is below the stored one.
+        Errors (no records), in Kafka's order: INVALID_REQUEST for a bad key, start
+        offset or batch, and for a key with no state (only ``initialize`` creates state:
+        Kafka's WRITE_UNINITIALIZED_SHARE_PARTITION); FENCED_LEADER_EPOCH if
+        ``leader_epoch`` is below the stored one; FENCED_STATE_EPOCH if ``state_epoch``
+        is below the stored one; UNKNOWN_TOPIC_OR_PARTITION for a topic or partition
+        that does not exist.
         """
         batches = tuple(batches)
         if (msg := _validate_key(key) or _validate_batches(batches)) is not None:
@@ -524,18 +549,14 @@ class ShareCoordinatorShard:
         if start_offset < UNINITIALIZED_START_OFFSET:
             return _error(ErrorCode.invalid_request, "start offset below -1")
         current = self._states.get(key)
-        if current is not None:
-            if current.leader_epoch > leader_epoch:
-                return _error(ErrorCode.fenced_leader_epoch)
-            if current.state_epoch > state_epoch:
-                return _error(ErrorCode.fenced_state_epoch)
         if current is None:
-            state = ShareState(
-                state_epoch=state_epoch, leader_epoch=leader_epoch, start_offset=start_offset,
-                state_batches=combine_state_batches((), batches, start_offset), snapshot_epoch=0,
-                create_timestamp=now_ms, write_timestamp=now_ms,
-            )
-            return Result(records=[_snapshot_record(key, state)], response=PartitionOutcome(state=state))
+            return _error(ErrorCode.invalid_request, "Write operation on uninitialized share partition not allowed.")
+        if current.leader_epoch > leader_epoch:
+            return _error(ErrorCode.fenced_leader_epoch)
+        if current.state_epoch > state_epoch:
+            return _error(ErrorCode.fenced_state_epoch)
+        if (unknown := self._unknown_partition(key)) is not None:
+            return unknown
         update = {"start_offset": start_offset, "leader_epoch": leader_epoch,
                   "state_batches": _batches_json(batches)}
         merged = _apply_update(current, update)
@@ -561,12 +582,14 @@ class ShareCoordinatorShard:
         if (msg := _validate_key(key)) is not None:
             return _error(ErrorCode.invalid_request, msg)
         current = self._states.get(key)
+        if current is not None and leader_epoch != -1 and leader_epoch < current.leader_epoch:
+            return _error(ErrorCode.fenced_leader_epoch)
+        if (unknown := self._unknown_partition(key)) is not None:
+            return unknown
         if current is None:
-            return _error(ErrorCode.unknown_topic_or_partition, "share-partition has no state")
+            return _error(ErrorCode.unknown_topic_or_partition, "Read operation on uninitialized share partition.")
         if leader_epoch == -1 or leader_epoch == current.leader_epoch:
             return Result(records=[], response=PartitionOutcome(state=current))
-        if leader_epoch < current.leader_epoch:
-            return _error(ErrorCode.fenced_leader_epoch)
         return self.write(key, current.state_epoch, leader_epoch, UNINITIALIZED_START_OFFSET, (), now_ms=now_ms)
 
     def read_summary(self, key: SharePartitionKey, leader_epoch: int = -1) -> Result[PartitionOutcome]:
@@ -579,10 +602,12 @@ class ShareCoordinatorShard:
         if (msg := _validate_key(key)) is not None:
             return _error(ErrorCode.invalid_request, msg)
         current = self._states.get(key)
-        if current is None:
-            return _error(ErrorCode.unknown_topic_or_partition, "share-partition has no state")
-        if leader_epoch != -1 and leader_epoch < current.leader_epoch:
+        if current is not None and leader_epoch != -1 and leader_epoch < current.leader_epoch:
             return _error(ErrorCode.fenced_leader_epoch)
+        if (unknown := self._unknown_partition(key)) is not None:
+            return unknown
+        if current is None:
+            return _error(ErrorCode.unknown_topic_or_partition, "Read operation on uninitialized share partition.")
         return Result(records=[], response=PartitionOutcome(state=current))
 
     def delete(self, key: SharePartitionKey) -> Result[PartitionOutcome]:
@@ -650,7 +675,8 @@ class ShareCoordinatorShard:
     # replays them), so naming one key twice behaves like two requests in a row.
 
     def _scratch(self) -> ShareCoordinatorShard:
-        s = ShareCoordinatorShard(snapshot_update_records_per_snapshot=self.snapshot_update_records_per_snapshot)
+        s = ShareCoordinatorShard(snapshot_update_records_per_snapshot=self.snapshot_update_records_per_snapshot,
+                                  partition_count=self.partition_count)
         s._states = dict(self._states)
         s._update_counts = dict(self._update_counts)
         return s

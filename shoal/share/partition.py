@@ -519,22 +519,38 @@ class SharePartition:
         :meth:`take_write`) is committed or rolled back, or already COMMITTED if it held
         only renewals (which take effect at once).
 
-        Raises :class:`~shoal.errors.ApiError` with ``INVALID_REQUEST`` for a malformed
-        request (bad range, wrong number of types, unknown type, overlapping ranges) and
-        ``INVALID_RECORD_STATE`` when an offset is not ACQUIRED by ``member_id`` with a
-        live lock (or already has an acknowledgement pending).
+        Validation is Kafka's (the share-fetch request checks, then the share-partition
+        leader's), and raises :class:`~shoal.errors.ApiError`:
+
+        * ``INVALID_REQUEST`` for a malformed request: a bad range, the wrong number of
+          types, an unknown type, batches out of ascending order or overlapping (a batch
+          starting below the previous batch's last offset), or a range reaching past the
+          records fetched so far (at or beyond SPEO);
+        * ``INVALID_RECORD_STATE`` when an offset is not ACQUIRED by ``member_id`` with a
+          live lock (or already has an acknowledgement pending), and for a batch starting
+          at the previous batch's last offset (that offset is acknowledged twice).
+
+        Offsets below SPSO are already archived (or acknowledged): a batch wholly below it
+        is skipped as a success, one straddling it acknowledges from SPSO on.
         """
         runs: list[tuple[int, int, AcknowledgeType]] = []
+        previous_last = -1
+        twice = False
         for first, last, types in batches:
             first, last, types = int(first), int(last), list(types)
             if first < 0 or last < first or not types:
                 raise ApiError(ErrorCode.invalid_request, f"bad acknowledgement range {first}-{last}")
+            if first < previous_last:
+                raise ApiError(ErrorCode.invalid_request,
+                               "acknowledgement batches out of order or overlapping")
+            twice |= first == previous_last
             if len(types) != 1 and len(types) != last - first + 1:
                 raise ApiError(ErrorCode.invalid_request, f"{len(types)} acknowledge types for {first}-{last}")
             try:
                 kinds = [AcknowledgeType(t) for t in types]
             except ValueError:
                 raise ApiError(ErrorCode.invalid_request, f"unknown acknowledge type in {types}") from None
+            previous_last = last
             if len(kinds) == 1:
                 runs.append((first, last, kinds[0]))
             else:
@@ -543,15 +559,19 @@ class SharePartition:
                         runs[-1] = (runs[-1][0], offset, kind)
                     else:
                         runs.append((offset, offset, kind))
-        runs.sort()
-        for a, b in zip(runs, runs[1:]):
-            if b[0] <= a[1]:
-                raise ApiError(ErrorCode.invalid_request, "overlapping acknowledgement ranges")
+        for lo, hi, _kind in runs:
+            if hi >= self.end_offset and hi >= self.start_offset:
+                raise ApiError(ErrorCode.invalid_request,
+                               f"offsets {lo}-{hi} reach past the last fetched offset {self.end_offset - 1}")
+        if twice:
+            raise ApiError(ErrorCode.invalid_record_state, "an offset is acknowledged twice")
+        # Below SPSO: already archived, nothing to do.
+        runs = [(max(lo, self.start_offset), hi, kind) for lo, hi, kind in runs if hi >= self.start_offset]
+        if not runs:
+            return PendingUpdate(member_id, status=UpdateStatus.COMMITTED)
 
         # Check everything before changing anything.
         for lo, hi, _kind in runs:
-            if lo < self.start_offset or hi >= self.end_offset:
-                raise ApiError(ErrorCode.invalid_record_state, f"offsets {lo}-{hi} are not in flight")
             for first, last, st in self._states(lo, hi):
                 if (st.state is not RecordState.ACQUIRED or st.member_id != member_id or st.is_pending
                         or st.deadline_ms is None or st.deadline_ms <= now_ms):
@@ -609,7 +629,7 @@ class SharePartition:
         Records below it are gone from the log and can never be delivered, so SPSO moves
         up to it (SPEO too, if it was below) and the in-flight state below it is dropped,
         whatever it was: available, acquired (the holder's acknowledgement of those
-        offsets will fail with INVALID_RECORD_STATE) or pending (the write carrying it
+        offsets is skipped as a success, as Kafka does below SPSO) or pending (the write carrying it
         still commits or rolls back, but no longer affects this partition).  Then SPSO
         moves on over terminal records as usual.  Returns True if SPSO moved (the
         partition is then dirty: the new SPSO must be persisted); False, changing

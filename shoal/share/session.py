@@ -22,7 +22,7 @@ is INVALID_SHARE_SESSION_EPOCH) and it never changes the partition set.
 Errors (from kio's ErrorCode; the cache is unchanged when one is returned):
 SHARE_SESSION_NOT_FOUND (no session for a non-zero epoch), INVALID_SHARE_SESSION_EPOCH
 (wrong epoch), SHARE_SESSION_LIMIT_REACHED (opening a session while
-``max.share.session.cache.slots`` sessions exist; replacing one's own session never
+``group.share.max.share.sessions`` sessions exist; replacing one's own session never
 hits the limit).
 
 Each session remembers the connection it was last used on; :meth:`disconnect` closes
@@ -64,7 +64,7 @@ __all__ = [
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 _MAX_EPOCH = (1 << 31) - 1
-MAX_SHARE_SESSION_CACHE_SLOTS = "max.share.session.cache.slots"
+MAX_SHARE_SESSION_CACHE_SLOTS = "group.share.max.share.sessions"
 
 SharePartition = tuple[str, int]
 """``(topic_id, partition)``; ``topic_id`` is ``str(uuid.UUID)``."""
@@ -160,7 +160,7 @@ class ShareSessionCache:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> ShareSessionCache:
-        return cls(int(config.get(MAX_SHARE_SESSION_CACHE_SLOTS, 1000)))
+        return cls(int(config.get(MAX_SHARE_SESSION_CACHE_SLOTS, 2000)))
 
     # --- queries --------------------------------------------------------------------
 

@@ -85,10 +85,10 @@ def _metadata(cluster: LocalCluster, topic: str) -> tuple[uuid.UUID, dict[int, t
 
 
 def _find(cluster: LocalCluster, key_type: int, keys: list[str]) -> dict[str, int]:
-    """{key: coordinator node id} from FindCoordinator v4 (batched), once every key has one."""
+    """{key: coordinator node id} from FindCoordinator v6 (batched; SHARE keys need v6), once all have one."""
     def ask() -> dict[str, int] | None:
         try:
-            resp = _call(_alive(cluster), 10, 4, key_type=key_type, coordinator_keys=keys)
+            resp = _call(_alive(cluster), 10, 6, key_type=key_type, coordinator_keys=keys)
         except OSError:
             return None
         out = {c.key: int(c.node_id) for c in resp.coordinators if c.error_code == ErrorCode.none}
@@ -397,6 +397,8 @@ def test_group_coordinator_resets_and_deletes_state_held_by_other_brokers(cluste
     _commit(a, topic, part)
     a.close()
     assert _describe_offsets(cluster, g, group, topic)[part] == (10, 0)
+    initialized_epoch = _read_state(cluster, s[part], group, tid, part)[1]
+    assert initialized_epoch >= 1  # the group epoch when the group coordinator initialized it
 
     # AlterShareGroupOffsets once the group is empty (the closed member's leave was handled)
     def altered() -> Any:
@@ -405,7 +407,7 @@ def test_group_coordinator_resets_and_deletes_state_held_by_other_brokers(cluste
     resp = wait_until("an empty group to alter", altered, timeout_s=30, interval_s=0.3)
     assert resp.error_code == ErrorCode.none and resp.responses[0].partitions[0].error_code == ErrorCode.none
     spso, state_epoch, batches = _read_state(cluster, s[part], group, tid, part)
-    assert (spso, state_epoch, batches) == (4, 1, [])
+    assert (spso, state_epoch, batches) == (4, initialized_epoch + 1, [])
     assert _describe_offsets(cluster, g, group, topic)[part] == (4, 6)
 
     # The partition leader held the share-partition at SPSO 10: a new consumer gets 4-9 again.

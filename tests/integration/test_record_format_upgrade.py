@@ -12,7 +12,9 @@ the accepted records again, and must leave no JSON record behind.
 from __future__ import annotations
 
 import base64
+import datetime
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +155,95 @@ def test_json_records_are_read_at_start_and_rewritten(start_broker: Any, topic_n
 
     legacy, binary = _count_records(b.data_dir)
     assert legacy == 0 and binary > 0
+
+
+# -- member records with the member-state ids earlier versions wrote ------------------------
+_EARLIER_IDS = {0: 2, 1: 0, 2: 1}
+"""Kafka's MemberState id -> the id earlier versions wrote (STABLE 2, UNREVOKED 0, UNRELEASED 1)."""
+
+
+def _to_earlier_member_states(key: bytes | None, value: bytes | None) -> tuple[bytes, bytes | None] | None:
+    if key is None or value is None:
+        return None
+    rec = CoordinatorRecord.from_bytes(key, value)
+    if rec.record_type not in (8, 14):
+        return None
+    assert rec.value is not None and rec.value["state_numbering"] == 1
+    fields = dict(rec.value, state=_EARLIER_IDS[rec.value["state"]], state_numbering=0)
+    return CoordinatorRecord(rec.record_type, rec.key, fields, rec.version).to_bytes()
+
+
+def _member_states(data_dir: Path) -> list[tuple[int, int, int]]:
+    """(record type, State, StateNumbering) of every member record in ``__consumer_offsets``."""
+    store = LogStore(data_dir, BrokerConfig())
+    out = []
+    try:
+        for topic, i in _internal_partitions(data_dir):
+            if topic != CONSUMER_OFFSETS:
+                continue
+            plog = store.partition(topic, i)
+            for header, data in plog.read_batches(plog.log_start_offset):
+                for r in ([] if header.is_control else decode_records(data, header)):
+                    rec = CoordinatorRecord.from_bytes(r.key, r.value)
+                    if rec.record_type in (8, 14) and rec.value is not None:
+                        out.append((rec.record_type, rec.value["state"], rec.value["state_numbering"]))
+    finally:
+        store.close()
+    return out
+
+
+def test_member_records_with_earlier_member_state_ids_are_read_and_rewritten(start_broker: Any,
+                                                                              topic_name: str) -> None:
+    from shoal.client.connection import Connection
+
+    b: BrokerProcess = start_broker()
+    create_topic(b.bootstrap, topic_name, partitions=2)
+    member = str(uuid.uuid4())
+
+    def heartbeat(conn: Connection, member_id: str, epoch: int, **fields: Any) -> Any:
+        resp = conn.call(68, 1, group_id="kg", member_id=member_id, member_epoch=epoch, instance_id=None,
+                         rack_id=None, rebalance_timeout=datetime.timedelta(milliseconds=fields.pop("rebalance_ms", -1)),
+                         subscribed_topic_names=fields.pop("subscribed_topic_names", None),
+                         server_assignor=None, topic_partitions=fields.pop("topic_partitions", None))
+        assert resp.error_code == 0, resp
+        return resp
+
+    def describe(conn: Connection) -> Any:
+        d = conn.call(69, 0, group_ids=("kg",), include_authorized_operations=False).groups[0]
+        assert d.error_code == 0, d
+        return d
+
+    with Connection.to(b.bootstrap) as conn:
+        r = heartbeat(conn, member, 0, rebalance_ms=60000, subscribed_topic_names=(topic_name,),
+                      topic_partitions=())
+        assert r.member_epoch == 1
+        assert describe(conn).group_state == "Stable"
+        # A share group's member record (type 14) too.
+        sr = conn.call(76, 1, group_id="sg2", member_id=str(uuid.uuid4()), member_epoch=0, rack_id=None,
+                       subscribed_topic_names=(topic_name,))
+        assert sr.error_code == 0, sr
+    b.stop()
+    assert (8, 0, 1) in _member_states(b.data_dir) and (14, 0, 1) in _member_states(b.data_dir)
+
+    # The data directory as an earlier version left it: STABLE written as 2, no StateNumbering.
+    store = LogStore(b.data_dir, BrokerConfig())
+    try:
+        for topic, i in _internal_partitions(b.data_dir):
+            if topic == CONSUMER_OFFSETS:
+                rewrite_records(store.partition(topic, i), _to_earlier_member_states)
+    finally:
+        store.close()
+    assert {(t, s) for t, s, n in _member_states(b.data_dir)} == {(8, 2), (14, 2)}
+
+    b.start()
+    with Connection.to(b.bootstrap) as conn:
+        # Read as STABLE: the group is Stable (not Reconciling, as Kafka's id 2, UNRELEASED_PARTITIONS, would say)
+        # and the member goes on at its epoch.
+        d = describe(conn)
+        assert d.group_state == "Stable" and d.group_epoch == 1
+        assert [m.member_id for m in d.members] == [member]
+        assert heartbeat(conn, member, 1).member_epoch == 1
+    b.stop()
+    # Rewritten at start in Kafka's ids, so Kafka's decoders read them as shoal means them.
+    states = _member_states(b.data_dir)
+    assert states and all(n == 1 and s == 0 for _, s, n in states)

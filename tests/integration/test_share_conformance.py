@@ -496,6 +496,20 @@ def test_share_configs_outside_their_ranges_are_invalid_config(shared_broker: Br
     assert _alter(bs, ResourceType.BROKER, "0", group_share_delivery_count_limit="5") is None
 
 
+def test_share_isolation_level_read_committed_is_refused_naming_transactions(shared_broker: BrokerProcess) -> None:
+    """KIP-932's share.isolation.level: read_uncommitted is served; read_committed needs
+    transactions, which do not exist yet, and the refusal says so."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import ResourceType
+
+    bs = shared_broker.bootstrap
+    err = _alter(bs, ResourceType.GROUP, "iso", share_isolation_level="read_committed")
+    assert err is not None and err.code() == KafkaError.INVALID_CONFIG and "transactions" in err.str(), err
+    err = _alter(bs, ResourceType.GROUP, "iso", share_isolation_level="serializable")
+    assert err is not None and err.code() == KafkaError.INVALID_CONFIG, err
+    assert _alter(bs, ResourceType.GROUP, "iso", share_isolation_level="read_uncommitted") is None
+
+
 def test_group_heartbeat_interval_must_be_below_its_session_timeout(start_broker: Any) -> None:
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import ResourceType
@@ -536,6 +550,26 @@ def test_max_groups_is_enforced(start_broker: Any, topic_name: str) -> None:
     finally:
         for c in conns:
             c.close()
+
+
+def test_kafka_share_session_limit_key_is_served(start_broker: Any, topic_name: str) -> None:
+    """Kafka's broker key group.share.max.share.sessions bounds the share sessions."""
+    from shoal.client.connection import KafkaProtocolError
+    from shoal.client.share import ShareSession
+
+    b = start_broker({"group.share.max.share.sessions": "1"})
+    bs = b.bootstrap
+    create_topic(bs, topic_name)
+    conn, m, tid = joined(bs, "one", topic_name)
+    conn2, m2, _ = joined(bs, "one", topic_name)
+    try:
+        ShareSession(conn, "one", m.member_id).fetch([(tid, 0)], max_wait_ms=0)
+        with pytest.raises(KafkaProtocolError) as e:
+            ShareSession(conn2, "one", m2.member_id).fetch([(tid, 0)], max_wait_ms=0)
+        assert e.value.code == ErrorCode.share_session_limit_reached
+    finally:
+        conn.close()
+        conn2.close()
 
 
 # --- 9. ShareFetch v2 and the admin paths, over the wire -----------------------------------
@@ -699,3 +733,102 @@ def test_describe_list_and_delete_share_groups_and_offsets_lag(shared_broker: Br
         assert describe_offsets(bs, group).error_code == ErrorCode.group_id_not_found
     finally:
         conn.close()
+
+
+# --- acknowledgement validation as Kafka's ------------------------------------------------
+
+
+@pytest.fixture
+def member_on_own_broker(broker: BrokerProcess, topic_name: str) -> Any:
+    """As ``member_on_topic``, on a broker of the test's own (the shared one serves at most
+    group.share.max.groups groups)."""
+    from tests.integration.test_share_consumer import produce, set_group_configs
+
+    bs = broker.bootstrap
+    create_topic(bs, topic_name)
+    group = f"g-{topic_name}"
+    set_group_configs(bs, group, share_auto_offset_reset="earliest")
+    produce(bs, topic_name, 10)
+    conn, m, tid = joined(bs, group, topic_name)
+    yield bs, conn, m, tid
+    conn.close()
+
+
+def test_acknowledgement_batches_are_validated_as_kafka_does(member_on_own_broker: Any) -> None:
+    """Kafka's share-fetch request checks, then its share-partition leader's: batches out of
+    order or overlapping, and ranges past the fetched records, are INVALID_REQUEST for the
+    partition (nothing of it applied); offsets below the start offset are already archived
+    and succeed."""
+    from shoal.client.share import ShareSession
+
+    bs, conn, m, tid = member_on_own_broker
+    s = ShareSession(conn, m.group_id, m.member_id)
+    assert len(s.fetch([(tid, 0)]).records) == 10
+    key = (tid, 0)
+    assert s.acknowledge({key: [(5, 6, 1), (0, 1, 1)]}) == {key: ErrorCode.invalid_request}  # descending
+    assert s.acknowledge({key: [(0, 3, 1), (2, 4, 1)]}) == {key: ErrorCode.invalid_request}  # overlapping
+    assert s.acknowledge({key: [(8, 12, 1)]}) == {key: ErrorCode.invalid_request}  # past what was fetched
+    # None of it was applied: 0-4 are still the member's to accept, and are.
+    assert s.acknowledge({key: [(0, 4, 1)]}) == {}
+    assert [p.start_offset for t in describe_offsets(bs, m.group_id).topics for p in t.partitions] == [5]
+    # Below the start offset: already archived, a success.
+    assert s.acknowledge({key: [(1, 2, 1)]}) == {}
+    # Straddling it: 5 and 6 are accepted.
+    assert s.acknowledge({key: [(3, 6, 1)]}) == {}
+    assert [p.start_offset for t in describe_offsets(bs, m.group_id).topics for p in t.partitions] == [7]
+    s.close()
+
+
+def test_a_departed_member_with_its_session_gets_its_acknowledgements_answered(member_on_own_broker: Any) -> None:
+    """Kafka's share-partition leader checks the share session, not the group membership: a
+    ShareFetch of a member no longer in the group has its acknowledgements applied and
+    answered per partition (no UNKNOWN_MEMBER_ID that would make the client reset its
+    session); it acquires nothing new, and its next heartbeat tells it to join again."""
+    from shoal.client.connection import KafkaProtocolError
+    from shoal.client.share import ShareSession
+
+    bs, conn, m, tid = member_on_own_broker
+    s = ShareSession(conn, m.group_id, m.member_id)
+    assert len(s.fetch([(tid, 0)]).records) == 10
+    m.leave(conn)
+    assert members_of(bs, m.group_id) == 0
+    r = s.fetch([(tid, 0)], acknowledgements={(tid, 0): [(0, 4, 1)]}, max_wait_ms=200)
+    assert (r.acknowledge_errors, r.errors, r.records) == ({}, {}, [])
+    assert [p.start_offset for t in describe_offsets(bs, m.group_id).topics for p in t.partitions] == [5]
+    # Acknowledging what it does not hold fails for that partition only.
+    r = s.fetch([(tid, 0)], acknowledgements={(tid, 0): [(5, 5, 1), (6, 6, 9)]}, max_wait_ms=0)
+    assert r.acknowledge_errors == {(tid, 0): ErrorCode.invalid_request}
+    s.close()
+    # Without a session, the membership error as before.
+    with pytest.raises(KafkaProtocolError) as e:
+        ShareSession(conn, m.group_id, m.member_id).fetch([(tid, 0)], max_wait_ms=0)
+    assert e.value.code == ErrorCode.unknown_member_id
+
+
+# --- smaller points: FindCoordinator's SHARE key type, authorized operations ---------------
+
+
+def test_find_coordinator_share_key_type_only_from_v6(shared_broker: BrokerProcess) -> None:
+    """Kafka answers key type SHARE (2) with INVALID_REQUEST below FindCoordinator v6."""
+    from shoal.client.connection import Connection
+
+    key = "g:AAAAAAAAAAAAAAAAAAAAAQ:0"
+    with Connection.to(shared_broker.bootstrap) as conn:
+        old = conn.call(10, 5, key_type=2, coordinator_keys=(key,)).coordinators[0]
+        assert old.error_code == ErrorCode.invalid_request
+        new = conn.call(10, 6, key_type=2, coordinator_keys=(key,)).coordinators[0]
+        assert new.error_code == ErrorCode.none and new.node_id >= 0
+        group = conn.call(10, 5, key_type=0, coordinator_keys=("g",)).coordinators[0]
+        assert group.error_code == ErrorCode.none
+
+
+def test_share_group_describe_fills_authorized_operations(member_on_own_broker: Any) -> None:
+    """IncludeAuthorizedOperations: READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS and ALTER_CONFIGS
+    (AclOperation ids 3, 6, 8, 10, 11), as Kafka without an authorizer; otherwise Kafka's
+    "not requested" value."""
+    _bs, conn, m, _tid = member_on_own_broker
+    with_ops = conn.call(77, 1, group_ids=(m.group_id, "missing"), include_authorized_operations=True).groups
+    assert with_ops[0].authorized_operations == (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11)
+    assert with_ops[1].error_code == ErrorCode.group_id_not_found
+    without = conn.call(77, 1, group_ids=(m.group_id,), include_authorized_operations=False).groups[0]
+    assert without.authorized_operations == -2147483648

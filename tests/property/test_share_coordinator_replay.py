@@ -64,7 +64,7 @@ class Model:
     def write(self, key, se, le, start, batches) -> ErrorCode:
         old = cur = self.states.get(key)
         if cur is None:
-            cur = ModelState(se, le, start)
+            return ErrorCode.invalid_request  # only initialize creates state (Kafka's rule)
         else:
             if cur.leader_epoch > le:
                 return ErrorCode.fenced_leader_epoch

@@ -39,6 +39,7 @@ delivery count", "Acquisition lock", and the share-state writes of its later rev
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, settings
@@ -294,9 +295,12 @@ class SharePartitionModel(RuleBasedStateMachine):
             types = [kinds[i % len(kinds)] for i in range(length)] if data.draw(st.booleans()) else [kinds[0]]
             typed.append((lo, hi, types))
         request = typed
-        covered = [o for lo, hi, _ in request for o in range(lo, hi + 1)]
-        ok = len(covered) == len(set(covered)) and all(
-            o >= self.start and o < self.end and self.recs[o].state == ACQUIRED and self.recs[o].member == member
+        # Kafka's rules: batches in ascending order without overlap, none reaching past the
+        # last fetched offset; offsets below SPSO are already archived and skipped.
+        ordered = all(b[0] > a[1] for a, b in itertools.pairwise(request)) and all(lo >= 0 for lo, _h, _t in request)
+        covered = [o for lo, hi, _ in request for o in range(lo, hi + 1) if o >= self.start]
+        ok = ordered and all(hi < self.end or hi < self.start for _lo, hi, _t in request) and all(
+            o < self.end and self.recs[o].state == ACQUIRED and self.recs[o].member == member
             and self.recs[o].pending is None and self.recs[o].lock_ends is not None
             and self.recs[o].lock_ends > self.now for o in covered)
         try:
@@ -308,6 +312,8 @@ class SharePartitionModel(RuleBasedStateMachine):
         durable = False
         for lo, hi, types in request:
             for i, o in enumerate(range(lo, hi + 1)):
+                if o < self.start:
+                    continue
                 kind = types[i] if len(types) > 1 else types[0]
                 r = self.recs[o]
                 if kind == RENEW:

@@ -66,6 +66,9 @@ def _b64_uuid(text: str) -> uuid.UUID:
 def _coordinator_error(ctx: Any, key_type: int, key: str) -> tuple[ErrorCode, str | None]:
     if key_type not in (GROUP, TRANSACTION, SHARE):
         return ErrorCode.invalid_request, f"unknown coordinator key type {key_type}"
+    if key_type == SHARE and ctx.api_version < 6:
+        # Kafka: the share coordinator key type (KIP-932) exists from FindCoordinator v6 on
+        return ErrorCode.invalid_request, "key type SHARE needs FindCoordinator v6 or later"
     if key_type == SHARE and not valid_share_key(key):
         return ErrorCode.invalid_request, "share coordinator key must be group:topicId:partition"
     if key_type == GROUP and not key:

@@ -1,5 +1,10 @@
 """Produce (key 0), v3-v11: record batch v2 bytes appended as they came.
 
+A request without a transactional id that holds a batch with the transactional bit is
+refused as a whole, every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka
+does; one with a transactional id is refused the same way per partition (transactions
+are not supported yet).
+
 Per partition: the topic and partition must exist and not be internal; the records are
 validated as Kafka's LogValidator does (``protocol/records.py``: one batch, every record
 walked, no control batch, a known codec, compressed payloads decompressed), and a
@@ -38,6 +43,7 @@ import sys
 from typing import Any
 
 from ...errors import ApiError, ErrorCode
+from ...protocol.batch import CorruptBatchError, iter_batches
 from ...protocol.codec import EncodedBody
 from ...protocol.entities import make, sub
 from ...protocol.produce_response import write_produce_response
@@ -105,6 +111,22 @@ def _set_error(r: dict[str, Any], e: ApiError, ecls: type | None) -> None:
         r["record_errors"] = (make(ecls, batch_index=index, batch_index_error_message=e.message),)
 
 
+def _has_transactional_batch(request: Any) -> bool:
+    """Whether any batch of the request has the transactional bit (Kafka's
+    ``RequestUtils.hasTransactionalRecords``); batches that cannot be framed are left to
+    the validation."""
+    for topic in request.topic_data:
+        for pd in topic.partition_data:
+            if not pd.records:
+                continue
+            try:
+                if any(h.is_transactional for h in iter_batches(memoryview(pd.records))):
+                    return True
+            except CorruptBatchError:  # malformed: the validation answers it
+                continue
+    return False
+
+
 def _validate(records: Any, plog: Any) -> Any:
     cfg = plog.config
     return validate_produce_batch(records, target_codec=codec_of_compression_type(cfg.compression_type),
@@ -124,6 +146,16 @@ def handle_produce(ctx: Any, request: Any) -> Any:
     queue = _queue(broker)
     timeout_ms = int(request.timeout.total_seconds() * 1000)
     topic_results: list[tuple[str, list[dict[str, Any]]]] = []
+    if request.transactional_id is None and _has_transactional_batch(request):
+        # Kafka refuses the whole request: a transactional batch needs a transactional id
+        # (otherwise a read_committed reader would see records that were never committed).
+        for topic in request.topic_data:
+            topic_results.append((topic.name, [
+                {"index": pd.index, "base_offset": -1, "log_append_time": None, "log_start_offset": -1,
+                 "error_code": ErrorCode.transactional_id_authorization_failed,
+                 "error_message": "a transactional batch in a Produce request without a transactional id"}
+                for pd in topic.partition_data]))
+        return _response(cls, tcls, pcls, topic_results, None, acks)
     flushes: list[Flush] = []
     isr_waits: list[tuple[dict[str, Any], Any, int]] = []
     for topic in request.topic_data:

@@ -5,11 +5,12 @@ request, nothing applied): acknowledgements in a request that opens a session (e
 0), partitions to fetch (without acknowledgements) in one that closes it (epoch -1), an
 unknown ShareAcquireMode, a negative MinBytes or MaxWaitMs. It then goes through the
 member's share session (``ShareSessionCache``: epoch 0 opens, -1 closes, any other must
-match). The member must belong to the share group (the group service's
-``share_assignment`` is not None), else UNKNOWN_MEMBER_ID; a member removed from the
-group (session timeout, leave) still owns what it acquired: the acknowledgements its
-request carries are applied, and made durable, before that error is returned. It may
-also acknowledge in, and close, the session it had. As in
+match). A member removed from the group (session timeout, leave) still owns what it
+acquired, and its share session goes on, as in Kafka (whose share-partition leader
+checks the session, not the membership): the acknowledgements its requests carry are
+applied and answered per partition, and it may close the session, but it acquires
+nothing new. A request from a non-member without a session (or opening one) has its
+acknowledgements applied and is answered UNKNOWN_MEMBER_ID. As in
 Kafka, a fetch serves the partitions its session names; the assignment decides what
 the client puts in the session.
 
@@ -282,14 +283,19 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
     invalid = _invalid_share_fetch(ctx, request, epoch)
     if invalid is not None:
         return fail(ErrorCode.invalid_request, invalid)
-    if epoch != FINAL_EPOCH and not _is_member(ctx, group_id, member_id):
-        # A member removed from the group (its session timed out, say) still owns the
-        # records it acquired, as in Kafka: the acknowledgements it carries are applied
-        # before the membership error, so the records it accepted are not delivered
-        # again. It fetches nothing.
+    member = epoch == FINAL_EPOCH or _is_member(ctx, group_id, member_id)
+    previous = svc.sessions.get(group_id, member_id)
+    if not member and (previous is None or epoch == INITIAL_EPOCH):
+        # Not a member and no share session to go on with: nothing to serve. Any
+        # acknowledgements are still applied (the records may be its own), then the
+        # membership error.
         await _acknowledge_as_departed(ctx, svc, group_id, member_id, request.topics)
         return fail(ErrorCode.unknown_member_id)
-    previous = svc.sessions.get(group_id, member_id)
+    # A member removed from the group (its session timed out, say) that still has its
+    # share session goes on as in Kafka, whose share-partition leader checks the session,
+    # not the membership: its acknowledgements are applied and answered per partition, so
+    # the client learns they succeeded. It acquires nothing new; its next heartbeat tells
+    # it that it must join again.
     previous_parts = tuple(previous.partitions) if previous is not None else ()
     outcome = svc.sessions.handle_share_fetch(request, ctx.connection.connection_id)
     if not outcome.ok:
@@ -323,7 +329,7 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
     errors: dict[tuple[uuid.UUID, int], ErrorCode] = {}
     fetched: dict[tuple[uuid.UUID, int], tuple[dict[int, bytes], list[Any]]] = {}
     renew_only = bool(getattr(request, "is_renew_ack", False))
-    if not outcome.closed and not renew_only and outcome.partitions:
+    if member and not outcome.closed and not renew_only and outcome.partitions:
         order = [(_uuid(t), p) for t, p in outcome.partitions]
         max_records = int(request.max_records) if int(getattr(request, "max_records", 0) or 0) > 0 \
             else DEFAULT_MAX_RECORDS

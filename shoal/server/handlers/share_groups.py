@@ -1,19 +1,24 @@
 """Share-group membership (KIP-932): ShareGroupHeartbeat (76), ShareGroupDescribe (77).
 
+ShareGroupDescribe with IncludeAuthorizedOperations fills each found group's
+AuthorizedOperations as Kafka does without an authorizer (every GROUP operation).
+
 A heartbeat's records are made durable first; then the share-partitions newly in the
-group's assignment are initialized through the share service, and only then is the
-heartbeat answered (see ``group_service``). A group id of another kind answers
+group's assignment are initialized through the share service, the member is given
+those whose initialization succeeded (a member is only ever assigned initialized
+partitions), and only then is the heartbeat answered (see ``group_service``). A group id of another kind answers
 GROUP_ID_NOT_FOUND.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
 from ...errors import ErrorCode
+from ...groups.share_group import ShareEffects, heartbeat_assignment
 from ...observe.logs import log_once
-from ...groups.share_group import ShareEffects
 from ...protocol.entities import make
 from ..dispatch import api
 from ..group_service import client_host, group_service
@@ -69,14 +74,27 @@ async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
             for tid, ps in retry.after.initialize.get(group_id, {}).items():
                 fresh[tid] = frozenset(fresh.get(tid, frozenset())) | frozenset(ps)
         await svc.initialize_share_partitions(p, group_id, fresh)
+        # Only initialized partitions are assigned: add those whose state now exists.
+        refreshed = svc.apply(p, share_groups.refresh_assignment(group_id, request.member_id))
+        if refreshed.response is not None:
+            response = dataclasses.replace(response, assignment=heartbeat_assignment(refreshed.response))
         await svc.wait_replicated(p)
     return response
+
+
+GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8, 10, 11))
+"""The operations on a GROUP resource (Kafka's AclOperation ids READ 3, DELETE 6, DESCRIBE 8,
+DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11) as the 32-bit field Kafka fills in: without an
+authorizer, every operation the resource type supports is authorized."""
 
 
 @api(77, 1, 1)
 def handle_share_group_describe(ctx: Any, request: Any) -> Any:
     svc = group_service(ctx.broker)
     groups = tuple(svc.describe(svc.share_groups, g) for g in request.group_ids)
+    if request.include_authorized_operations:
+        groups = tuple(dataclasses.replace(g, authorized_operations=GROUP_OPERATIONS)
+                       if g.error_code == ErrorCode.none else g for g in groups)
     return svc.answer_per_partition(
         (svc.runtime.partition_for_group(g) for g in request.group_ids),
         lambda errors: make(ctx.response_type, throttle_time=0, groups=tuple(svc.with_error(g, errors) for g in groups)))

@@ -129,6 +129,26 @@ CASES = [
                  id="ShareGroupMetadataKey"),
     pytest.param(CONSUMER_OFFSETS, 11, None, 0, {"epoch": 4, "metadata_hash": 0},
                  hx("0000", "00000004", "0000000000000000", "00"), id="ShareGroupMetadataValue-v0"),
+    # ConsumerGroupCurrentMemberAssignmentValue v0: MemberEpoch, PreviousMemberEpoch, State (Kafka's
+    # MemberState: UNREVOKED_PARTITIONS = 1), AssignedPartitions, PartitionsPendingRevocation, then
+    # shoal's tagged field 100 StateNumbering = 1 (Kafka's ids).
+    pytest.param(CONSUMER_OFFSETS, 8, None, 0,
+                 {"member_epoch": 3, "previous_member_epoch": 2, "state": 1,
+                  "assigned_partitions": [{"topic_id": TOPIC_ID, "partitions": [0]}],
+                  "partitions_pending_revocation": [{"topic_id": TOPIC_ID, "partitions": [1]}],
+                  "state_numbering": 1},
+                 hx("0000", "00000003", "00000002", "01",
+                    "02", UUID_BYTES, "02 00000000", "00", "02", UUID_BYTES, "02 00000001", "00",
+                    "01", "64", "01", "01"),
+                 id="ConsumerGroupCurrentMemberAssignmentValue-v0"),
+    # ShareGroupCurrentMemberAssignmentValue v0: MemberEpoch, PreviousMemberEpoch, State (STABLE = 0),
+    # AssignedPartitions, then StateNumbering = 1 as tagged field 100.
+    pytest.param(CONSUMER_OFFSETS, 14, None, 0,
+                 {"member_epoch": 1, "previous_member_epoch": 0, "state": 0,
+                  "assigned_partitions": [{"topic_id": TOPIC_ID, "partitions": [2]}], "state_numbering": 1},
+                 hx("0000", "00000001", "00000000", "00", "02", UUID_BYTES, "02 00000002", "00",
+                    "01", "64", "01", "01"),
+                 id="ShareGroupCurrentMemberAssignmentValue-v0"),
     # ConsumerGroupMetadataValue v0: Epoch; tagged MetadataHash (0) and CreationTimeMs (1).
     pytest.param(CONSUMER_OFFSETS, 3, None, 0, {"epoch": 7, "metadata_hash": 0, "creation_time_ms": 1},
                  hx("0000", "00000007", "01", "01", "08", "0000000000000001"), id="ConsumerGroupMetadataValue-v0"),

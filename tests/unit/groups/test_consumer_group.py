@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 import uuid
 
 import pytest
@@ -12,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i32Timedelta
 
 from shoal.coordinator.records import CoordinatorRecord
-from shoal.groups.consumer import ConsumerGroups, ConsumerGroupState, MemberState
+from shoal.groups.consumer import ConsumerGroups, ConsumerGroupState, MemberState, member_state
 
 FOO = uuid.UUID(int=1)
 BAR = uuid.UUID(int=2)
@@ -95,6 +96,41 @@ def test_partitions_move_only_after_revocation():
     assert s.groups.group("g").state == ConsumerGroupState.STABLE
     owners = s.groups.group("g").owners
     assert owners == {(FOO, 0): "a", (FOO, 1): "a", (FOO, 2): "b", (FOO, 3): "b"}
+
+
+def test_member_records_hold_kafka_member_state_ids_and_earlier_ones_still_read():
+    s = Shell()
+    s.hb("a", 0)
+    s.hb("b", 0)
+    s.hb("a", 1, owned={FOO: [0, 1, 2, 3]})
+    states = {r.key["member_id"]: r.value for r in s.log if r.record_type == 8}
+    # Kafka's MemberState ids: STABLE 0, UNREVOKED_PARTITIONS 1, UNRELEASED_PARTITIONS 2.
+    assert (states["a"]["state"], states["b"]["state"]) == (1, 2)
+    assert states["a"]["state_numbering"] == states["b"]["state_numbering"] == 1
+    assert replayed(s).group("g").members["a"].state == MemberState.UNREVOKED_PARTITIONS
+
+    # The same log as earlier versions wrote it (UNREVOKED 0, UNRELEASED 1, STABLE 2, no
+    # StateNumbering) replays to the same states, in binary and in the JSON form.
+    earlier = {MemberState.UNREVOKED_PARTITIONS: 0, MemberState.UNRELEASED_PARTITIONS: 1, MemberState.STABLE: 2}
+    for form in ("binary", "json"):
+        fresh = ConsumerGroups()
+        for rec in s.log:
+            if rec.record_type == 8 and rec.value is not None:
+                value = {k: v for k, v in rec.value.items() if k != "state_numbering"}
+                value["state"] = earlier[MemberState(rec.value["state"])]
+                old = CoordinatorRecord(rec.record_type, rec.key, value, rec.version, rec.topic)
+                key, data = old.to_bytes()
+                if form == "json":
+                    data = data[:2] + json.dumps(value).encode()
+                rec = CoordinatorRecord.from_bytes(key, data)
+                assert "state_numbering" not in rec.value or rec.value["state_numbering"] == 0
+            fresh.replay(rec)
+        members = fresh.group("g").members
+        assert members["a"].state == MemberState.UNREVOKED_PARTITIONS
+        assert members["b"].state == MemberState.UNRELEASED_PARTITIONS
+    # An id neither numbering knows is UNKNOWN, not a failed replay.
+    assert member_state({"state": 7, "state_numbering": 1}) == MemberState.UNKNOWN
+    assert member_state({"state": -1}) == MemberState.UNKNOWN
 
 
 def test_epoch_validation():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import uuid
 
@@ -11,7 +12,12 @@ from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatReque
 from kio.static.primitive import i32
 
 from shoal.coordinator.records import CoordinatorRecord, RecordType
-from shoal.groups.share_group import ShareEffects, ShareGroups, ShareGroupState
+from shoal.groups.share_group import (
+    ShareEffects,
+    ShareGroups,
+    ShareGroupState,
+    heartbeat_assignment,
+)
 
 FOO = uuid.UUID(int=1)
 BAR = uuid.UUID(int=2)
@@ -19,7 +25,8 @@ TOPICS = {"foo": (FOO, 2), "bar": (BAR, 3)}
 
 
 class Shell:
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, *, initialize: bool = True, **kwargs) -> None:
+        self.initialize = initialize
         self.groups = ShareGroups(**kwargs)
         self.log: list[CoordinatorRecord] = []
         self.topics = dict(TOPICS)
@@ -31,12 +38,26 @@ class Shell:
             self.groups.replay(rec)
         return result
 
-    def hb_result(self, member_id, epoch, *, now=0, names=None, group="s", **kwargs):
+    def hb_result(self, member_id, epoch, *, now=0, names=None, group="s", initialize=None, **kwargs):
+        """One heartbeat; with ``initialize``, the shell's part as the handler does it: the
+        partitions the heartbeat made initializing are initialized, and the member gets them."""
         if names is None and epoch == 0:
             names = ["foo"]
         req = ShareGroupHeartbeatRequest(group_id=group, member_id=member_id, member_epoch=i32(epoch),
                                          subscribed_topic_names=None if names is None else tuple(names))
-        return self.apply(self.groups.handle_heartbeat(req, now, self.topics, **kwargs))
+        result = self.apply(self.groups.handle_heartbeat(req, now, self.topics, **kwargs))
+        if initialize is None:
+            initialize = self.initialize
+        if initialize and result.response.error_code == ErrorCode.none and epoch != -1:
+            self.apply(self.groups.retry_initialize(group))
+            pending = self.groups.partitions_to_initialize(group).get(group)
+            if pending:
+                self.apply(self.groups.mark_initialized(group, pending))
+            refreshed = self.apply(self.groups.refresh_assignment(group, member_id))
+            if refreshed.response is not None:
+                result = dataclasses.replace(result, response=dataclasses.replace(
+                    result.response, assignment=heartbeat_assignment(refreshed.response)))
+        return result
 
     def hb(self, *args, **kwargs):
         return self.hb_result(*args, **kwargs).response
@@ -63,6 +84,31 @@ def test_join_gets_assignment_directly():
     assert r2.member_epoch == 2 and len(assigned(r2)[FOO]) == 1
     r1 = s.hb("m1", 1)
     assert r1.member_epoch == 2 and assigned(r1)[FOO] == {0, 1} - assigned(r2)[FOO]
+
+
+def test_partitions_are_assigned_only_once_initialized():
+    # KIP-932: until the share coordinator has the state, the heartbeat answers with an
+    # empty assignment; the member gets the partitions once their initialization succeeded.
+    s = Shell()
+    r = s.hb("m1", 0, initialize=False)
+    assert r.error_code == ErrorCode.none and assigned(r) == {}
+    assert s.groups.partitions_to_initialize("s") == {"s": {FOO: frozenset({0, 1})}}
+    assert s.groups.assignment_of("s", "m1") == {}
+    # One of the two initializations fails: only the other is assigned.
+    s.apply(s.groups.mark_initialized("s", {FOO: [0]}))
+    s.apply(s.groups.mark_initialize_failed("s", {FOO: [1]}))
+    refreshed = s.apply(s.groups.refresh_assignment("s", "m1"))
+    assert refreshed.response == {FOO: frozenset({0})}
+    assert [rec.record_type for rec in refreshed.records] == [RecordType.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT]
+    assert s.groups.refresh_assignment("s", "m1").records == []  # nothing more to give
+    # The next heartbeat retries the failed one, and the member's epoch stays.
+    r = s.hb("m1", 1)
+    assert r.member_epoch == 1 and assigned(r) == {FOO: {0, 1}}
+    # Replayed from the log, the member has what it was given.
+    fresh = ShareGroups()
+    for rec in s.log:
+        fresh.replay(rec)
+    assert fresh.assignment_of("s", "m1") == {FOO: frozenset({0, 1})}
 
 
 def test_members_share_partitions_when_they_outnumber_them():
@@ -142,7 +188,7 @@ def test_session_expiry():
 
 
 def test_two_stage_initialization():
-    s = Shell()
+    s = Shell(initialize=False)
     res = s.hb_result("m1", 0)
     assert res.after.initialize == {"s": {FOO: frozenset({0, 1})}}
     assert s.groups.partitions_to_initialize("s") == {"s": {FOO: frozenset({0, 1})}}
@@ -204,7 +250,7 @@ def test_describe_and_list():
 
 
 def test_on_loaded_restarts_sessions_and_lists_pending_work():
-    s = Shell()
+    s = Shell(initialize=False)
     s.hb("m1", 0)
     fresh = ShareGroups()
     for rec in s.log:
@@ -215,7 +261,7 @@ def test_on_loaded_restarts_sessions_and_lists_pending_work():
 
 
 def test_replay_equivalence():
-    s = Shell()
+    s = Shell(initialize=False)
     s.hb("m1", 0, names=["foo", "bar"])
     s.hb("m2", 0)
     s.hb("m3", 0, names=["bar"])

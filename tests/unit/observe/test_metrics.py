@@ -32,7 +32,7 @@ def test_lock_timeouts_persister_writes_and_state_gauges(tmp_path: Path) -> None
                                     "share.record.lock.duration.ms": "15000"})
         m = b.metrics = Metrics()
         b.extensions["share"] = svc
-        tid = _topic_with_records(b, "t", 6)
+        tid = _topic_with_records(b, "t", 6, svc)
         sp = svc.get_partition("g", tid, 0)
         sp.acquire("m", [(0, 5)], b.clock.now_ms(), 10)
         b.clock.now += 15_000  # every lock runs out: the timer computes its delay from the clock

@@ -9,7 +9,6 @@ waiting write, marks the partition failed and halts.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ ONE_STATE_PARTITION = {"share.coordinator.state.topic.num.partitions": "1"}
 
 
 def _acked(b: FakeBroker, svc: ShareService, topic: str) -> tuple[Any, Any]:
-    tid = _topic_with_records(b, topic, 4)
+    tid = _topic_with_records(b, topic, 4, svc)
     b.dynamic_configs.set_group("g", {"share.auto.offset.reset": "earliest"})
     sp = svc.get_partition("g", tid, 0)
     sp.acquire("m", [(0, 3)], b.clock.now_ms(), 10)
@@ -108,7 +107,7 @@ def test_failed_fsync_fails_the_write_and_the_partition_and_halts(tmp_path: Path
         assert sp.record(0)[:3] == (RecordState.ACQUIRED, 1, "m")
         assert svc.runtime.failed(0) and len(b.halted) == 1
         # The partition refuses everything from now on, without writing.
-        key = SharePartitionKey.of("g", uuid.UUID(int=1), 0)
+        key = SharePartitionKey.of("g", sp.topic_id, 0)
         outcome = await svc.persister.write(key, 0, 0, 0, [])
         assert outcome.error_code == ErrorCode.coordinator_not_available
         with pytest.raises(ApiError) as e:

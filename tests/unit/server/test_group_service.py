@@ -53,15 +53,20 @@ class FakeShare:
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any, ...]] = []
         self.earliest: list[frozenset[uuid.UUID]] = []
+        self.state_epochs: list[int] = []
         self.fail = False
 
     async def initialize_share_state(self, group_id: str, partitions: dict[uuid.UUID, list[int]],
-                                     earliest_topics: Any = ()) -> None:
+                                     earliest_topics: Any = (), state_epoch: int = 0) -> None:
         await asyncio.sleep(0)
+        self.state_epochs.append(state_epoch)
         self.calls.append(("initialize", group_id, {t: sorted(p) for t, p in partitions.items()}))
         self.earliest.append(frozenset(earliest_topics))
         if self.fail:
             raise RuntimeError("share coordinator unavailable")
+
+    def state_keys(self, group_id: str) -> list[Any]:
+        return []
 
     async def delete_share_state(self, group_id: str, partitions: dict[uuid.UUID, list[int]]) -> None:
         self.calls.append(("delete", group_id, {t: sorted(p) for t, p in partitions.items()}))
@@ -119,13 +124,19 @@ def test_share_state_is_initialized_before_the_heartbeat_is_answered(tmp_path: P
         r = await share_heartbeat(broker, "sg", "m1", 0, ("t",))
         assert r.error_code == ErrorCode.none and r.member_epoch == 1
         assert share.calls == [("initialize", "sg", {meta.topic_id: [0, 1]})]
-        assert svc.share_assignment("sg", "m1") == {meta.topic_id: frozenset({0, 1})}
+        assert share.state_epochs == [1]  # the group epoch
+        # Not initialized, so not assigned (KIP-932: the assignment stays empty meanwhile).
+        assert r.assignment is not None and r.assignment.topic_partitions == ()
+        assert svc.share_assignment("sg", "m1") == {}
         p = svc.partition_for("sg")
         assert not svc.share_groups(p).initialized_partitions("sg")
-        # The next heartbeat retries, and succeeds.
+        # The next heartbeat retries, succeeds, and gets the partitions at once.
         share.fail = False
         r = await share_heartbeat(broker, "sg", "m1", 1, None)
-        assert r.error_code == ErrorCode.none
+        assert r.error_code == ErrorCode.none and r.member_epoch == 1
+        assert [(tp.topic_id, tuple(tp.partitions)) for tp in r.assignment.topic_partitions] == [
+            (meta.topic_id, (0, 1))]
+        assert svc.share_assignment("sg", "m1") == {meta.topic_id: frozenset({0, 1})}
         assert share.calls[-1] == ("initialize", "sg", {meta.topic_id: [0, 1]})
         assert svc.share_groups(p).initialized_partitions("sg") == {meta.topic_id: frozenset({0, 1})}
         # Initialized partitions are not initialized again.

@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from shoal.config import BrokerConfig
@@ -79,7 +80,7 @@ def test_state_topic_is_not_compacted_and_state_survives_a_restart(tmp_path: Pat
         meta = b.store.get_topic(SHARE_STATE_TOPIC)
         assert meta.configs["cleanup.policy"] == "delete"
         assert meta.configs["retention.ms"] == "-1"
-        key = SharePartitionKey.of("g", uuid.UUID(int=7), 0)
+        key = SharePartitionKey.of("g", b.store.create_topic("t", 1, {}, now_ms=0).topic_id, 0)
         assert svc.persister.initialize(key, 0, 5).ok
         assert (await svc.persister.write(key, 0, 0, 7, [StateBatch(7, 9, 0, 2), StateBatch(10, 10, 4, 1)])).ok
         svc.stop()
@@ -87,7 +88,7 @@ def test_state_topic_is_not_compacted_and_state_survives_a_restart(tmp_path: Pat
 
     async def second() -> None:
         b, svc = started(tmp_path)
-        st = svc.persister.read(SharePartitionKey.of("g", uuid.UUID(int=7), 0)).state
+        st = svc.persister.read(SharePartitionKey.of("g", b.store.get_topic("t").topic_id, 0)).state
         assert st is not None and st.start_offset == 7
         assert [(x.first_offset, x.last_offset, x.delivery_state, x.delivery_count) for x in st.state_batches] == [
             (7, 9, 0, 2), (10, 10, 4, 1)]
@@ -101,8 +102,8 @@ def test_state_topic_is_not_compacted_and_state_survives_a_restart(tmp_path: Pat
 def test_prune_deletes_superseded_records(tmp_path: Path) -> None:
     async def body() -> None:
         b, svc = started(tmp_path, **{"share.coordinator.snapshot.update.records.per.snapshot": "2"})
-        key = SharePartitionKey.of("g", uuid.UUID(int=1), 0)
-        svc.persister.initialize(key, 0, 0)
+        key = SharePartitionKey.of("g", b.store.create_topic("t", 1, {}, now_ms=0).topic_id, 0)
+        assert svc.persister.initialize(key, 0, 0).ok
         for i in range(1, 8):
             assert (await svc.persister.write(key, 0, 0, i, [])).ok
         plog = b.store.partition(SHARE_STATE_TOPIC, 0)
@@ -123,18 +124,25 @@ def test_prune_deletes_superseded_records(tmp_path: Path) -> None:
     run(body)
 
 
-def _topic_with_records(b: FakeBroker, name: str, n: int) -> uuid.UUID:
+def _topic_with_records(b: FakeBroker, name: str, n: int, svc: ShareService | None = None,
+                        groups: tuple[str, ...] = ("g",)) -> uuid.UUID:
+    """A one-partition topic with ``n`` records; with ``svc``, the share-partition of each of
+    ``groups`` initialized as the group coordinator does (start offset -1: the leader applies
+    ``share.auto.offset.reset`` when it loads the state)."""
     meta = b.store.create_topic(name, 1, {}, now_ms=b.clock.now_ms())
     plog = b.store.partition(name, 0)
     for i in range(n):
         plog.append(build_batch([(None, b"%d" % i, (), b.clock.now_ms())]), b.clock.now_ms())
+    if svc is not None:
+        for g in groups:
+            assert svc.persister.initialize(SharePartitionKey.of(g, meta.topic_id, 0), 0, -1).ok
     return meta.topic_id
 
 
 def test_share_partition_starts_at_latest_or_earliest(tmp_path: Path) -> None:
     async def body() -> None:
         b, svc = started(tmp_path)
-        tid = _topic_with_records(b, "t", 4)
+        tid = _topic_with_records(b, "t", 4, svc, groups=("late", "early", "g"))
         assert svc.get_partition("late", tid, 0).start_offset == 4
         b.dynamic_configs.set_group("early", {"share.auto.offset.reset": "earliest"})
         assert svc.get_partition("early", tid, 0).start_offset == 0
@@ -147,7 +155,7 @@ def test_share_partition_starts_at_latest_or_earliest(tmp_path: Path) -> None:
 def test_acknowledgement_is_durable_before_it_is_answered(tmp_path: Path) -> None:
     async def first() -> None:
         b, svc = started(tmp_path, {"share.auto.offset.reset": "earliest"})
-        tid = _topic_with_records(b, "t", 3)
+        tid = _topic_with_records(b, "t", 3, svc)
         sp = svc.get_partition("g", tid, 0)
         got = sp.acquire("m", [(0, 0), (1, 1), (2, 2)], b.clock.now_ms(), 10)
         assert [(a.first_offset, a.last_offset) for a in got] == [(0, 2)]
@@ -177,7 +185,7 @@ def test_lock_expiry_timer_releases_and_persists(tmp_path: Path) -> None:
     async def body() -> None:
         b, svc = started(tmp_path, {"share.auto.offset.reset": "earliest",
                                     "share.record.lock.duration.ms": "15000"})
-        tid = _topic_with_records(b, "t", 2)
+        tid = _topic_with_records(b, "t", 2, svc)
         sp = svc.get_partition("g", tid, 0)
         sp.acquire("m", [(0, 1)], b.clock.now_ms(), 10)
         b.clock.now += 15_000  # the timer computes its delay from the clock: it is due now
@@ -196,7 +204,7 @@ def test_lock_expiry_timer_releases_and_persists(tmp_path: Path) -> None:
 def test_failed_write_rolls_back_and_reports(tmp_path: Path) -> None:
     async def body() -> None:
         b, svc = started(tmp_path, {"share.auto.offset.reset": "earliest"})
-        tid = _topic_with_records(b, "t", 1)
+        tid = _topic_with_records(b, "t", 1, svc)
         sp = svc.get_partition("g", tid, 0)
         sp.acquire("m", [(0, 0)], b.clock.now_ms(), 10)
         update = sp.acknowledge("m", [(0, 0, [AcknowledgeType.ACCEPT])], b.clock.now_ms())
@@ -220,7 +228,7 @@ def test_failed_write_rolls_back_and_reports(tmp_path: Path) -> None:
 def test_fenced_write_drops_the_stale_share_partition_which_reloads_the_newer_state(tmp_path: Path) -> None:
     async def body() -> None:
         b, svc = started(tmp_path, {"share.auto.offset.reset": "earliest"})
-        tid = _topic_with_records(b, "t", 4)
+        tid = _topic_with_records(b, "t", 4, svc)
         sp = svc.get_partition("g", tid, 0)
         sp.acquire("m", [(0, 3)], b.clock.now_ms(), 10)
         update = sp.acknowledge("m", [(0, 1, [AcknowledgeType.ACCEPT])], b.clock.now_ms())
@@ -241,6 +249,30 @@ def test_fenced_write_drops_the_stale_share_partition_which_reloads_the_newer_st
     run(body)
 
 
+def test_a_leader_whose_state_was_deleted_creates_none_and_drops_its_share_partition(tmp_path: Path) -> None:
+    async def body() -> None:
+        b, svc = started(tmp_path, {"share.auto.offset.reset": "earliest"})
+        tid = _topic_with_records(b, "t", 4, svc)
+        sp = svc.get_partition("g", tid, 0)
+        sp.acquire("m", [(0, 3)], b.clock.now_ms(), 10)
+        update = sp.acknowledge("m", [(0, 1, [AcknowledgeType.ACCEPT])], b.clock.now_ms())
+        # The state is deleted behind the leader's back (another broker's group coordinator).
+        key = SharePartitionKey.of("g", tid, 0)
+        assert svc.persister.delete(key).ok
+        assert not await svc.persist(sp)  # WriteShareGroupState of an uninitialized key: refused
+        assert update.status is UpdateStatus.ROLLED_BACK
+        assert ("g", tid, 0) not in svc.partitions  # stale: dropped
+        assert svc.persister.read(key).error_code == ErrorCode.unknown_topic_or_partition  # nothing created
+        with pytest.raises(ApiError) as e:
+            svc.get_partition("g", tid, 0)
+        assert e.value.error_code == ErrorCode.unknown_topic_or_partition
+        assert svc.persister.read(key).error_code == ErrorCode.unknown_topic_or_partition
+        svc.stop()
+        b.close()
+
+    run(body)
+
+
 class _Ctx:
     """What a handler needs of its request context."""
 
@@ -249,8 +281,11 @@ class _Ctx:
 
 
 def _wire_write(tid: uuid.UUID, leader_epoch: int, start: int, batches: list[tuple[int, int, int, int]]) -> Any:
-    from kio.schema.write_share_group_state.v1.request import PartitionData, WriteShareGroupStateRequest, \
-        WriteStateData
+    from kio.schema.write_share_group_state.v1.request import (
+        PartitionData,
+        WriteShareGroupStateRequest,
+        WriteStateData,
+    )
     from kio.schema.write_share_group_state.v1.request import StateBatch as WireBatch
     from kio.static.primitive import i8, i16, i32, i64
 
@@ -266,7 +301,7 @@ def test_wire_write_drops_the_loaded_share_partition_which_reloads_from_it(tmp_p
     async def body() -> None:
         b, svc = started(tmp_path, {"share.auto.offset.reset": "earliest"})
         b.extensions["share"] = svc
-        tid = _topic_with_records(b, "t", 6)
+        tid = _topic_with_records(b, "t", 6, svc)
         sp = svc.get_partition("g", tid, 0)
         sp.acquire("m", [(i, i) for i in range(6)], b.clock.now_ms(), 10)
         svc.reschedule(sp)  # a lock-expiry timer for the old object
@@ -304,7 +339,7 @@ def test_wire_write_that_fails_keeps_the_loaded_share_partition(tmp_path: Path) 
     async def body() -> None:
         b, svc = started(tmp_path, {"share.auto.offset.reset": "earliest"})
         b.extensions["share"] = svc
-        tid = _topic_with_records(b, "t", 2)
+        tid = _topic_with_records(b, "t", 2, svc)
         sp = svc.get_partition("g", tid, 0)
         assert (await handle_write_share_group_state(_Ctx(b), _wire_write(tid, 5, 1, []))).results[0].partitions[0] \
             .error_code == ErrorCode.none
@@ -331,7 +366,7 @@ def test_fetch_path_follows_the_log_start_past_the_spso(tmp_path: Path) -> None:
         b.dynamic_configs.set_group("g", {"share.auto.offset.reset": "earliest"})
         svc = ShareService(b)
         svc.start()
-        tid = _topic_with_records(b, "t", 10)
+        tid = _topic_with_records(b, "t", 10, svc)
         sp = svc.get_partition("g", tid, 0)
         sp.acquire("m", [(i, i) for i in range(4)], b.clock.now_ms(), 4, acquire_mode=AcquireMode.RECORD_LIMIT)
         update = sp.acknowledge("m", [(0, 0, [AcknowledgeType.RELEASE])], b.clock.now_ms())
@@ -352,7 +387,7 @@ def test_fetch_path_follows_the_log_start_past_the_spso(tmp_path: Path) -> None:
 def test_member_leaving_with_an_open_session_keeps_its_records_until_the_session_closes(tmp_path: Path) -> None:
     async def body() -> None:
         b, svc = started(tmp_path, {"share.auto.offset.reset": "earliest"})
-        tid = _topic_with_records(b, "t", 4)
+        tid = _topic_with_records(b, "t", 4, svc)
         part = (str(tid), 0)
         assert svc.sessions.share_fetch("g", "m", 0, add=[part], connection_id="c1").ok
         assert svc.sessions.share_fetch("g", "gone", 0, add=[part], connection_id="c2").ok
@@ -377,7 +412,9 @@ def test_member_leaving_with_an_open_session_keeps_its_records_until_the_session
 
 
 def test_wire_write_refused_by_the_disk_answers_the_partition_with_an_error(tmp_path: Path) -> None:
-    from kio.schema.write_share_group_state.v1.response import WriteShareGroupStateResponse
+    from kio.schema.write_share_group_state.v1.response import (
+        WriteShareGroupStateResponse,
+    )
 
     from shoal.server.handlers.share_state import handle_write_share_group_state
 
@@ -387,7 +424,7 @@ def test_wire_write_refused_by_the_disk_answers_the_partition_with_an_error(tmp_
     async def body() -> None:
         b, svc = started(tmp_path, {"share.auto.offset.reset": "earliest"})
         b.extensions["share"] = svc
-        tid = _topic_with_records(b, "t", 2)
+        tid = _topic_with_records(b, "t", 2, svc)
         plog = b.store.partition(SHARE_STATE_TOPIC, 0)
         real = plog.append
 

@@ -193,12 +193,40 @@ def test_bad_start_offset_and_batches_are_invalid_requests():
 # --- write ------------------------------------------------------------------------------
 
 
-def test_first_write_without_initialize_is_a_snapshot():
+def test_write_without_initialize_is_refused_and_creates_nothing():
+    # Kafka's WRITE_UNINITIALIZED_SHARE_PARTITION: only initialize creates state.
     h = Harness()
     r = h.shard.write(KEY, 0, 1, 10, [B(10, 12, ACKNOWLEDGED)])
-    assert [x.record_type for x in r.records] == [ShareStateRecordType.SHARE_SNAPSHOT]
-    out = h.apply(r)
-    assert h.shard.get(KEY) == out.state == ShareState(0, 1, 10, (B(10, 12, ACKNOWLEDGED),), 0)
+    assert r.records == [] and r.response.error_code == ErrorCode.invalid_request
+    assert h.shard.get(KEY) is None
+    # Nor after a delete: a leader still holding the deleted state cannot bring it back.
+    h.apply(h.shard.initialize(KEY, 0, 10))
+    h.apply(h.shard.delete(KEY))
+    r = h.shard.write(KEY, 0, 1, -1, [B(10, 12, ACKNOWLEDGED)])
+    assert r.records == [] and r.response.error_code == ErrorCode.invalid_request
+    assert h.shard.get(KEY) is None
+
+
+def test_unknown_topic_or_partition_as_the_metadata_says():
+    counts = {TOPIC: 2}
+    h = Harness()
+    h.shard.partition_count = counts.get
+    other = SharePartitionKey.of("G1", uuid.UUID(int=9), 0)
+    beyond = SharePartitionKey.of("G1", TOPIC, 2)
+    for key in (other, beyond):
+        for r in (h.shard.initialize(key, 0, 0), h.shard.read(key), h.shard.read_summary(key)):
+            assert r.records == [] and r.response.error_code == ErrorCode.unknown_topic_or_partition
+        # a write is refused first for having no state, as Kafka checks that before the metadata
+        assert h.shard.write(key, 0, 0, -1, []).response.error_code == ErrorCode.invalid_request
+    # Known ones work; state of a topic that then disappears answers UNKNOWN_TOPIC_OR_PARTITION,
+    # and can still be deleted.
+    assert h.apply(h.shard.initialize(KEY, 1, 0)).ok
+    assert h.apply(h.shard.write(KEY, 1, 0, -1, [B(0, 0, ACKNOWLEDGED)])).ok
+    del counts[TOPIC]
+    assert h.shard.write(KEY, 1, 0, -1, []).response.error_code == ErrorCode.unknown_topic_or_partition
+    assert h.shard.read(KEY).response.error_code == ErrorCode.unknown_topic_or_partition
+    r = h.shard.delete(KEY)
+    assert r.response.ok and len(r.records) == 2
 
 
 def test_write_after_snapshot_is_an_update_with_only_the_delta():
@@ -365,8 +393,9 @@ def test_delete_writes_tombstones_and_forgets():
     # deleting nothing succeeds without records
     again = h.shard.delete(KEY)
     assert again.records == [] and again.response.ok
-    # after a delete, a new write starts a fresh snapshot
-    r = h.shard.write(KEY, 0, 0, 0, [])
+    # after a delete, a write is refused; only a new initialize starts a fresh snapshot
+    assert h.shard.write(KEY, 0, 0, 0, []).response.error_code == ErrorCode.invalid_request
+    r = h.shard.initialize(KEY, 0, 0)
     assert r.records[0].record_type == ShareStateRecordType.SHARE_SNAPSHOT
 
 

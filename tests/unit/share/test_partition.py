@@ -180,13 +180,18 @@ def test_renew_extends_lock_without_write() -> None:
     "member,batches,now,code",
     [
         ("other", [(0, 1, [ACCEPT])], 0, ErrorCode.invalid_record_state),
-        ("m", [(0, 5, [ACCEPT])], 0, ErrorCode.invalid_record_state),  # 5 not in flight
+        ("m", [(0, 5, [ACCEPT])], 0, ErrorCode.invalid_request),  # 5 was never fetched
+        ("m", [(5, 6, [ACCEPT])], 0, ErrorCode.invalid_request),
+        ("m", [(3, 4, [ACCEPT]), (0, 1, [ACCEPT])], 0, ErrorCode.invalid_request),  # descending
+        ("m", [(0, 3, [ACCEPT]), (2, 4, [ACCEPT])], 0, ErrorCode.invalid_request),  # overlapping
         ("m", [(0, 1, [ACCEPT])], LOCK, ErrorCode.invalid_record_state),  # lock lapsed
         ("m", [(1, 0, [ACCEPT])], 0, ErrorCode.invalid_request),
         ("m", [(0, 2, [ACCEPT, ACCEPT])], 0, ErrorCode.invalid_request),
         ("m", [(0, 1, [])], 0, ErrorCode.invalid_request),
         ("m", [(0, 1, [9])], 0, ErrorCode.invalid_request),
-        ("m", [(0, 2, [ACCEPT]), (2, 3, [ACCEPT])], 0, ErrorCode.invalid_request),
+        # Kafka lets a batch start at the previous one's last offset through its request
+        # checks; that offset is then acknowledged twice: INVALID_RECORD_STATE.
+        ("m", [(0, 2, [ACCEPT]), (2, 3, [ACCEPT])], 0, ErrorCode.invalid_record_state),
     ],
 )
 def test_acknowledge_errors_change_nothing(member, batches, now, code) -> None:
@@ -316,9 +321,9 @@ def test_log_start_inside_in_flight_drops_state_below_and_persists_new_spso() ->
     assert (sp.start_offset, sp.end_offset) == (6, 10)
     assert sp.describe() == [(6, 6, Q, 1), (7, 7, A, 1), (8, 9, Q, 1)]
     assert sp.record(3) == (K, 0, None, None)  # below SPSO: done
-    with pytest.raises(ApiError) as e:  # the holder can no longer acknowledge what is gone
-        sp.acknowledge("m", [(4, 6, [ACCEPT])], 0)
-    assert e.value.error_code == ErrorCode.invalid_record_state
+    # What is gone is already archived: the holder's acknowledgement of it succeeds, changing nothing.
+    assert sp.acknowledge("m", [(4, 5, [ACCEPT])], 0).status is UpdateStatus.COMMITTED
+    assert sp.describe() == [(6, 6, Q, 1), (7, 7, A, 1), (8, 9, Q, 1)]
     write = sp.take_write()
     assert write is not None and write.start_offset == 6
     assert write.state_batches == ()  # the release of 7 was written before: only the SPSO moved
@@ -345,6 +350,21 @@ def test_log_start_then_spso_moves_on_over_terminal_records() -> None:
     assert (sp.start_offset, sp.end_offset) == (4, 10)
     ack(sp, "m", 4, 4, REJECT)
     assert sp.start_offset == 8
+
+
+def test_acknowledgements_below_the_start_offset_are_skipped_as_a_success() -> None:
+    # Kafka: offsets below SPSO are already archived; a batch wholly below it succeeds and
+    # changes nothing, one straddling it acknowledges from SPSO on.
+    sp = make(0)
+    sp.acquire("m", [(0, 9)], 0, 10)
+    assert sp.advance_start_to(4)
+    update = sp.acknowledge("m", [(0, 3, [ACCEPT])], 0)
+    assert update.status is UpdateStatus.COMMITTED
+    write = sp.take_write()
+    assert write is not None and (write.start_offset, write.state_batches) == (4, ())  # the SPSO move only
+    sp.commit(write)
+    ack(sp, "m", 2, 5, ACCEPT)
+    assert sp.start_offset == 6 and sp.record(6)[:3] == (RecordState.ACQUIRED, 1, "m")
 
 
 def test_log_start_over_a_pending_acknowledgement() -> None:

@@ -99,8 +99,10 @@ def test_zero_slots_refuses_everything():
 
 
 def test_from_config():
+    # Kafka's key, and the name earlier shoal versions used for it.
+    assert ShareSessionCache.from_config(BrokerConfig({"group.share.max.share.sessions": "4"})).max_slots == 4
     assert ShareSessionCache.from_config(BrokerConfig({"max.share.session.cache.slots": "3"})).max_slots == 3
-    assert ShareSessionCache.from_config(BrokerConfig()).max_slots == 1000
+    assert ShareSessionCache.from_config(BrokerConfig()).max_slots == 2000  # Kafka's default
     with pytest.raises(ValueError):
         ShareSessionCache(-1)
 
