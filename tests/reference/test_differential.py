@@ -194,22 +194,17 @@ def test_share_fetch_and_acknowledge(sides) -> None:
 
     want, got = both(sides, scenario)
     assert [n for n, _ in got] == [n for n, _ in want]
-    known = {"acknowledge again", "ack offsets never fetched"}
-    diffs = [(n, w, g) for (n, w), (_, g) in zip(want, got) if w != g and n not in known]
+    diffs = [(n, w, g) for (n, w), (_, g) in zip(want, got) if w != g]
     assert diffs == [], "\n".join(f"{n}:\n  kafka: {w}\n  shoal: {g}" for n, w, g in diffs)
 
     def errors(steps: list[tuple[str, Any]], name: str) -> dict[int, str]:
         [r] = [r for n, r in steps if n == name]
         return {p["partition_index"]: p["error_code"] for t in r["responses"] for p in t["partitions"]}
 
-    # Differences listed in docs/COMPATIBILITY.md. Accepting again records that are below the
-    # share-partition start offset (all of partition 1 was accepted): Kafka answers NONE,
-    # shoal INVALID_RECORD_STATE. Offsets never fetched: Kafka INVALID_REQUEST, shoal
-    # INVALID_RECORD_STATE.
-    assert errors(want, "acknowledge again") == {0: "invalid_record_state", 1: "none"}
-    assert errors(got, "acknowledge again") == {0: "invalid_record_state", 1: "invalid_record_state"}
-    assert errors(want, "ack offsets never fetched") == {0: "invalid_request"}
-    assert errors(got, "ack offsets never fetched") == {0: "invalid_record_state"}
+    # Accepting again records below the share-partition start offset (all of partition 1 was
+    # accepted) is a success; offsets never fetched are an invalid request.
+    assert errors(got, "acknowledge again") == {0: "invalid_record_state", 1: "none"}
+    assert errors(got, "ack offsets never fetched") == {0: "invalid_request"}
 
 
 def test_share_fetch_from_a_member_not_in_the_group(sides) -> None:
