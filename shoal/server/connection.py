@@ -384,9 +384,11 @@ class Connection(asyncio.Protocol):
     def _answer_async(self, slot: _Slot, ctx: RequestContext, task: asyncio.Task[Any], started: float) -> None:
         self._pool.release(slot.reserved)
         slot.reserved = 0
-        if task.cancelled() or self._closing:
+        if task.cancelled():
             return
-        exc = task.exception()
+        exc = task.exception()  # read even when closing: asyncio reports an exception never read
+        if self._closing:
+            return
         if exc is not None:
             if isinstance(exc, ApiError):
                 try:

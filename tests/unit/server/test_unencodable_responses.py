@@ -120,3 +120,30 @@ def test_an_unencodable_answer_without_an_error_code_closes_the_connection() -> 
         client.close()
 
     asyncio.run(body())
+
+
+def test_a_failed_task_of_a_closing_connection_leaves_no_unread_exception() -> None:
+    import gc
+
+    from shoal.server.connection import _Slot
+
+    async def body() -> None:
+        loop = asyncio.get_running_loop()
+        reported: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _loop, context: reported.append(context))
+        conn, client = await serve(join_answer)
+
+        async def fails() -> None:
+            raise RuntimeError("a handler failed while its connection was closing")
+
+        task = loop.create_task(fails())
+        await asyncio.wait([task])
+        conn._closing = True
+        conn._async_done(_Slot(), None, task)  # type: ignore[arg-type]
+        del task
+        gc.collect()
+        await asyncio.sleep(0)
+        assert [c.get("message") for c in reported] == []
+        client.close()
+
+    asyncio.run(body())
