@@ -224,14 +224,35 @@ def client_requests(metrics: dict[tuple[str, str], float]) -> float:
     return total
 
 
-def run_java(main_class: str, *args: str) -> str:
+def run_java(broker: Broker, main_class: str, *args: str) -> str:
+    """Run one of Kafka's tools with full JIT; fails at once when the broker exits meanwhile
+    (a client would otherwise retry until its own timeouts)."""
     cmd = kafka_ref.java_command(main_class, *args, quick=False, jvm=TOOL_JVM)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S,
-                          stdin=subprocess.DEVNULL, check=False)
+    tool = main_class.rsplit(".", 1)[1]
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, text=True)
+        try:
+            deadline = time.monotonic() + TOOL_TIMEOUT_S
+            while proc.poll() is None:
+                if not broker.alive():
+                    raise BenchError(f"{broker.name} exited while {tool} ran\n{broker.log_tail()}")
+                if time.monotonic() > deadline:
+                    raise BenchError(f"{tool} did not finish within {TOOL_TIMEOUT_S:.0f}s")
+                try:
+                    proc.wait(0.5)
+                except subprocess.TimeoutExpired:
+                    pass
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     if proc.returncode != 0:
-        raise BenchError(f"{main_class.rsplit('.', 1)[1]} {' '.join(args)} exited with {proc.returncode}\n"
-                         f"--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}")
-    return proc.stdout
+        raise BenchError(f"{tool} {' '.join(args)} exited with {proc.returncode}\n"
+                         f"--- stdout ---\n{stdout[-3000:]}\n--- stderr ---\n{stderr[-3000:]}")
+    return stdout
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -245,11 +266,11 @@ _PRODUCE_SUMMARY = re.compile(
     r"([\d.]+) ms max latency, ([\d.]+) ms 50th, ([\d.]+) ms 95th, ([\d.]+) ms 99th, ([\d.]+) ms 99.9th")
 
 
-def produce_perf(bootstrap: str, topic: str, records: int, size: int, rate: int,
+def produce_perf(broker: Broker, topic: str, records: int, size: int, rate: int,
                  props: Sequence[str], warmup: int = 0) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
     """ProducerPerformance's summary; with ``warmup``, its steady-state one (the records after
     the first ``warmup``)."""
-    out = run_java(PRODUCE, "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(records),
+    out = run_java(broker, PRODUCE, "--bootstrap-server", broker.bootstrap, "--topic", topic, "--num-records", str(records),
                    "--record-size", str(size), "--throughput", str(rate), "--print-metrics",
                    "--warmup-records", str(warmup), "--command-property", *props)
     found = _PRODUCE_SUMMARY.findall(out)
@@ -276,9 +297,9 @@ def stats_table(out: str, first_field: str) -> dict[str, str]:
     raise BenchError(f"no statistics in the tool's output:\n{out[-3000:]}")
 
 
-def consume_perf(bootstrap: str, topic: str, records: int, group: str
+def consume_perf(broker: Broker, topic: str, records: int, group: str
                  ) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
-    out = run_java(CONSUME, "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(records),
+    out = run_java(broker, CONSUME, "--bootstrap-server", broker.bootstrap, "--topic", topic, "--num-records", str(records),
                    "--group", group, "--timeout", "60000", "--print-metrics")
     row = stats_table(out, "start.time")
     got = int(row["data.consumed.in.nMsg"])
@@ -288,12 +309,12 @@ def consume_perf(bootstrap: str, topic: str, records: int, group: str
              "fetch MB/s": float(row["fetch.MB.sec"])}, parse_metrics(out))
 
 
-def share_perf(bootstrap: str, topic: str, records: int, group: str, consumers: int
+def share_perf(broker: Broker, topic: str, records: int, group: str, consumers: int
                ) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
-    kafka_ref.run_tool("kafka-configs", "--bootstrap-server", bootstrap, "--entity-type", "groups",
+    kafka_ref.run_tool("kafka-configs", "--bootstrap-server", broker.bootstrap, "--entity-type", "groups",
                        "--entity-name", group, "--alter", "--add-config", "share.auto.offset.reset=earliest",
                        timeout=180)
-    out = run_java(SHARE, "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(records),
+    out = run_java(broker, SHARE, "--bootstrap-server", broker.bootstrap, "--topic", topic, "--num-records", str(records),
                    "--group", group, "--threads", str(consumers), "--timeout", "60000", "--print-metrics")
     row = stats_table(out, "start.time")
     got = int(row["data.consumed.in.nMsg"])
@@ -375,8 +396,8 @@ def run_workloads(broker: Broker, plan: Plan, cases: dict[tuple[str, str], Case]
         # produce and fetch paths, shoal's first segment files
         create_topic(b, "warmup", 1)
         log(f"{broker.name}: warm-up, {plan.warmup} x 1 KiB produced and consumed (not measured)")
-        produce_perf(b, "warmup", plan.warmup, 1024, -1, ["acks=all"])
-        consume_perf(b, "warmup", plan.warmup, f"warmup-{stamp}")
+        produce_perf(broker, "warmup", plan.warmup, 1024, -1, ["acks=all"])
+        consume_perf(broker, "warmup", plan.warmup, f"warmup-{stamp}")
 
     if want & {"produce", "consume"}:
         for size in plan.sizes:
@@ -386,12 +407,12 @@ def run_workloads(broker: Broker, plan: Plan, cases: dict[tuple[str, str], Case]
                 create_topic(b, topic, parts)
                 log(f"{broker.name}: produce {plan.records} x {size} B to {parts} partition(s)")
                 result = measured(broker, size,
-                                  functools.partial(produce_perf, b, topic, plan.records, size, -1, ["acks=all"]))
+                                  functools.partial(produce_perf, broker, topic, plan.records, size, -1, ["acks=all"]))
                 if "produce" in want:
                     case("produce", name).values[broker.name] = result
                 if "consume" in want:
                     log(f"{broker.name}: consume {plan.records} x {size} B from {parts} partition(s)")
-                    result = measured(broker, size, functools.partial(consume_perf, b, topic, plan.records,
+                    result = measured(broker, size, functools.partial(consume_perf, broker, topic, plan.records,
                                                                       f"perf-{topic}-{stamp}"))
                     case("consume", name).values[broker.name] = result
 
@@ -400,13 +421,13 @@ def run_workloads(broker: Broker, plan: Plan, cases: dict[tuple[str, str], Case]
             topic = f"share-{plan.share_size}b-{parts}p"
             create_topic(b, topic, parts)
             log(f"{broker.name}: fill {topic} with {plan.share_records} records (not measured)")
-            produce_perf(b, topic, plan.share_records, plan.share_size, -1, ["acks=all"])
+            produce_perf(broker, topic, plan.share_records, plan.share_size, -1, ["acks=all"])
             for consumers in plan.share_consumers:
                 group = f"perf-share-{parts}p-{consumers}c-{stamp}"
                 name = f"{parts} partition{'s' if parts > 1 else ''}, {consumers} consumer{'s' if consumers > 1 else ''}"
                 log(f"{broker.name}: share-consume {plan.share_records} records, {name}")
                 result = measured(broker, plan.share_size,
-                                  functools.partial(share_perf, b, topic, plan.share_records, group, consumers))
+                                  functools.partial(share_perf, broker, topic, plan.share_records, group, consumers))
                 case("share", name).values[broker.name] = result
 
     if "latency" in want:
@@ -414,7 +435,7 @@ def run_workloads(broker: Broker, plan: Plan, cases: dict[tuple[str, str], Case]
         create_topic(b, topic, 1)
         log(f"{broker.name}: {plan.latency_records} single-record produces at {plan.latency_rate}/s")
         props = ["acks=all", "linger.ms=0", "batch.size=0"]
-        result = measured(broker, 100, functools.partial(produce_perf, b, topic, plan.latency_records, 100,
+        result = measured(broker, 100, functools.partial(produce_perf, broker, topic, plan.latency_records, 100,
                                                          plan.latency_rate, props, warmup=plan.latency_records // 5))
         case("latency", f"100 B at {plan.latency_rate} records/s").values[broker.name] = result
 
