@@ -26,9 +26,10 @@ first files. Workloads:
   topic of 1 and of 8 partitions; each run is a new share group whose
   share.auto.offset.reset is set to earliest with kafka-configs (the tool does not set it).
 * ``latency``: ProducerPerformance at a fixed rate (``--latency-rate``, 500 records/s by
-  default) with 100 B records, acks=all, linger.ms=0, so every request carries one record
-  (the table shows records per request, from the producer's metrics); p50/p99/p99.9 of
-  send-to-acknowledgement as the tool reports them.
+  default) with 100 B records, acks=all, linger.ms=0, batch.size=0, so every request
+  carries one record (the table shows records per request, from the producer's metrics);
+  p50/p99/p99.9 of send-to-acknowledgement as the tool reports them, for the steady state
+  after the first fifth of the records (``--warmup-records`` of the tool).
 
 For every workload run, the broker's CPU time (utime+stime of /proc/PID/stat; for Kafka
 the JVM's pid) is read before and after the tool runs, and divided by the gigabytes of
