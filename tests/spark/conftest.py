@@ -57,7 +57,10 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
 @pytest.fixture
 def topic_name(request: pytest.FixtureRequest) -> str:
-    return re.sub(r"[^a-zA-Z0-9._-]", "-", request.node.name)[:120]
+    """A topic of the test's own on the shared broker: its module and name (two modules may
+    have tests of the same name)."""
+    module = request.node.module.__name__.rpartition(".")[2].removeprefix("test_")
+    return re.sub(r"[^a-zA-Z0-9._-]", "-", f"{module}.{request.node.name}")[:200]
 
 
 @pytest.fixture
