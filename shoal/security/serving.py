@@ -134,7 +134,12 @@ def listener_name(ctx: Any) -> str | None:
 
 def client_endpoint(ctx: Any, endpoint: Any) -> tuple[str, int] | None:
     """(host, port) of broker ``endpoint`` on the listener ``ctx``'s request came in on."""
-    name = listener_name(ctx)
+    return _endpoint_on(listener_name(ctx), endpoint)
+
+
+def _endpoint_on(name: str | None, endpoint: Any) -> tuple[str, int] | None:
+    """(host, port) of ``endpoint`` on listener ``name`` (None: the broker's only listener);
+    None when that broker has no such listener."""
     listeners = getattr(endpoint, "listeners", ())
     if name is None or not listeners:
         return endpoint.host, endpoint.port
@@ -155,11 +160,4 @@ def own_endpoint(ctx: Any) -> tuple[str, int]:
 
 def endpoint_on_request_listener(endpoint: Any) -> tuple[str, int] | None:
     """As :func:`client_endpoint`, for the listener of the request being handled."""
-    name = REQUEST_LISTENER.get()
-    listeners = getattr(endpoint, "listeners", ())
-    if name is None or not listeners:
-        return endpoint.host, endpoint.port
-    for n, h, p in listeners:
-        if n == name:
-            return h, p
-    return None
+    return _endpoint_on(REQUEST_LISTENER.get(), endpoint)
