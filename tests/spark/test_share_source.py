@@ -260,5 +260,10 @@ def test_the_share_stream_rides_through_a_broker_restart(spark, spark_broker, to
     copies: dict[int, list[int]] = {}
     for r in rows:
         copies.setdefault(int(r.value), []).append(r.deliveryCount)
-    # a record read twice came back after the restart released it: its later copy says so
-    assert all(max(dcs) >= 2 for dcs in copies.values() if len(dcs) > 1)
+    # Only a record the stream held when the broker went down may come twice: its
+    # acknowledgement was not yet written, and the Acquired state is not persisted (KIP-932),
+    # so the copy after the restart may carry the same delivery count. Records produced after
+    # the restart meet no failure and come once.
+    twice = {v for v, dcs in copies.items() if len(dcs) > 1}
+    assert all(v < 200 for v in twice), sorted(twice)
+    assert all(len(dcs) <= 2 for dcs in copies.values())
