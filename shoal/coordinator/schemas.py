@@ -13,9 +13,10 @@ values changed incompatibly while KIP-932 was in preview (ShareSnapshotValue and
 ShareUpdateValue with an int32 SnapshotEpoch, timestamps and a tagged
 DeliveryCompleteCount; ShareGroupMetadataValue with MetadataHash;
 ShareGroupStatePartitionMetadataValue with InitializingTopics), and shoal writes the
-current forms. Kafka's trunk no longer has ShareGroupPartitionMetadata (type 9), which
-shoal still writes, in its last published layout, for a share group's subscribed
-topics. Field names are Kafka's, turned to snake_case (``RebalanceTimeoutMs``
+current forms. Kafka 4.1 removed ShareGroupPartitionMetadata (type 9; the subscribed
+topics' metadata became ShareGroupMetadataValue's MetadataHash): shoal no longer writes
+it, and keeps its last published layout only to read the records earlier shoal versions
+wrote (and to tombstone them). Field names are Kafka's, turned to snake_case (``RebalanceTimeoutMs``
 becomes ``rebalance_timeout_ms``), and are the keys of the dicts the domain modules
 build and replay.
 

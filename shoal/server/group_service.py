@@ -181,7 +181,7 @@ class _ShareGroupView(_KindView):
 
     def is_subscribed_to_topic(self, topic: str) -> bool:
         g = self.kind.group(self.group_id)
-        return g is not None and topic in g.subscribed_topics
+        return g is not None and any(topic in m.subscribed_topic_names for m in g.members.values())
 
     def offset_expiration_base(self, commit_timestamp_ms: int) -> int | None:
         return None
@@ -672,7 +672,7 @@ class GroupCoordinatorService:
         part = self._parts[partition]
         self.apply(partition, self.shard(partition).expire(now_ms))
         self.apply(partition, part.consumer.expire(now_ms))
-        self.apply(partition, part.share.expire(now_ms))
+        self.apply(partition, part.share.expire(now_ms, self.topics_metadata()))
 
     # ------------------------------------------------------------ topics
     def on_topic_deleted(self, topic: str) -> None:
