@@ -266,15 +266,14 @@ def test_describe_group_configs(sides) -> None:
     assert sorted(common_w) == sorted(common_g)
     assert {k: v for k, v in common_w.items()} == {k: v for k, v in common_g.items()}, [
         (k, common_w[k], common_g[k]) for k in common_w if common_w[k] != common_g[k]]
-    # shoal lacks these group configs (docs/COMPATIBILITY.md); Kafka has every one of them
+    # shoal lacks the streams group configs (docs/COMPATIBILITY.md); Kafka has every one of them
     assert want[2] == ("configs only Kafka has", sorted(KAFKA_ONLY_GROUP_CONFIGS))
     assert got[2] == ("configs only Kafka has", [])
 
 
 # Group configs of Apache Kafka 4.4 that shoal does not have (streams groups are not served).
 KAFKA_ONLY_GROUP_CONFIGS = frozenset({
-    "consumer.assignment.interval.ms", "share.assignment.interval.ms", "share.partition.max.record.locks",
-    "share.renew.acknowledge.enable", "streams.assignment.interval.ms", "streams.assignor.name",
+    "streams.assignment.interval.ms", "streams.assignor.name",
     "streams.heartbeat.interval.ms", "streams.initial.rebalance.delay.ms", "streams.num.standby.replicas",
     "streams.rack.aware.assignment.tags", "streams.session.timeout.ms",
 })

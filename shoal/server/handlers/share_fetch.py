@@ -90,6 +90,11 @@ def apply_acknowledgements(ctx: Any, svc: ShareService, group_id: str, member_id
                 if ctx.api_version < 2 and any(int(x) == AcknowledgeType.RENEW
                                                for b in p.acknowledgement_batches for x in b.acknowledge_types):
                     raise ApiError(ErrorCode.invalid_request, "renew needs version 2")
+                if not svc.renew_acknowledge_enabled(group_id) and any(
+                        int(x) == AcknowledgeType.RENEW for b in p.acknowledgement_batches for x in b.acknowledge_types):
+                    # As Kafka: the partition's acknowledgements fail, none of them applied.
+                    raise ApiError(ErrorCode.invalid_record_state,
+                                   "Renewing acquisition locks is not enabled for the group.")
                 sp = svc.get_partition(group_id, key[0], key[1])
                 update = sp.acknowledge(
                     member_id,
