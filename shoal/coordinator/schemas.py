@@ -174,6 +174,11 @@ _MEMBER_ID = f("MemberId", "string")
 
 # Shared struct bodies.
 _TOPIC_PARTITIONS = (f("TopicId", "uuid"), f("Partitions", "[]int32"))
+_TOPIC_PARTITIONS_WITH_EPOCHS = (
+    *_TOPIC_PARTITIONS,
+    # KIP-1251 (Kafka 4.3): the epoch at which each partition was assigned to the member.
+    f("AssignmentEpochs", "[]int32", nullable="0+", tag=0, tagged="0+", default=None),
+)
 _TOPIC_METADATA = (
     f("TopicId", "uuid"),
     f("TopicName", "string"),
@@ -256,8 +261,8 @@ RECORD_SCHEMAS: dict[str, dict[int, tuple[Schema, Schema]]] = {
                 f("MemberEpoch", "int32"),
                 f("PreviousMemberEpoch", "int32"),
                 f("State", "int8"),
-                f("AssignedPartitions", "[]TopicPartitions", fields=_TOPIC_PARTITIONS),
-                f("PartitionsPendingRevocation", "[]TopicPartitions", fields=_TOPIC_PARTITIONS),
+                f("AssignedPartitions", "[]TopicPartitions", fields=_TOPIC_PARTITIONS_WITH_EPOCHS),
+                f("PartitionsPendingRevocation", "[]TopicPartitions", fields=_TOPIC_PARTITIONS_WITH_EPOCHS),
                 _STATE_NUMBERING,  # shoal's addition, see above
             ])),
         9: (_key("ShareGroupPartitionMetadataKey", 9, _GROUP_ID),
