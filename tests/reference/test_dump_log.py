@@ -170,6 +170,12 @@ def test_consumer_offsets_member_records_while_stable(workload) -> None:
     for (t, group), v in written.items():
         assert v["memberEpoch"] >= 1 and v["assignedPartitions"], (t, group, v)
         assert v["state"] == MEMBER_STATE_STABLE, (t, group, v)
+    # KIP-1251: the consumer group's member record says at which epoch each partition was
+    # assigned (one epoch per partition, none newer than the member's).
+    v = written[(8, "dl-848")]
+    for tp in v["assignedPartitions"]:
+        assert len(tp["assignmentEpochs"]) == len(tp["partitions"]), v
+        assert all(1 <= e <= v["memberEpoch"] for e in tp["assignmentEpochs"]), v
 
 
 def test_share_group_state_records(workload) -> None:
