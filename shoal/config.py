@@ -443,6 +443,13 @@ _DEFS: list[Definition] = [
                "message naming this key (logged once per group).", check=_ge(1)),
     Definition("group.consumer.assignors", list, ["uniform", "range"], Scope.BROKER,
                "Server-side assignors for consumer-protocol groups; the first is the default."),
+    Definition("group.consumer.assignment.interval.ms", int, 1000, Scope.BROKER,
+               "Default consumer.assignment.interval.ms. Accepted for compatibility: shoal computes a group's "
+               "target assignment in the heartbeat that changes the group.", check=_ge(0)),
+    Definition("group.consumer.min.assignment.interval.ms", int, 0, Scope.BROKER,
+               "Smallest consumer.assignment.interval.ms a group may set.", check=_ge(0)),
+    Definition("group.consumer.max.assignment.interval.ms", int, 15_000, Scope.BROKER,
+               "Largest consumer.assignment.interval.ms a group may set.", check=_ge(0)),
     # --- share groups (KIP-932) --------------------------------------------------
     Definition("group.share.enable", bool, True, Scope.BROKER, "Whether share groups are served."),
     Definition("group.share.record.lock.duration.ms", int, 30_000, Scope.BROKER,
@@ -458,7 +465,19 @@ _DEFS: list[Definition] = [
     Definition("group.share.max.delivery.count.limit", int, 10, Scope.BROKER,
                "Largest share.delivery.count.limit a group may set.", check=_between(2, 10)),
     Definition("group.share.partition.max.record.locks", int, 2000, Scope.BROKER,
-               "In-flight (acquired or awaiting SPSO) records per share-partition.", check=_between(100, 10_000)),
+               "Default share.partition.max.record.locks: in-flight (acquired or awaiting SPSO) records per "
+               "share-partition.", check=_between(100, 10_000)),
+    Definition("group.share.min.partition.max.record.locks", int, 100, Scope.BROKER,
+               "Smallest share.partition.max.record.locks a group may set.", check=_between(100, 10_000)),
+    Definition("group.share.max.partition.max.record.locks", int, 4000, Scope.BROKER,
+               "Largest share.partition.max.record.locks a group may set.", check=_between(100, 10_000)),
+    Definition("group.share.assignment.interval.ms", int, 1000, Scope.BROKER,
+               "Default share.assignment.interval.ms. Accepted for compatibility: shoal computes a group's "
+               "target assignment in the heartbeat that changes the group.", check=_ge(0)),
+    Definition("group.share.min.assignment.interval.ms", int, 0, Scope.BROKER,
+               "Smallest share.assignment.interval.ms a group may set.", check=_ge(0)),
+    Definition("group.share.max.assignment.interval.ms", int, 15_000, Scope.BROKER,
+               "Largest share.assignment.interval.ms a group may set.", check=_ge(0)),
     Definition("group.share.max.size", int, 200, Scope.BROKER,
                "Members a share group may have; one more is refused with GROUP_MAX_SIZE_REACHED and a message "
                "naming this key (logged once per group).", check=_between(10, 1000)),
@@ -521,6 +540,15 @@ _DEFS: list[Definition] = [
                broker_synonym="group.share.session.timeout.ms"),
     Definition("share.heartbeat.interval.ms", int, None, Scope.GROUP, "Member heartbeat interval of this group.",
                broker_synonym="group.share.heartbeat.interval.ms"),
+    Definition("share.partition.max.record.locks", int, None, Scope.GROUP,
+               "In-flight (acquired or awaiting SPSO) records per share-partition of this group.",
+               broker_synonym="group.share.partition.max.record.locks"),
+    Definition("share.renew.acknowledge.enable", bool, True, Scope.GROUP,
+               "Whether members may renew acquisition locks (acknowledge type RENEW); when false a renewal is "
+               "answered INVALID_RECORD_STATE for its partition."),
+    Definition("share.assignment.interval.ms", int, None, Scope.GROUP,
+               "Accepted for compatibility (shoal assigns at once).",
+               broker_synonym="group.share.assignment.interval.ms"),
     Definition("errors.deadletterqueue.topic.name", str, "", Scope.GROUP,
                "Dead-letter topic of this share group (KIP-1191): rejected records and records that reached "
                "the delivery count limit are written there before they are archived. Empty: none."),
@@ -531,6 +559,9 @@ _DEFS: list[Definition] = [
                broker_synonym="group.consumer.session.timeout.ms"),
     Definition("consumer.heartbeat.interval.ms", int, None, Scope.GROUP, "Consumer-protocol heartbeat interval.",
                broker_synonym="group.consumer.heartbeat.interval.ms"),
+    Definition("consumer.assignment.interval.ms", int, None, Scope.GROUP,
+               "Accepted for compatibility (shoal assigns at once).",
+               broker_synonym="group.consumer.assignment.interval.ms"),
 ]
 
 CONFIG_DEFS: dict[str, Definition] = {d.name: d for d in _DEFS}
@@ -755,6 +786,10 @@ _SHARE_BOUNDED = (
     ("group.share.session.timeout.ms", "group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms"),
     ("group.share.heartbeat.interval.ms", "group.share.min.heartbeat.interval.ms",
      "group.share.max.heartbeat.interval.ms"),
+    ("group.share.partition.max.record.locks", "group.share.min.partition.max.record.locks",
+     "group.share.max.partition.max.record.locks"),
+    ("group.share.assignment.interval.ms", "group.share.min.assignment.interval.ms",
+     "group.share.max.assignment.interval.ms"),
 )
 
 

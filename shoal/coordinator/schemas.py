@@ -13,9 +13,10 @@ values changed incompatibly while KIP-932 was in preview (ShareSnapshotValue and
 ShareUpdateValue with an int32 SnapshotEpoch, timestamps and a tagged
 DeliveryCompleteCount; ShareGroupMetadataValue with MetadataHash;
 ShareGroupStatePartitionMetadataValue with InitializingTopics), and shoal writes the
-current forms. Kafka's trunk no longer has ShareGroupPartitionMetadata (type 9), which
-shoal still writes, in its last published layout, for a share group's subscribed
-topics. Field names are Kafka's, turned to snake_case (``RebalanceTimeoutMs``
+current forms. Kafka 4.1 removed ShareGroupPartitionMetadata (type 9; the subscribed
+topics' metadata became ShareGroupMetadataValue's MetadataHash): shoal no longer writes
+it, and keeps its last published layout only to read the records earlier shoal versions
+wrote (and to tombstone them). Field names are Kafka's, turned to snake_case (``RebalanceTimeoutMs``
 becomes ``rebalance_timeout_ms``), and are the keys of the dicts the domain modules
 build and replay.
 
@@ -173,6 +174,11 @@ _MEMBER_ID = f("MemberId", "string")
 
 # Shared struct bodies.
 _TOPIC_PARTITIONS = (f("TopicId", "uuid"), f("Partitions", "[]int32"))
+_TOPIC_PARTITIONS_WITH_EPOCHS = (
+    *_TOPIC_PARTITIONS,
+    # KIP-1251 (Kafka 4.3): the epoch at which each partition was assigned to the member.
+    f("AssignmentEpochs", "[]int32", nullable="0+", tag=0, tagged="0+", default=None),
+)
 _TOPIC_METADATA = (
     f("TopicId", "uuid"),
     f("TopicName", "string"),
@@ -255,8 +261,8 @@ RECORD_SCHEMAS: dict[str, dict[int, tuple[Schema, Schema]]] = {
                 f("MemberEpoch", "int32"),
                 f("PreviousMemberEpoch", "int32"),
                 f("State", "int8"),
-                f("AssignedPartitions", "[]TopicPartitions", fields=_TOPIC_PARTITIONS),
-                f("PartitionsPendingRevocation", "[]TopicPartitions", fields=_TOPIC_PARTITIONS),
+                f("AssignedPartitions", "[]TopicPartitions", fields=_TOPIC_PARTITIONS_WITH_EPOCHS),
+                f("PartitionsPendingRevocation", "[]TopicPartitions", fields=_TOPIC_PARTITIONS_WITH_EPOCHS),
                 _STATE_NUMBERING,  # shoal's addition, see above
             ])),
         9: (_key("ShareGroupPartitionMetadataKey", 9, _GROUP_ID),

@@ -849,9 +849,11 @@ class ClassicGroup:
 
     # ------------------------------------------- questions offsets.py asks any group
     def validate_offset_commit(
-        self, member_id: str, group_instance_id: str | None, generation_id: int, api_version: int
+        self, member_id: str, group_instance_id: str | None, generation_id: int, api_version: int,
+        partitions: list[tuple[str, int]] | None = None,
     ) -> ErrorCode:
-        """Kafka's ClassicGroup.validateOffsetCommit (non-transactional)."""
+        """Kafka's ClassicGroup.validateOffsetCommit (non-transactional); ``partitions``
+        (the committed ones) do not matter to a classic group."""
         if self.state is S.DEAD:
             return ErrorCode.coordinator_not_available
         if generation_id < 0 and self.state is S.EMPTY:

@@ -27,7 +27,10 @@ known one); -1 leaves; -2 is a static member's temporary leave (it keeps its
 assignment, epoch -2, and the same ``instance_id`` may rejoin under a new member id
 and take it over without a rebalance, KIP-345 semantics). A positive epoch must equal
 the member's epoch, or its previous epoch provided what it owns is a subset of its
-assignment; otherwise FENCED_MEMBER_EPOCH.
+assignment; otherwise FENCED_MEMBER_EPOCH. Each partition a member owns keeps the
+member epoch at which it was assigned (KIP-1251, record 8's AssignmentEpochs), so that an
+OffsetCommit sent just before an epoch bump is still accepted for the partitions the
+member owned at the epoch it sent (``validate_offset_commit``).
 
 Handlers never change durable state. Each one works on a deep copy ("scratch") of the
 group, applies every record it emits to that copy with the very code ``replay`` uses,
@@ -59,7 +62,7 @@ max_size=cfg["group.consumer.max.size"], session_timeout_ms=..., heartbeat_inter
 * ListGroups: ``groups.list_groups()`` -> ``[GroupListing]``; DeleteGroups:
   ``groups.delete_group(group_id)`` -> ``Result[ErrorCode]`` (offsets are the manager's).
 * OffsetCommit/OffsetFetch from consumer-protocol members:
-  ``groups.validate_offset_commit(group_id, member_id, member_epoch)`` -> ErrorCode.
+  ``groups.validate_offset_commit(group_id, member_id, member_epoch, partitions)`` -> ErrorCode.
 * Records 3..8: ``groups.replay(record)``. Timers: ``groups.expire(now_ms)``
   -> ``Result`` (``after`` = list of (group_id, member_id) removed); after loading,
   ``groups.on_loaded(now_ms)``. Every Result's ``deadlines`` lists when to call expire.
@@ -210,6 +213,22 @@ class ConsumerMember:
     """Partitions the member may use now."""
     pending_revocation: Assignment = field(default_factory=dict)
     """Partitions the member must give up before moving on; still owned by it."""
+    assignment_epochs: Mapping[tuple[uuid.UUID, int], int] = field(default_factory=dict)
+    """KIP-1251: the member epoch at which each partition of ``assigned`` and
+    ``pending_revocation`` was assigned to it (record 8's AssignmentEpochs)."""
+
+    def assignment_epoch(self, tp: tuple[uuid.UUID, int]) -> int | None:
+        """The epoch at which the member got ``tp``, or None if it does not own it.
+        Records of earlier versions carry no epochs: their partitions count as assigned
+        at the member's current epoch."""
+        if tp not in partitions_of(self.assigned) and tp not in partitions_of(self.pending_revocation):
+            return None
+        return self.assignment_epochs.get(tp, self.member_epoch)
+
+    def _with_epochs(self, a: Assignment) -> list[dict[str, Any]]:
+        return [dict(e, assignment_epochs=[self.assignment_epoch((uuid.UUID(e["topic_id"]), p))
+                                           for p in e["partitions"]])
+                for e in assignment_to_json(a)]
 
     def metadata_value(self) -> dict[str, Any]:
         return {
@@ -228,8 +247,8 @@ class ConsumerMember:
             "member_epoch": self.member_epoch,
             "previous_member_epoch": self.previous_member_epoch,
             "state": int(self.state),
-            "assigned_partitions": assignment_to_json(self.assigned),
-            "partitions_pending_revocation": assignment_to_json(self.pending_revocation),
+            "assigned_partitions": self._with_epochs(self.assigned),
+            "partitions_pending_revocation": self._with_epochs(self.pending_revocation),
             "state_numbering": KAFKA_STATE_NUMBERING,
         }
 
@@ -341,7 +360,7 @@ class ConsumerGroup:
             self._drop_ownership(old)
             if v is None:
                 new = replace(old, member_epoch=0, previous_member_epoch=-1, state=MemberState.STABLE,
-                              assigned={}, pending_revocation={})
+                              assigned={}, pending_revocation={}, assignment_epochs={})
             else:
                 new = replace(
                     old,
@@ -350,6 +369,8 @@ class ConsumerGroup:
                     state=member_state(v),
                     assigned=assignment_from_json(v["assigned_partitions"]),
                     pending_revocation=assignment_from_json(v["partitions_pending_revocation"]),
+                    assignment_epochs=_epochs_from_json(
+                        [*v["assigned_partitions"], *v["partitions_pending_revocation"]]),
                 )
             self.members[mid] = new
             for tp in partitions_of(new.assigned) | partitions_of(new.pending_revocation):
@@ -423,6 +444,17 @@ def _owns_any(owned: Assignment | None, partitions: Mapping[uuid.UUID, frozenset
     return bool(partitions_of(owned) & partitions_of(partitions))
 
 
+def _epochs_from_json(entries: Iterable[Mapping[str, Any]]) -> dict[tuple[uuid.UUID, int], int]:
+    """Record 8's AssignmentEpochs (absent in records of earlier versions)."""
+    out: dict[tuple[uuid.UUID, int], int] = {}
+    for e in entries:
+        epochs = e.get("assignment_epochs")
+        if epochs is not None and len(epochs) == len(e["partitions"]):
+            tid = uuid.UUID(e["topic_id"])
+            out.update({(tid, int(p)): int(ep) for p, ep in zip(e["partitions"], epochs, strict=True)})
+    return out
+
+
 def reconcile(
     member: ConsumerMember,
     target_epoch: int,
@@ -450,9 +482,14 @@ def reconcile(
             previous_member_epoch=member.member_epoch,
             assigned=from_partitions(keep),
             pending_revocation=from_partitions(revoke),
+            assignment_epochs={tp: e for tp in current if (e := member.assignment_epoch(tp)) is not None},
         )
     add = wanted - current
     free = {tp for tp in add if owner_of(tp) in (None, member.member_id)}
+    # KIP-1251: kept partitions keep the epoch they were assigned at; new ones get the
+    # epoch the member moves to.
+    epochs = {tp: target_epoch if (e := member.assignment_epoch(tp)) is None else e for tp in keep}
+    epochs.update({tp: target_epoch for tp in free})
     return replace(
         member,
         state=MemberState.UNRELEASED_PARTITIONS if add - free else MemberState.STABLE,
@@ -460,6 +497,7 @@ def reconcile(
         member_epoch=target_epoch,
         assigned=from_partitions(keep | free),
         pending_revocation={},
+        assignment_epochs=epochs,
     )
 
 
@@ -551,12 +589,17 @@ class ConsumerGroups(GroupKindQueries[ConsumerGroup]):
         g = self._groups.get(group_id)
         return g is not None and topic_name in g.subscribed_topics
 
-    def validate_offset_commit(self, group_id: str, member_id: str, member_epoch: int) -> ErrorCode:
+    def validate_offset_commit(self, group_id: str, member_id: str, member_epoch: int,
+                               partitions: Iterable[tuple[str, int]] | None = None) -> ErrorCode:
         """Checks an OffsetCommit (or TxnOffsetCommit) against the group's members.
 
         Returns ``ErrorCode.none`` if allowed. A commit without a member (epoch < 0,
         as admin tools send) is allowed only while the group is empty; otherwise an
         unknown member gets UNKNOWN_MEMBER_ID and a wrong epoch STALE_MEMBER_EPOCH.
+        KIP-1251 (Kafka 4.3): an epoch older than the member's is accepted when every
+        committed partition (``partitions``: (topic name, partition)) is owned by the
+        member since an epoch no newer than the one sent, so a commit that crossed an
+        epoch bump is not refused.
         """
         g = self._groups.get(group_id)
         if member_epoch < 0 and (g is None or not g.members):
@@ -566,8 +609,15 @@ class ConsumerGroups(GroupKindQueries[ConsumerGroup]):
         m = g.members.get(member_id)
         if m is None:
             return ErrorCode.unknown_member_id
-        if member_epoch != m.member_epoch:
+        if member_epoch > m.member_epoch or (member_epoch < m.member_epoch and partitions is None):
             return ErrorCode.stale_member_epoch
+        if member_epoch < m.member_epoch:
+            for name, p in partitions:
+                # A partition the member owns is of a topic it subscribes to (record 4).
+                topic = g.subscribed_topics.get(name)
+                assigned_at = None if topic is None else m.assignment_epoch((topic[0], p))
+                if assigned_at is None or member_epoch < assigned_at:
+                    return ErrorCode.stale_member_epoch
         return ErrorCode.none
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:

@@ -10,7 +10,8 @@ removes one). Handlers validate and return records plus a version-free response 
 Offsets do not care which kind of group they belong to. The group object (classic,
 consumer-protocol or share, or None when the group does not exist) answers:
 
-* ``validate_offset_commit(member_id, group_instance_id, generation_or_epoch, api_version)``
+* ``validate_offset_commit(member_id, group_instance_id, generation_or_epoch, api_version,
+  partitions=[(topic, partition), ...])``
   -> ErrorCode: a classic group checks member and generation, a consumer-protocol group
   its member epoch (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID ...);
 * ``validate_offset_fetch(member_id, member_epoch)`` -> ErrorCode (v9+ carries both);
@@ -99,7 +100,8 @@ class OffsetStore:
                 # v9+ says what is wrong; older clients expect ILLEGAL_GENERATION.
                 err = ErrorCode.group_id_not_found if api_version >= 9 else ErrorCode.illegal_generation
         else:
-            err = group.validate_offset_commit(member_id, group_instance_id, generation_id, api_version)
+            err = group.validate_offset_commit(member_id, group_instance_id, generation_id, api_version,
+                                               partitions=[(name, p.partition) for name, parts in topics for p in parts])
         shape = [(name, [p.partition for p in parts]) for name, parts in topics]
         if err is not ErrorCode.none:
             return [], {"topics": _topics_response(shape, lambda t, p: err)}

@@ -10,8 +10,14 @@ groups, there is no revocation handshake: a member gets its target assignment as
 as the target is computed, and its member epoch becomes the assignment epoch.
 
 Epochs: the *group epoch* grows when a member joins or leaves, a subscription changes,
-or a subscribed topic appears or changes partition count (record 9 keeps the
-subscribed topics' metadata). The target is recomputed in the same step, so the
+or a subscribed topic appears or changes partition count. As in Kafka 4.1+ (KIP-1101)
+the group keeps no copy of its subscribed topics' metadata, only a hash of it
+(``MetadataHash`` of record 11, ShareGroupMetadata, computed as Kafka does, see
+``shoal.groups.metadata_hash``): each heartbeat hashes the current metadata of the
+subscribed topics and bumps the epoch when the hash differs. Record 9
+(ShareGroupPartitionMetadata), which Kafka 4.1 removed and earlier shoal versions wrote,
+is still read from old data directories and otherwise ignored; the group's next epoch
+bump (or its deletion) writes a tombstone for it. The target is recomputed in the same step, so the
 *assignment epoch* equals the group epoch after every handler. A heartbeat with
 ``member_epoch`` 0 joins (v1: the client chose the member id, a UUID string), -1
 leaves, a positive epoch must be the member's epoch (or its previous one, for a
@@ -70,7 +76,7 @@ heartbeat_interval_ms=...)``
   ``groups.describe_group(id)`` per id.
 * ListGroups: ``list_groups()``; DeleteGroups: ``begin_delete_group`` /
   ``complete_delete_group``.
-* Records 9..15: ``replay(record)``; timers: ``expire(now_ms)`` -> ``Result`` whose
+* Records 9..15: ``replay(record)``; timers: ``expire(now_ms, topics)`` -> ``Result`` whose
   ``after`` is a ``ShareEffects`` (``removed_members`` to release locks for).
 
 Event loop only; never awaits; not thread-safe.
@@ -113,6 +119,7 @@ from .consumer import (
     TopicsMetadata,
     _td,
 )
+from .metadata_hash import metadata_hash
 
 __all__ = [
     "GROUP_TYPE",
@@ -177,8 +184,11 @@ class ShareGroup:
     assignment_epoch: int = 0
     members: dict[str, ShareMember] = field(default_factory=dict)
     target: dict[str, Assignment] = field(default_factory=dict)
-    subscribed_topics: dict[str, tuple[uuid.UUID, int]] = field(default_factory=dict)
-    """Metadata of the topics some member subscribes to (record 9)."""
+    metadata_hash: int = 0
+    """Hash of the subscribed topics' metadata (record 11's MetadataHash; 0 in records of
+    earlier shoal versions, so their first heartbeat bumps the epoch)."""
+    legacy_partition_metadata: bool = False
+    """A record 9 of an earlier shoal version is live for this group (to tombstone)."""
     initializing: Assignment = field(default_factory=dict)
     """Share-partitions whose state InitializeShareGroupState has not yet confirmed."""
     initialized: Assignment = field(default_factory=dict)
@@ -198,9 +208,10 @@ class ShareGroup:
         t, v = rec.record_type, rec.value
         if t == RecordType.SHARE_GROUP_METADATA:
             self.group_epoch = 0 if v is None else int(v["epoch"])
+            self.metadata_hash = 0 if v is None else int(v.get("metadata_hash") or 0)
         elif t == RecordType.SHARE_GROUP_PARTITION_METADATA:
-            self.subscribed_topics = {} if v is None else {
-                e["topic_name"]: (uuid.UUID(e["topic_id"]), int(e["num_partitions"])) for e in v["topics"]}
+            # Written by earlier shoal versions only; the hash in record 11 replaces it.
+            self.legacy_partition_metadata = v is not None
         elif t == RecordType.SHARE_GROUP_MEMBER_METADATA:
             mid = rec.key["member_id"]
             if v is None:
@@ -318,6 +329,9 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
         self._groups: dict[str, ShareGroup] = {}
         self._session_deadlines: dict[tuple[str, str], int] = {}
         """Volatile: (group_id, member_id) -> session deadline. Not durable."""
+        self._topics_seen: TopicsMetadata = {}
+        """Volatile: the topic metadata the last heartbeat was given (names for describing,
+        metadata for ``expire`` when the shell passes none)."""
 
     # --- queries --------------------------------------------------------------------
 
@@ -390,6 +404,7 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
         session_ms = session_timeout_ms or self.session_timeout_ms
         interval_ms = heartbeat_interval_ms or self.heartbeat_interval_ms
         limit = max_size or self.max_size
+        self._topics_seen = topics
         try:
             return self._heartbeat(request, now_ms, topics, client_id, client_host, session_ms, interval_ms, limit)
         except ApiError as e:
@@ -434,7 +449,7 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
         if epoch == -1:
             if member is None:
                 raise ApiError(ErrorCode.unknown_member_id, f"Member {mid} is not in group {gid}.")
-            self._remove_member(g, mid, emit, effects, topics=None)
+            self._remove_member(g, mid, emit, effects, topics)
             response = hb_resp.ShareGroupHeartbeatResponse(
                 throttle_time=_td(0), error_code=ErrorCode.none, error_message=None, member_id=mid,
                 member_epoch=i32(-1), heartbeat_interval=_td(0), assignment=None)
@@ -472,11 +487,12 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
             emit(record(RecordType.SHARE_GROUP_MEMBER_METADATA, _member_key(gid, mid), updated.metadata_value()))
         if new_member or names != member.subscribed_topic_names:
             bump = True
-        bump |= self._maybe_update_metadata(g, topics, emit)
-        if bump:
-            emit(record(RecordType.SHARE_GROUP_METADATA, _group_key(gid), {"epoch": g.group_epoch + 1}))
+        meta = self._subscribed_metadata(g, topics)
+        digest = metadata_hash(meta, topics)
+        if bump or digest != g.metadata_hash:
+            self._bump(g, digest, emit)
         if g.group_epoch > g.assignment_epoch:
-            self._compute_target(g, emit, effects)
+            self._compute_target(g, meta, emit, effects)
 
         current = g.members[mid]
         target = _intersect(g.target.get(mid, {}), g.initialized)
@@ -496,25 +512,25 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
             member_epoch=i32(nxt.member_epoch), heartbeat_interval=_td(interval_ms), assignment=assignment)
         return Result(records=records, response=response, deadlines=[now_ms + session_ms], after=effects)
 
-    def _maybe_update_metadata(self, g: ShareGroup, topics: TopicsMetadata,
-                               emit: Callable[[CoordinatorRecord], None]) -> bool:
+    @staticmethod
+    def _subscribed_metadata(g: ShareGroup, topics: TopicsMetadata) -> dict[str, tuple[uuid.UUID, int]]:
+        """name -> (topic id, partition count) of the subscribed topics that exist."""
         wanted = {n for m in g.members.values() for n in m.subscribed_topic_names}
-        meta = {n: (topics[n][0], int(topics[n][1])) for n in sorted(wanted) if n in topics}
-        if meta != g.subscribed_topics:
-            emit(self._metadata_record(g.group_id, meta))
-            return True
-        return False
+        return {n: (topics[n][0], int(topics[n][1])) for n in sorted(wanted) if n in topics}
 
     @staticmethod
-    def _metadata_record(group_id: str, meta: Mapping[str, tuple[uuid.UUID, int]]) -> CoordinatorRecord:
-        return record(RecordType.SHARE_GROUP_PARTITION_METADATA, _group_key(group_id), {"topics": [
-            {"topic_name": n, "topic_id": str(tid), "num_partitions": c} for n, (tid, c) in sorted(meta.items())]})
+    def _bump(g: ShareGroup, digest: int, emit: Callable[[CoordinatorRecord], None]) -> None:
+        """The next group epoch, with the subscribed topics' metadata hash (record 11)."""
+        emit(record(RecordType.SHARE_GROUP_METADATA, _group_key(g.group_id),
+                    {"epoch": g.group_epoch + 1, "metadata_hash": digest}))
+        if g.legacy_partition_metadata:
+            emit(tombstone(RecordType.SHARE_GROUP_PARTITION_METADATA, _group_key(g.group_id)))
 
-    def _compute_target(self, g: ShareGroup, emit: Callable[[CoordinatorRecord], None],
-                        effects: ShareEffects) -> None:
-        counts = {tid: c for tid, c in g.subscribed_topics.values()}
+    def _compute_target(self, g: ShareGroup, meta: Mapping[str, tuple[uuid.UUID, int]],
+                        emit: Callable[[CoordinatorRecord], None], effects: ShareEffects) -> None:
+        counts = {tid: c for tid, c in meta.values()}
         subs = {mid: MemberSubscription(
-                    frozenset(g.subscribed_topics[n][0] for n in m.subscribed_topic_names if n in g.subscribed_topics),
+                    frozenset(meta[n][0] for n in m.subscribed_topic_names if n in meta),
                     g.target.get(mid, {}), m.rack_id)
                 for mid, m in g.members.items()}
         new_target = SHARE_ASSIGNORS[ASSIGNOR_NAME](subs, counts)
@@ -529,34 +545,35 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
         fresh = assigned - partitions_of(g.initializing) - partitions_of(g.initialized)
         if fresh:
             names = dict(g.topic_names)
-            names.update({tid: n for n, (tid, _) in g.subscribed_topics.items()})
+            names.update({tid: n for n, (tid, _) in meta.items()})
             emit(record(RecordType.SHARE_GROUP_STATE_PARTITION_METADATA, _group_key(g.group_id),
                         g.state_metadata_value(_union(g.initializing, from_partitions(fresh)), g.initialized,
                                                g.deleting, names)))
             effects.initialize[g.group_id] = _union(effects.initialize.get(g.group_id, {}), from_partitions(fresh))
 
     def _remove_member(self, g: ShareGroup, member_id: str, emit: Callable[[CoordinatorRecord], None],
-                       effects: ShareEffects, topics: TopicsMetadata | None) -> None:
+                       effects: ShareEffects, topics: TopicsMetadata) -> None:
         for rec in _member_tombstones(g.group_id, member_id):
             emit(rec)
-        wanted = {n for m in g.members.values() for n in m.subscribed_topic_names}
-        still = {n: v for n, v in g.subscribed_topics.items() if n in wanted}
-        if still != g.subscribed_topics:
-            emit(self._metadata_record(g.group_id, still))
-        emit(record(RecordType.SHARE_GROUP_METADATA, _group_key(g.group_id), {"epoch": g.group_epoch + 1}))
-        self._compute_target(g, emit, effects)
+        meta = self._subscribed_metadata(g, topics)
+        self._bump(g, metadata_hash(meta, topics), emit)
+        self._compute_target(g, meta, emit, effects)
         # Remaining members get their new target at once (no revocation handshake);
         # their epochs move when they next heartbeat.
         effects.removed_members.append((g.group_id, member_id))
 
     # --- timers -----------------------------------------------------------------------
 
-    def expire(self, now_ms: int) -> Result[None]:
+    def expire(self, now_ms: int, topics: TopicsMetadata | None = None) -> Result[None]:
         """Removes members whose session expired.
 
-        ``after`` is a ``ShareEffects`` whose ``removed_members`` the shell must
-        release acquisition locks for; ``deadlines`` holds the next session deadline.
+        ``topics`` is the current topic metadata, for the remaining members' new target
+        (None: the metadata the last heartbeat saw). ``after`` is a ``ShareEffects``
+        whose ``removed_members`` the shell must release acquisition locks for;
+        ``deadlines`` holds the next session deadline.
         """
+        if topics is None:
+            topics = self._topics_seen
         due = sorted(k for k, d in self._session_deadlines.items() if d <= now_ms)
         records: list[CoordinatorRecord] = []
         effects = ShareEffects()
@@ -574,7 +591,7 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
                 records.append(rec)
                 g.apply(rec)
 
-            self._remove_member(g, mid, emit, effects, topics=None)
+            self._remove_member(g, mid, emit, effects, topics)
         removed = set(effects.removed_members)
         pending = [d for k, d in self._session_deadlines.items() if d > now_ms and k not in removed]
         return Result(records=records, response=None, deadlines=[min(pending)] if pending else [], after=effects)
@@ -678,7 +695,8 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
         records: list[CoordinatorRecord] = []
         if g is None:
             g = ShareGroup(group_id)
-            records.append(record(RecordType.SHARE_GROUP_METADATA, _group_key(group_id), {"epoch": 0}))
+            records.append(record(RecordType.SHARE_GROUP_METADATA, _group_key(group_id),
+                                  {"epoch": 0, "metadata_hash": 0}))
         done = from_partitions(partitions_of(partitions))
         initialized = _union(g.initialized, done)
         if initialized != g.initialized or records:
@@ -733,12 +751,14 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
             return Result(response=ErrorCode.non_empty_group)
         return Result(records=self._group_tombstones(group_id), response=ErrorCode.none)
 
-    @staticmethod
-    def _group_tombstones(group_id: str) -> list[CoordinatorRecord]:
+    def _group_tombstones(self, group_id: str) -> list[CoordinatorRecord]:
         key = _group_key(group_id)
+        g = self._groups.get(group_id)
+        legacy = [tombstone(RecordType.SHARE_GROUP_PARTITION_METADATA, key)] if (
+            g is not None and g.legacy_partition_metadata) else []
         return [tombstone(RecordType.SHARE_GROUP_STATE_PARTITION_METADATA, key),
                 tombstone(RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA, key),
-                tombstone(RecordType.SHARE_GROUP_PARTITION_METADATA, key),
+                *legacy,
                 tombstone(RecordType.SHARE_GROUP_METADATA, key)]
 
     # --- ShareGroupDescribe ---------------------------------------------------------
@@ -752,7 +772,8 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
                 group_id=group_id, group_state=ShareGroupState.DEAD.value, group_epoch=i32(0),
                 assignment_epoch=i32(0), assignor_name="", members=())
         names = dict(g.topic_names)
-        names.update({tid: n for n, (tid, _) in g.subscribed_topics.items()})
+        wanted = {n for m in g.members.values() for n in m.subscribed_topic_names}
+        names.update({tid: n for n, (tid, _) in self._topics_seen.items() if n in wanted})
         members = tuple(
             describe_resp.Member(
                 member_id=m.member_id, rack_id=m.rack_id, member_epoch=i32(m.member_epoch),

@@ -133,8 +133,8 @@ class _ConsumerGroupView(_KindView):
     kind: ConsumerGroups
 
     def validate_offset_commit(self, member_id: str, group_instance_id: str | None, generation_id: int,
-                               api_version: int) -> ErrorCode:
-        return self.kind.validate_offset_commit(self.group_id, member_id, generation_id)
+                               api_version: int, partitions: list[tuple[str, int]] | None = None) -> ErrorCode:
+        return self.kind.validate_offset_commit(self.group_id, member_id, generation_id, partitions)
 
     def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> ErrorCode:
         return self.kind.validate_offset_fetch(self.group_id, member_id, member_epoch)
@@ -165,7 +165,7 @@ class _ShareGroupView(_KindView):
     __slots__ = ()
     kind: ShareGroups
 
-    def validate_offset_commit(self, *args: Any) -> ErrorCode:
+    def validate_offset_commit(self, *args: Any, **kwargs: Any) -> ErrorCode:
         return ErrorCode.group_id_not_found
 
     def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> ErrorCode:
@@ -181,7 +181,7 @@ class _ShareGroupView(_KindView):
 
     def is_subscribed_to_topic(self, topic: str) -> bool:
         g = self.kind.group(self.group_id)
-        return g is not None and topic in g.subscribed_topics
+        return g is not None and any(topic in m.subscribed_topic_names for m in g.members.values())
 
     def offset_expiration_base(self, commit_timestamp_ms: int) -> int | None:
         return None
@@ -672,7 +672,7 @@ class GroupCoordinatorService:
         part = self._parts[partition]
         self.apply(partition, self.shard(partition).expire(now_ms))
         self.apply(partition, part.consumer.expire(now_ms))
-        self.apply(partition, part.share.expire(now_ms))
+        self.apply(partition, part.share.expire(now_ms, self.topics_metadata()))
 
     # ------------------------------------------------------------ topics
     def on_topic_deleted(self, topic: str) -> None:

@@ -351,7 +351,11 @@ class ShareService:
     def _configure(self, sp: SharePartition) -> None:
         sp.record_lock_duration_ms = int(self._group_value(sp.group_id, "share.record.lock.duration.ms"))
         sp.delivery_count_limit = int(self._group_value(sp.group_id, "share.delivery.count.limit"))
-        sp.max_in_flight_records = int(self.broker.config["group.share.partition.max.record.locks"])
+        sp.max_in_flight_records = int(self._group_value(sp.group_id, "share.partition.max.record.locks"))
+
+    def renew_acknowledge_enabled(self, group_id: str) -> bool:
+        """share.renew.acknowledge.enable of the group: whether RENEW acknowledgements are taken."""
+        return bool(self._group_value(group_id, "share.renew.acknowledge.enable"))
 
     def record_lock_duration_ms(self, group_id: str) -> int:
         return int(self._group_value(group_id, "share.record.lock.duration.ms"))
@@ -447,7 +451,7 @@ class ShareService:
         config = {
             "record_lock_duration_ms": int(self._group_value(group_id, "share.record.lock.duration.ms")),
             "delivery_count_limit": int(self._group_value(group_id, "share.delivery.count.limit")),
-            "max_in_flight_records": int(self.broker.config["group.share.partition.max.record.locks"]),
+            "max_in_flight_records": int(self._group_value(group_id, "share.partition.max.record.locks")),
         }
         return SharePartition.from_persisted(
             group_id, topic_id, partition, start_offset=st.start_offset, state_epoch=st.state_epoch,

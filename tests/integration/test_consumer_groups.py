@@ -556,3 +556,66 @@ def test_offset_commit_to_unknown_topics_and_partitions(broker: BrokerProcess) -
             topics=None),)))
         assert sorted((t.name, p.partition_index, p.committed_offset) for g in r.groups for t in g.topics
                       for p in t.partitions) == [("known", 0, 1), ("known", 1, 1)]
+
+
+def test_offset_commit_with_an_older_member_epoch_for_partitions_owned_since_then(broker: BrokerProcess,
+                                                                                topic_name: str) -> None:
+    """KIP-1251 (Kafka 4.3): a KIP-848 member's OffsetCommit that crossed an epoch bump (its
+    epoch is older than the member's) is accepted for partitions the member owns since an
+    epoch no newer than the one sent, and refused (STALE_MEMBER_EPOCH) for others; also
+    after a restart (the epochs are in the member records)."""
+    import datetime
+    import uuid
+
+    from shoal.client.connection import Connection
+    from shoal.protocol.entities import make, sub
+
+    create_topic(broker.bootstrap, topic_name, 4)
+    group = f"g-{topic_name}"
+
+    def heartbeat(conn: Connection, member: str, epoch: int, owned: set[int] | None, tid: Any = None) -> Any:
+        req = conn.request_type(68, 1)
+        parts = None if owned is None else (make(sub(req, "TopicPartitions"), topic_id=tid,
+                                                 partitions=tuple(sorted(owned))),)
+        r = conn.send(make(req, group_id=group, member_id=member, member_epoch=epoch, instance_id=None, rack_id=None,
+                           rebalance_timeout=datetime.timedelta(milliseconds=30_000 if epoch == 0 else -1),
+                           subscribed_topic_names=(topic_name,) if epoch == 0 else None, subscribed_topic_regex=None,
+                           server_assignor=None, topic_partitions=() if epoch == 0 else parts))
+        assert r.error_code == 0, r
+        return r
+
+    def partitions(r: Any) -> set[int] | None:
+        return None if r.assignment is None else {p for t in r.assignment.topic_partitions for p in t.partitions}
+
+    def commit(conn: Connection, member: str, epoch: int, ps: list[int]) -> set[str]:
+        req = conn.request_type(8, 9)
+        r = conn.send(make(req, group_id=group, generation_id_or_member_epoch=epoch, member_id=member,
+                           group_instance_id=None, topics=(make(sub(req, "OffsetCommitRequestTopic"), name=topic_name,
+                           partitions=tuple(make(sub(req, "OffsetCommitRequestPartition"), partition_index=p,
+                                                 committed_offset=7, committed_leader_epoch=-1, committed_metadata="")
+                                            for p in ps)),)))
+        return {p.error_code.name for t in r.topics for p in t.partitions}
+
+    a, b = str(uuid.uuid4()), str(uuid.uuid4())
+    with Connection.to(broker.bootstrap) as conn:
+        ra = heartbeat(conn, a, 0, None)
+        tid = ra.assignment.topic_partitions[0].topic_id
+        assert (ra.member_epoch, partitions(ra)) == (1, {0, 1, 2, 3})
+        assert heartbeat(conn, b, 0, None).member_epoch == 2
+        ra = heartbeat(conn, a, 1, {0, 1, 2, 3}, tid)  # told to give some up
+        kept = partitions(ra)
+        assert ra.member_epoch == 1 and kept and kept < {0, 1, 2, 3}
+        ra = heartbeat(conn, a, 1, kept, tid)
+        assert ra.member_epoch == 2
+        given_up = sorted({0, 1, 2, 3} - kept)
+        assert commit(conn, a, 2, sorted(kept)) == {"none"}
+        # Epoch 1 (before the bump): a owns these since epoch 1.
+        assert commit(conn, a, 1, sorted(kept)) == {"none"}
+        assert commit(conn, a, 1, [*sorted(kept), given_up[0]]) == {"stale_member_epoch"}
+        assert commit(conn, a, 3, sorted(kept)) == {"stale_member_epoch"}
+    broker.stop()
+    broker.start()
+    with Connection.to(broker.bootstrap) as conn:
+        wait_until("the commit with epoch 1 after the restart",
+                   lambda: commit(conn, a, 1, sorted(kept)) == {"none"}, 30)
+        assert commit(conn, a, 1, given_up[:1]) == {"stale_member_epoch"}

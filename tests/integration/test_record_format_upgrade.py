@@ -6,7 +6,9 @@ offset, group metadata) and a share group (accepted records), stops, and the rec
 ``__consumer_offsets`` and ``__share_group_state`` are turned back into the JSON form
 with the encoder earlier versions used (kept below). A broker started on it must know
 the group, the committed offset and the share-partition's start offset, must not deliver
-the accepted records again, and must leave no JSON record behind.
+the accepted records again, and must leave no JSON record behind. Records of later
+formats earlier versions wrote (member states in shoal's old numbering, the share group's
+record 9) are read and replaced too.
 """
 
 from __future__ import annotations
@@ -247,3 +249,83 @@ def test_member_records_with_earlier_member_state_ids_are_read_and_rewritten(sta
     # Rewritten at start in Kafka's ids, so Kafka's decoders read them as shoal means them.
     states = _member_states(b.data_dir)
     assert states and all(n == 1 and s == 0 for _, s, n in states)
+
+
+def _group_records(data_dir: Path, group: str) -> list[tuple[int, int, dict[str, Any] | None]]:
+    """(partition, record type, value) of every record of ``group`` in ``__consumer_offsets``."""
+    store = LogStore(data_dir, BrokerConfig())
+    out = []
+    try:
+        for topic, i in _internal_partitions(data_dir):
+            if topic != CONSUMER_OFFSETS:
+                continue
+            plog = store.partition(topic, i)
+            for header, data in plog.read_batches(plog.log_start_offset):
+                for r in ([] if header.is_control else decode_records(data, header)):
+                    rec = CoordinatorRecord.from_bytes(r.key, r.value)
+                    if rec.key.get("group_id") == group or rec.key.get("group") == group:
+                        out.append((i, rec.record_type, rec.value))
+    finally:
+        store.close()
+    return out
+
+
+def test_share_group_partition_metadata_of_earlier_versions_is_read_then_tombstoned(start_broker: Any,
+                                                                                    topic_name: str) -> None:
+    """Earlier versions wrote ShareGroupPartitionMetadata (record type 9, removed by Kafka 4.1)
+    and a ShareGroupMetadata without a metadata hash. A broker started on such a data
+    directory knows the group and its member; the member's next heartbeat bumps the group
+    epoch once (the hash was 0), writes the hash, and tombstones the old record 9."""
+    from shoal.client.connection import Connection
+    from shoal.protocol.batch import build_batch
+
+    b: BrokerProcess = start_broker()
+    create_topic(b.bootstrap, topic_name, partitions=2)
+    group, member = "sg9", str(uuid.uuid4())
+
+    def heartbeat(conn: Connection, epoch: int) -> Any:
+        r = conn.call(76, 1, group_id=group, member_id=member, member_epoch=epoch, rack_id=None,
+                      subscribed_topic_names=(topic_name,) if epoch == 0 else None)
+        assert r.error_code == 0, r
+        return r
+
+    with Connection.to(b.bootstrap) as conn:
+        assert heartbeat(conn, 0).member_epoch == 1
+    b.stop()
+    written = _group_records(b.data_dir, group)
+    assert {t for _, t, _ in written} >= {10, 11, 12, 13, 14} and 9 not in {t for _, t, _ in written}
+    [(partition, _, first)] = [(p, t, v) for p, t, v in written if t == 11]
+    assert first is not None and first["epoch"] == 1 and first["metadata_hash"] != 0
+
+    # The directory as an earlier version left it: record 11 without a hash, and a record 9.
+    def without_hash(key: bytes | None, value: bytes | None) -> tuple[bytes, bytes | None] | None:
+        if key is None or value is None:
+            return None
+        rec = CoordinatorRecord.from_bytes(key, value)
+        if rec.record_type != 11:
+            return None
+        return CoordinatorRecord(11, rec.key, dict(rec.value, metadata_hash=0)).to_bytes()
+
+    old9 = CoordinatorRecord(9, {"group_id": group}, {"topics": [{
+        "topic_id": str(uuid.uuid4()), "topic_name": topic_name, "num_partitions": 2, "partition_metadata": []}]})
+    store = LogStore(b.data_dir, BrokerConfig())
+    try:
+        plog = store.partition(CONSUMER_OFFSETS, partition)
+        rewrite_records(plog, without_hash)
+        plog.append(bytearray(build_batch([(*old9.to_bytes(), [], 0)])), 0)
+    finally:
+        store.close()
+    assert [(t, v is None) for _, t, v in _group_records(b.data_dir, group) if t in (9, 11)] == [
+        (11, False), (9, False)]
+
+    b.start()
+    with Connection.to(b.bootstrap) as conn:
+        d = conn.call(77, 1, group_ids=(group,), include_authorized_operations=False).groups[0]
+        assert (d.error_code, d.group_epoch, [m.member_id for m in d.members]) == (0, 1, [member])
+        r = heartbeat(conn, 1)
+        assert r.member_epoch == 2
+        assert heartbeat(conn, 2).member_epoch == 2  # nothing changed since: no more bumps
+    b.stop()
+    after = [(t, v) for _, t, v in _group_records(b.data_dir, group) if t in (9, 11)]
+    assert [(t, v is None) for t, v in after] == [(11, False), (9, False), (11, False), (9, True)]
+    assert after[2][1] == {"epoch": 2, "metadata_hash": first["metadata_hash"]}

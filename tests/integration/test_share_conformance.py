@@ -783,8 +783,8 @@ def test_a_departed_member_with_its_session_gets_its_acknowledgements_answered(m
     """Kafka's share-partition leader checks the share session, not the group membership: a
     ShareFetch of a member no longer in the group has its acknowledgements applied and
     answered per partition (no UNKNOWN_MEMBER_ID that would make the client reset its
-    session); it acquires nothing new, and its next heartbeat tells it to join again."""
-    from shoal.client.connection import KafkaProtocolError
+    session), and a new session for that member id is served as well; its next heartbeat
+    tells it to join again."""
     from shoal.client.share import ShareSession
 
     bs, conn, m, tid = member_on_own_broker
@@ -799,10 +799,13 @@ def test_a_departed_member_with_its_session_gets_its_acknowledgements_answered(m
     r = s.fetch([(tid, 0)], acknowledgements={(tid, 0): [(5, 5, 1), (6, 6, 9)]}, max_wait_ms=0)
     assert r.acknowledge_errors == {(tid, 0): ErrorCode.invalid_request}
     s.close()
-    # Without a session, the membership error as before.
-    with pytest.raises(KafkaProtocolError) as e:
-        ShareSession(conn, m.group_id, m.member_id).fetch([(tid, 0)], max_wait_ms=0)
-    assert e.value.code == ErrorCode.unknown_member_id
+    # Closing the session released what it still held (5-9); a new session for the member
+    # id the group no longer has is served, as Kafka serves it: those records come again.
+    s = ShareSession(conn, m.group_id, m.member_id)
+    r = s.fetch([(tid, 0)], max_wait_ms=2000)
+    assert r.errors == {} and sorted((a.record.offset, a.delivery_count) for a in r.records) == [
+        (o, 2) for o in range(5, 10)]
+    s.close()
 
 
 # --- smaller points: FindCoordinator's SHARE key type, authorized operations ---------------
@@ -832,3 +835,58 @@ def test_share_group_describe_fills_authorized_operations(member_on_own_broker: 
     assert with_ops[1].error_code == ErrorCode.group_id_not_found
     without = conn.call(77, 1, group_ids=(m.group_id,), include_authorized_operations=False).groups[0]
     assert without.authorized_operations == -2147483648
+
+
+# --- group configs of Kafka 4.4: record locks per share-partition, renewals, assignment intervals --
+
+
+def test_group_configs_for_record_locks_renewals_and_assignment_intervals(broker: BrokerProcess,
+                                                                         topic_name: str) -> None:
+    """share.partition.max.record.locks (within group.share.min/max.partition.max.record.locks)
+    overrides the broker's in-flight limit for the group; share.renew.acknowledge.enable=false
+    refuses RENEW with INVALID_RECORD_STATE for the partition (nothing of it applied), as
+    Kafka 4.4; consumer/share.assignment.interval.ms are accepted (within their bounds) and
+    described."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    from shoal.client.share import ShareSession
+    from tests.integration.test_share_consumer import produce, set_group_configs
+
+    bs = broker.bootstrap
+    create_topic(bs, topic_name)
+    group = f"g-{topic_name}"
+    produce(bs, topic_name, 300)
+    for name, bad in (("share_partition_max_record_locks", "99"), ("share_partition_max_record_locks", "4001"),
+                      ("share_assignment_interval_ms", "15001"), ("consumer_assignment_interval_ms", "-1")):
+        with pytest.raises(KafkaException) as e:
+            set_group_configs(bs, group, **{name: bad})
+        assert e.value.args[0].code() == ErrorCode.invalid_config, (name, bad)
+    set_group_configs(bs, group, share_auto_offset_reset="earliest", share_partition_max_record_locks="100",
+                      share_renew_acknowledge_enable="false", share_assignment_interval_ms="2000",
+                      consumer_assignment_interval_ms="3000")
+    res = ConfigResource(ResourceType.GROUP, group)
+    admin = admin_client(bs)
+    described = {k: v.value for k, v in admin.describe_configs([res])[res].result(timeout=10).items()}
+    assert {k: described[k] for k in ("share.partition.max.record.locks", "share.renew.acknowledge.enable",
+                                      "share.assignment.interval.ms", "consumer.assignment.interval.ms")} == {
+        "share.partition.max.record.locks": "100", "share.renew.acknowledge.enable": "false",
+        "share.assignment.interval.ms": "2000", "consumer.assignment.interval.ms": "3000"}
+
+    conn, m, tid = joined(bs, group, topic_name)
+    try:
+        s = ShareSession(conn, m.group_id, m.member_id)
+        r = s.fetch([(tid, 0)], max_records=500, max_wait_ms=2000)
+        # The group's limit (100), not the broker's (2000): 100 of the 300 records in flight.
+        assert sorted(a.record.offset for a in r.records) == list(range(100))
+        key = (tid, 0)
+        assert s.acknowledge({key: [(0, 9, 4)]}) == {key: ErrorCode.invalid_record_state}
+        assert s.acknowledge({key: [(0, 99, 1)]}) == {}
+        # Renewals enabled again: taken.
+        set_group_configs(bs, group, share_renew_acknowledge_enable="true")
+        r = s.fetch([(tid, 0)], max_records=500, max_wait_ms=2000)
+        assert sorted(a.record.offset for a in r.records) == list(range(100, 200))
+        assert s.acknowledge({key: [(100, 109, 4)]}) == {}
+        s.close()
+    finally:
+        conn.close()

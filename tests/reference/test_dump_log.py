@@ -10,13 +10,16 @@ and assignments of the groups, the share-partition start offsets.
 
 from __future__ import annotations
 
+import base64
 import json
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from shoal.groups.metadata_hash import metadata_hash
 from tests.reference.conftest import SHOAL_OVERRIDES
 from tests.reference.driver import parse
 from tests.support.broker import BrokerProcess
@@ -99,16 +102,24 @@ def logs(data: Path, topic: str) -> list[Path]:
 
 
 def test_consumer_offsets_every_record_decodes(workload) -> None:
-    """Every record shoal wrote to __consumer_offsets is one Kafka's decoder knows, but for
-    ShareGroupPartitionMetadata (record type 9), which Apache Kafka no longer has (its decoder
-    prints "Unknown record type 9"): a difference listed in docs/COMPATIBILITY.md.
+    """Every record shoal wrote to __consumer_offsets is one Kafka's decoder knows: no
+    ShareGroupPartitionMetadata (record type 9, which Kafka 4.1 removed; its decoder
+    prints "Unknown record type 9"), the share group's record 11 carrying the metadata
+    hash Kafka computes for its subscribed topic instead.
     """
     records, text = dump(logs(workload["data"], "__consumer_offsets"), "--offsets-decoder")
     assert records, text[-2000:]
     bad = [(r.offset, r.key, r.value) for r in records
            if not isinstance(r.key, dict) or not (r.value is None or isinstance(r.value, dict))]
-    assert bad, "shoal no longer writes record type 9: make this test demand that every record decodes"
-    assert [b for b in bad if not str(b[1]).startswith("Unknown record type 9 ")] == []
+    assert bad == []
+    assert {r.type for r in records} >= {1, 2, 3, 8, 10, 11, 12, 13, 14, 15}
+    # The share group: joined (epoch 1, the hash of its one topic of one partition), then
+    # left (epoch 2, no subscribed topic: 0).
+    topic_id = uuid.UUID(bytes=base64.urlsafe_b64decode(workload["share_topic_id"] + "=="))
+    share_meta = [(r.value["data"]["epoch"], r.value["data"]["metadataHash"]) for r in records
+                  if r.type == 11 and r.key["data"]["groupId"] == "dl-share-g" and r.value is not None]
+    assert share_meta == [(1, metadata_hash(["dl-share"], {"dl-share": (topic_id, 1)})), (2, 0)]
+    assert share_meta[0][1] != 0
 
 
 def test_consumer_offsets_values(workload) -> None:
@@ -159,6 +170,12 @@ def test_consumer_offsets_member_records_while_stable(workload) -> None:
     for (t, group), v in written.items():
         assert v["memberEpoch"] >= 1 and v["assignedPartitions"], (t, group, v)
         assert v["state"] == MEMBER_STATE_STABLE, (t, group, v)
+    # KIP-1251: the consumer group's member record says at which epoch each partition was
+    # assigned (one epoch per partition, none newer than the member's).
+    v = written[(8, "dl-848")]
+    for tp in v["assignedPartitions"]:
+        assert len(tp["assignmentEpochs"]) == len(tp["partitions"]), v
+        assert all(1 <= e <= v["memberEpoch"] for e in tp["assignmentEpochs"]), v
 
 
 def test_share_group_state_records(workload) -> None:

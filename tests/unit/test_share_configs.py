@@ -22,13 +22,15 @@ def test_values_outside_the_kip_ranges_are_refused_with_the_range(key: str, valu
 
 
 def test_the_ends_of_the_ranges_are_accepted() -> None:
-    BrokerConfig({"group.share.partition.max.record.locks": 10_000, "group.share.max.delivery.count.limit": 10,
+    BrokerConfig({"group.share.partition.max.record.locks": 10_000,
+                  "group.share.max.partition.max.record.locks": 10_000, "group.share.max.delivery.count.limit": 10,
                   "group.share.delivery.count.limit": 10, "group.share.max.record.lock.duration.ms": 3_600_000})
 
 
 @pytest.mark.parametrize(("overrides", "says"), [
     ({"group.share.record.lock.duration.ms": 10_000}, "between 15000 and 60000"),
     ({"group.share.delivery.count.limit": 3, "group.share.min.delivery.count.limit": 4}, "between 4 and 10"),
+    ({"group.share.partition.max.record.locks": 5000}, "between 100 and 4000"),
     ({"group.share.min.session.timeout.ms": 50_000, "group.share.max.session.timeout.ms": 40_000},
      "must not be greater than"),
     ({"group.share.min.heartbeat.interval.ms": 1000, "group.share.min.session.timeout.ms": 1000,

@@ -169,6 +169,12 @@ def check_group_config(broker: Any, name: str, value: str) -> None:
         "share.session.timeout.ms": ("group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms"),
         "share.heartbeat.interval.ms": ("group.share.min.heartbeat.interval.ms",
                                         "group.share.max.heartbeat.interval.ms"),
+        "share.partition.max.record.locks": ("group.share.min.partition.max.record.locks",
+                                             "group.share.max.partition.max.record.locks"),
+        "share.assignment.interval.ms": ("group.share.min.assignment.interval.ms",
+                                         "group.share.max.assignment.interval.ms"),
+        "consumer.assignment.interval.ms": ("group.consumer.min.assignment.interval.ms",
+                                            "group.consumer.max.assignment.interval.ms"),
     }
     if name in bounds:
         lo, hi = cfg[bounds[name][0]], cfg[bounds[name][1]]

@@ -5,14 +5,14 @@ request, nothing applied): acknowledgements in a request that opens a session (e
 0), partitions to fetch (without acknowledgements) in one that closes it (epoch -1), an
 unknown ShareAcquireMode, a negative MinBytes or MaxWaitMs. It then goes through the
 member's share session (``ShareSessionCache``: epoch 0 opens, -1 closes, any other must
-match). A member removed from the group (session timeout, leave) still owns what it
-acquired, and its share session goes on, as in Kafka (whose share-partition leader
-checks the session, not the membership): the acknowledgements its requests carry are
-applied and answered per partition, and it may close the session, but it acquires
-nothing new. A request from a non-member without a session (or opening one) has its
-acknowledgements applied and is answered UNKNOWN_MEMBER_ID. As in
-Kafka, a fetch serves the partitions its session names; the assignment decides what
-the client puts in the session.
+match). As in Kafka 4.4, the group id must not be null and the member id must be 1 to
+36 characters (INVALID_REQUEST otherwise), but the group membership is not checked:
+Kafka's share-partition leader (usually not the group's coordinator) knows only share
+sessions, so a member id the group does not have (yet, or any more) opens a session and
+is served, and a member removed from the group goes on with its session. The assignment
+decides what a client puts in its session; what a stray session acquires is released
+when it closes, when its connection closes, or when the locks expire. A fetch serves the
+partitions its session names.
 
 Acknowledgements (ShareAcknowledge, or riding on a ShareFetch) are applied first, per
 partition, all or nothing; the partition's acknowledge error code is sent only after
@@ -47,18 +47,18 @@ PARTITION_MAX_READ_BYTES = 1 << 20
 DEFAULT_MAX_RECORDS = 500
 
 
-def _is_member(ctx: Any, group_id: str, member_id: str) -> bool:
-    """Whether ``member_id`` may fetch: a member of the group, when this broker coordinates
-    the group. In a cluster the share-partition leader is often another broker; there,
-    as in Kafka, only the share session is checked (the group coordinator fences members,
-    and their sessions end when they close or disconnect)."""
-    groups = ctx.broker.extensions.get("groups")
-    if groups is None:
-        return True
-    runtime = groups.runtime
-    if not runtime.owns(runtime.partition_for_group(group_id)):
-        return True
-    return groups.share_assignment(group_id, member_id) is not None
+MAX_MEMBER_ID_LENGTH = 36
+"""Kafka's limit on the member id of ShareFetch and ShareAcknowledge (a UUID string)."""
+
+
+def _invalid_ids(group_id: str | None, member_id: str | None) -> str | None:
+    """Kafka's first checks of ShareFetch and ShareAcknowledge (INVALID_REQUEST), or None:
+    a null group id (an empty one is a group id), a null, empty or too long member id."""
+    if group_id is None:
+        return "Invalid group id in the request."
+    if not member_id or len(member_id) > MAX_MEMBER_ID_LENGTH:
+        return "Invalid member id in the request."
+    return None
 
 
 def _ack_keys(topics: Any) -> list[tuple[uuid.UUID, int]]:
@@ -90,6 +90,11 @@ def apply_acknowledgements(ctx: Any, svc: ShareService, group_id: str, member_id
                 if ctx.api_version < 2 and any(int(x) == AcknowledgeType.RENEW
                                                for b in p.acknowledgement_batches for x in b.acknowledge_types):
                     raise ApiError(ErrorCode.invalid_request, "renew needs version 2")
+                if not svc.renew_acknowledge_enabled(group_id) and any(
+                        int(x) == AcknowledgeType.RENEW for b in p.acknowledgement_batches for x in b.acknowledge_types):
+                    # As Kafka: the partition's acknowledgements fail, none of them applied.
+                    raise ApiError(ErrorCode.invalid_record_state,
+                                   "Renewing acquisition locks is not enabled for the group.")
                 sp = svc.get_partition(group_id, key[0], key[1])
                 update = sp.acknowledge(
                     member_id,
@@ -155,18 +160,6 @@ def _invalid_share_fetch(ctx: Any, request: Any, epoch: int) -> str | None:
 
 
 _ACQUIRE_MODES = frozenset(int(m) for m in AcquireMode)
-
-
-async def _acknowledge_as_departed(ctx: Any, svc: ShareService, group_id: str, member_id: str,
-                                   topics: Any) -> None:
-    """Apply (and make durable) the acknowledgements of a member that is no longer in the group.
-
-    Only records the member still holds can be acknowledged (the share-partition checks
-    that); the partitions' outcomes are not reported, since the request fails as a whole.
-    """
-    if any(p.acknowledgement_batches for t in topics for p in t.partitions):
-        await svc.load_partitions(group_id, _ack_keys(topics))
-        await acknowledgement_codes(svc, apply_acknowledgements(ctx, svc, group_id, member_id, topics))
 
 
 def _node_endpoints(ctx: Any, cls: Any, others: Iterable[int] = ()) -> tuple[Any, ...]:
@@ -280,22 +273,10 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
                     responses=(), node_endpoints=())
 
     epoch = int(request.share_session_epoch)
-    invalid = _invalid_share_fetch(ctx, request, epoch)
+    invalid = _invalid_ids(request.group_id, request.member_id) or _invalid_share_fetch(ctx, request, epoch)
     if invalid is not None:
         return fail(ErrorCode.invalid_request, invalid)
-    member = epoch == FINAL_EPOCH or _is_member(ctx, group_id, member_id)
     previous = svc.sessions.get(group_id, member_id)
-    if not member and (previous is None or epoch == INITIAL_EPOCH):
-        # Not a member and no share session to go on with: nothing to serve. Any
-        # acknowledgements are still applied (the records may be its own), then the
-        # membership error.
-        await _acknowledge_as_departed(ctx, svc, group_id, member_id, request.topics)
-        return fail(ErrorCode.unknown_member_id)
-    # A member removed from the group (its session timed out, say) that still has its
-    # share session goes on as in Kafka, whose share-partition leader checks the session,
-    # not the membership: its acknowledgements are applied and answered per partition, so
-    # the client learns they succeeded. It acquires nothing new; its next heartbeat tells
-    # it that it must join again.
     previous_parts = tuple(previous.partitions) if previous is not None else ()
     outcome = svc.sessions.handle_share_fetch(request, ctx.connection.connection_id)
     if not outcome.ok:
@@ -329,7 +310,7 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
     errors: dict[tuple[uuid.UUID, int], ErrorCode] = {}
     fetched: dict[tuple[uuid.UUID, int], tuple[dict[int, bytes], list[Any]]] = {}
     renew_only = bool(getattr(request, "is_renew_ack", False))
-    if member and not outcome.closed and not renew_only and outcome.partitions:
+    if not outcome.closed and not renew_only and outcome.partitions:
         order = [(_uuid(t), p) for t, p in outcome.partitions]
         max_records = int(request.max_records) if int(getattr(request, "max_records", 0) or 0) > 0 \
             else DEFAULT_MAX_RECORDS
@@ -385,9 +366,9 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
                     keys.append((meta.name, p))
             await broker.append_waiters.wait(keys, left / 1000)
             # While parked, the session may have been closed (final epoch, disconnect) or
-            # replaced by a new one (epoch 0), or the member may have left the group: this
-            # request then acquires nothing; the client no longer waits for its answer.
-            if svc.sessions.get(group_id, member_id) is not session or not _is_member(ctx, group_id, member_id):
+            # replaced by a new one (epoch 0): this request then acquires nothing; the
+            # client no longer waits for its answer.
+            if svc.sessions.get(group_id, member_id) is not session:
                 break
 
     # The fetch ran while the acknowledgements' writes were in flight; answer only once
@@ -429,17 +410,16 @@ async def handle_share_acknowledge(ctx: Any, request: Any) -> Any:
     member_id = request.member_id or ""
     lock_ms = svc.record_lock_duration_ms(group_id)
 
-    def fail(code: ErrorCode) -> Any:
-        return make(cls, throttle_time=0, error_code=code, error_message=None, acquisition_lock_timeout=lock_ms,
+    def fail(code: ErrorCode, message: str | None = None) -> Any:
+        return make(cls, throttle_time=0, error_code=code, error_message=message, acquisition_lock_timeout=lock_ms,
                     responses=(), node_endpoints=())
 
-    epoch = int(request.share_session_epoch)
+    invalid = _invalid_ids(request.group_id, request.member_id)
+    if invalid is not None:
+        return fail(ErrorCode.invalid_request, invalid)
+    # A member that left the group keeps its share session until the client closes it,
+    # and may still acknowledge what it holds (see ShareService.on_share_member_removed).
     previous = svc.sessions.get(group_id, member_id)
-    # A member that just left the group keeps its share session until the client closes
-    # it, and may still acknowledge what it holds (see ShareService.on_share_member_removed).
-    if epoch != FINAL_EPOCH and previous is None and not _is_member(ctx, group_id, member_id):
-        await _acknowledge_as_departed(ctx, svc, group_id, member_id, request.topics)
-        return fail(ErrorCode.unknown_member_id)
     previous_parts = tuple(previous.partitions) if previous is not None else ()
     outcome = svc.sessions.handle_share_acknowledge(request, ctx.connection.connection_id)
     if not outcome.ok:

@@ -19,6 +19,25 @@ creating millions of partitions one by one for a single request."""
 _EXCESSIVE = "Unable to perform excessively large batch operation."
 
 
+def _named_twice(topics: Any) -> list[str]:
+    """Names that appear more than once in a CreateTopics request, in request order.
+
+    As Kafka's controller does, none of their entries is created; the response has one
+    INVALID_REQUEST result per such name, after the others."""
+    seen: set[str] = set()
+    twice: dict[str, None] = {}
+    for t in topics:
+        if t.name in seen:
+            twice[t.name] = None
+        seen.add(t.name)
+    return list(twice)
+
+
+def _duplicate_results(rcls: Any, names: list[str]) -> list[Any]:
+    return [make(rcls, name=n, topic_id=ZERO_UUID, num_partitions=-1, replication_factor=-1, configs=(),
+                 error_code=ErrorCode.invalid_request, error_message="Duplicate topic name.") for n in names]
+
+
 def _new_partitions(t: Any, default: int) -> int:
     """How many partitions a CreateTopics entry asks for."""
     if t.assignments:
@@ -40,14 +59,13 @@ def handle_create_topics(ctx: Any, request: Any) -> Any:
         return _create_topics_in_cluster(ctx, request)
     ccls = sub(cls, "CreatableTopicConfigs") if ctx.api_version >= 5 else None
     results = []
-    seen: set[str] = set()
+    twice = _named_twice(request.topics)
     for t in request.topics:
+        if t.name in twice:
+            continue
         r: dict[str, Any] = {"name": t.name, "topic_id": ZERO_UUID, "num_partitions": -1,
                              "replication_factor": -1, "configs": ()}
         try:
-            if t.name in seen:
-                raise ApiError(ErrorCode.invalid_request, f"topic {t.name} named twice in one request")
-            seen.add(t.name)
             if t.name in INTERNAL_TOPICS:
                 raise ApiError(ErrorCode.invalid_request, f"{t.name} is an internal topic")
             partitions = t.num_partitions
@@ -74,7 +92,7 @@ def handle_create_topics(ctx: Any, request: Any) -> Any:
             r["error_code"] = e.error_code
             r["error_message"] = e.message
         results.append(make(rcls, **r))
-    return make(cls, throttle_time=0, topics=tuple(results))
+    return make(cls, throttle_time=0, topics=(*results, *_duplicate_results(rcls, twice)))
 
 
 async def _create_topics_in_cluster(ctx: Any, request: Any) -> Any:
@@ -83,14 +101,13 @@ async def _create_topics_in_cluster(ctx: Any, request: Any) -> Any:
     cls = ctx.response_type
     rcls = sub(cls, "CreatableTopicResult")
     results = []
-    seen: set[str] = set()
+    twice = _named_twice(request.topics)
     for t in request.topics:
+        if t.name in twice:
+            continue
         r: dict[str, Any] = {"name": t.name, "topic_id": ZERO_UUID, "num_partitions": -1,
                              "replication_factor": -1, "configs": ()}
         try:
-            if t.name in seen:
-                raise ApiError(ErrorCode.invalid_request, f"topic {t.name} named twice in one request")
-            seen.add(t.name)
             if t.name in INTERNAL_TOPICS:
                 raise ApiError(ErrorCode.invalid_request, f"{t.name} is an internal topic")
             assignments = None
@@ -113,7 +130,7 @@ async def _create_topics_in_cluster(ctx: Any, request: Any) -> Any:
             r["error_code"] = e.error_code
             r["error_message"] = e.message
         results.append(make(rcls, **r))
-    return make(cls, throttle_time=0, topics=tuple(results))
+    return make(cls, throttle_time=0, topics=(*results, *_duplicate_results(rcls, twice)))
 
 
 @api(20, 1, 6)

@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i32Timedelta
 
 from shoal.coordinator.records import CoordinatorRecord
+from shoal.groups.assignors import partitions_of
 from shoal.groups.consumer import ConsumerGroups, ConsumerGroupState, MemberState, member_state
 
 FOO = uuid.UUID(int=1)
@@ -263,6 +264,37 @@ def test_offset_commit_validation():
     assert s.groups.validate_offset_commit("g", "", -1) == ErrorCode.unknown_member_id
     assert s.groups.validate_offset_fetch("g", None, -1) == ErrorCode.none
     assert s.groups.validate_offset_fetch("g", "a", 3) == ErrorCode.stale_member_epoch
+
+
+def test_offset_commit_with_an_older_epoch_for_partitions_owned_since_then():
+    """KIP-1251 (Kafka 4.3): a commit whose member epoch is older than the member's is
+    accepted when every committed partition is owned by the member since an epoch no
+    newer than the one sent; the epochs survive the records and a replay."""
+    s = Shell()
+    s.hb("a", 0)  # a gets foo-0..3 at epoch 1
+    s.hb("b", 0)  # epoch 2: a must give up foo-2 and foo-3
+    s.hb("a", 1, owned={FOO: [0, 1, 2, 3]})
+    s.hb("a", 1, owned={FOO: [0, 1]})  # a moves to epoch 2, keeping foo-0 and foo-1 (since epoch 1)
+    s.hb("b", 2, owned={})  # b gets foo-2 and foo-3 at epoch 2
+    s.topics["foo"] = (FOO, 6)
+    s.hb("a", 2, owned={FOO: [0, 1]})  # epoch 3: more partitions, a gets some at epoch 3
+    a = s.groups.group("g").members["a"]
+    assert a.member_epoch == 3
+    new = sorted(p for t, p in partitions_of(a.assigned) if (t, p) not in {(FOO, 0), (FOO, 1)})
+    assert new and {a.assignment_epoch((FOO, p)) for p in new} == {3}
+    assert (a.assignment_epoch((FOO, 0)), a.assignment_epoch((FOO, 1))) == (1, 1)
+    for groups in (s.groups, replayed(s)):
+        v = groups.validate_offset_commit
+        assert v("g", "a", 3, [("foo", 0), ("foo", new[0])]) == ErrorCode.none
+        assert v("g", "a", 1, [("foo", 0), ("foo", 1)]) == ErrorCode.none
+        assert v("g", "a", 2, [("foo", 0)]) == ErrorCode.none
+        # A partition assigned after the epoch sent, not owned, or of another topic: stale.
+        assert v("g", "a", 2, [("foo", 0), ("foo", new[0])]) == ErrorCode.stale_member_epoch
+        assert v("g", "a", 1, [("foo", 2)]) == ErrorCode.stale_member_epoch
+        assert v("g", "a", 1, [("bar", 0)]) == ErrorCode.stale_member_epoch
+        # Newer than the member's epoch: stale, whatever the partitions.
+        assert v("g", "a", 4, [("foo", 0)]) == ErrorCode.stale_member_epoch
+        assert v("g", "b", 2, [("foo", 2)]) == ErrorCode.none
 
 
 def test_describe_list_delete():

@@ -12,6 +12,7 @@ from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatReque
 from kio.static.primitive import i32
 
 from shoal.coordinator.records import CoordinatorRecord, RecordType
+from shoal.groups.metadata_hash import metadata_hash
 from shoal.groups.share_group import (
     ShareEffects,
     ShareGroups,
@@ -313,3 +314,88 @@ def test_delete_offsets_forgets_initialized_partitions():
     assert s.apply(s.groups.handle_delete_offsets("g", {FOO: [1]})).response == ErrorCode.none
     assert s.groups.initialized_partitions("g") == {FOO: frozenset({0})}
     assert s.groups.handle_delete_offsets("nope", {FOO: [0]}).response == ErrorCode.group_id_not_found
+
+
+# -- KIP-1101: the subscribed topics' metadata is a hash in record 11, no record 9 ----------
+
+def _group_records(s, record_type):
+    return [r for r in s.log if r.record_type == record_type]
+
+
+def test_group_record_carries_the_metadata_hash_and_no_record_9_is_written():
+    s = Shell()
+    s.hb("m1", 0)
+    s.hb("m2", 0, names=["foo", "bar", "nope"])
+    s.hb("m1", 1)
+    assert not _group_records(s, RecordType.SHARE_GROUP_PARTITION_METADATA)
+    last = _group_records(s, RecordType.SHARE_GROUP_METADATA)[-1].value
+    assert last == {"epoch": 2, "metadata_hash": metadata_hash(["foo", "bar"], TOPICS)} and last["metadata_hash"]
+    g = s.groups.group("s")
+    assert (g.group_epoch, g.metadata_hash) == (2, last["metadata_hash"])
+    # Nothing changed: no bump. More partitions: the hash changes, the epoch bumps and the
+    # new partition is assigned.
+    assert s.hb("m1", 2).member_epoch == 2
+    s.topics["bar"] = (BAR, 4)
+    r = s.hb("m2", 2)
+    assert r.member_epoch == 3 and BAR in assigned(r) and 3 in assigned(r)[BAR]
+    assert s.groups.group("s").metadata_hash == metadata_hash(["foo", "bar"], s.topics) != last["metadata_hash"]
+    # A member leaving with the only subscription to a topic changes the hash too.
+    s.hb("m2", -1)
+    assert s.groups.group("s").metadata_hash == metadata_hash(["foo"], s.topics)
+    assert not _group_records(s, RecordType.SHARE_GROUP_PARTITION_METADATA)
+    s.hb("m1", -1)
+    res = s.apply(s.groups.begin_delete_group("s"))
+    assert RecordType.SHARE_GROUP_PARTITION_METADATA not in {r.record_type for r in res.records}
+
+
+def _as_earlier_versions_wrote(log):
+    """The log as shoal wrote it before KIP-1101: record 11 without a hash, each followed
+    by a record 9 with the subscribed topics' metadata."""
+    out = []
+    for rec in log:
+        if rec.record_type == RecordType.SHARE_GROUP_METADATA and rec.value is not None:
+            out.append(CoordinatorRecord.from_bytes(*dataclasses.replace(
+                rec, value=dict(rec.value, metadata_hash=0)).to_bytes()))
+            out.append(CoordinatorRecord.from_bytes(*CoordinatorRecord(
+                int(RecordType.SHARE_GROUP_PARTITION_METADATA), dict(rec.key), {"topics": [
+                    {"topic_id": str(FOO), "topic_name": "foo", "num_partitions": 2, "partition_metadata": []}]},
+            ).to_bytes()))
+        else:
+            out.append(rec)
+    return out
+
+
+def test_records_9_of_earlier_versions_are_read_then_tombstoned():
+    s = Shell()
+    s.hb("m1", 0)
+    s.hb("m2", 0)
+    old = _as_earlier_versions_wrote(s.log)
+    assert any(r.record_type == RecordType.SHARE_GROUP_PARTITION_METADATA for r in old)
+    s2 = Shell()
+    for rec in old:
+        s2.groups.replay(rec)
+    g = s2.groups.group("s")
+    assert (g.group_epoch, g.metadata_hash, g.legacy_partition_metadata) == (2, 0, True)
+    assert set(g.members) == {"m1", "m2"} and g.target == s.groups.group("s").target
+    # The first heartbeat finds the hash changed (it was 0): one bump, with the hash, and
+    # the old record 9 tombstoned; later heartbeats change nothing.
+    res = s2.hb_result("m2", 2)
+    assert res.response.error_code == ErrorCode.none and res.response.member_epoch == 3
+    types = [(r.record_type, r.value is None) for r in res.records]
+    assert (RecordType.SHARE_GROUP_PARTITION_METADATA, True) in types
+    assert (RecordType.SHARE_GROUP_PARTITION_METADATA, False) not in types
+    g = s2.groups.group("s")
+    assert (g.group_epoch, g.metadata_hash, g.legacy_partition_metadata) == (3, metadata_hash(["foo"], TOPICS), False)
+    assert not s2.hb_result("m2", 3).records
+
+
+def test_deleting_a_group_of_earlier_versions_tombstones_its_record_9():
+    s = Shell()
+    s.hb("m1", 0, names=["missing-topic"])
+    s.hb("m1", -1)
+    s2 = Shell()
+    for rec in _as_earlier_versions_wrote(s.log):
+        s2.groups.replay(rec)
+    res = s2.apply(s2.groups.begin_delete_group("s"))
+    assert res.response == (ErrorCode.none, {}) and not s2.groups.has_group("s")
+    assert (RecordType.SHARE_GROUP_PARTITION_METADATA, None) in {(r.record_type, r.value) for r in res.records}
