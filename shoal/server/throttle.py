@@ -30,6 +30,7 @@ from collections.abc import Coroutine, Generator
 from time import perf_counter
 from typing import Any
 
+from ..errors import ErrorCode
 from ..protocol.codec import EncodedBody, EncodedPieces
 from ..protocol.entities import has_field, make
 from ..security.quotas import (
@@ -179,5 +180,5 @@ def empty_fetch(ctx: Any, response: Any, throttle_ms: int) -> Any:
     else:
         error_code = getattr(response, "error_code", 0)
         session_id = getattr(response, "session_id", 0)
-    return make(ctx.response_type, throttle_time=throttle_ms, error_code=error_code, session_id=session_id,
+    return make(ctx.response_type, throttle_time=throttle_ms, error_code=ErrorCode(error_code), session_id=session_id,
                 responses=())
