@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 import threading
 import time
 from typing import Any
@@ -17,6 +18,7 @@ from kio.schema.metadata.v12 import request as metadata12
 from kio.schema.produce.v9 import request as produce9
 
 from shoal.protocol.batch import build_batch
+from tests.integration.test_tools import ok, tool
 from tests.support.clients import create_topic, producer
 from tests.support.wire import RawConnection, request_bytes
 
@@ -216,3 +218,30 @@ def test_a_one_megabyte_per_second_client_id_quota_holds_over_30_seconds(start_b
           f"longest {max(throttled, default=0):.2f} s")
     assert 0.8 * MB <= rate <= 1.2 * MB, f"{rate / MB:.3f} MB/s"
     assert throttled and max(throttled) > 0
+
+
+def test_shoal_configs_manages_quotas_as_kafka_configs(start_broker: Any) -> None:
+    b = start_broker()
+    bs = b.bootstrap
+    assert ok(bs, "configs", "--entity-type", "clients", "--entity-name", "app", "--alter", "--add-config",
+              "producer_byte_rate=1048576,consumer_byte_rate=2097152").strip() == \
+        "Completed updating config for client app."
+    assert ok(bs, "configs", "--entity-type", "users", "--entity-name", "alice", "--entity-type", "clients",
+              "--entity-default", "--alter", "--add-config", "request_percentage=50").strip() == \
+        "Completed updating config for user alice."
+    assert ok(bs, "configs", "--user-defaults", "--alter", "--add-config", "producer_byte_rate=1000").strip() == \
+        "Completed updating default config for users in the cluster."
+    assert ok(bs, "configs", "--entity-type", "clients", "--entity-name", "app", "--describe").strip() == \
+        "Quota configs for client-id 'app' are consumer_byte_rate=2097152.0, producer_byte_rate=1048576.0"
+    assert ok(bs, "configs", "--entity-type", "users", "--describe").strip() == \
+        "Quota configs for the default user-principal are producer_byte_rate=1000.0"
+    assert ok(bs, "configs", "--user", "alice", "--client-defaults", "--describe").strip() == \
+        "Quota configs for user-principal 'alice', the default client-id are request_percentage=50.0"
+    ok(bs, "configs", "--entity-type", "clients", "--entity-name", "app", "--alter", "--delete-config",
+       "consumer_byte_rate")
+    doc = json.loads(ok(bs, "configs", "--client", "app", "--describe", "--output", "json"))
+    assert doc == [{"entity": [{"type": "client-id", "name": "app"}], "quotas": {"producer_byte_rate": 1048576.0}}]
+    bad = tool(bs, "configs", "--client", "app", "--alter", "--add-config", "producer_byte_rate=-1")
+    assert bad.returncode != 0 and "INVALID_REQUEST: Quota producer_byte_rate must be greater than 0" in bad.stderr
+    with RawConnection(bs) as c:  # what the tool set is what the broker serves
+        assert described(c, ("client-id", 0, "app")) == {(("client-id", "app"),): {"producer_byte_rate": 1048576.0}}
