@@ -160,7 +160,7 @@ class Connection(asyncio.Protocol):
         self.security: Any = None
         """The listener and authentication state (shoal/security/session.py); None on the default
         PLAINTEXT listener of a broker without security settings."""
-        self._quotas: Any = broker.extensions.get("quotas")
+        self._quotas: Any = getattr(broker, "extensions", {}).get("quotas")
         """The broker's client quotas (shoal/security/quota_store.py; see Throttling above)."""
         self._quota_key: tuple[Any, ...] = ()
         self._quota_limits: dict[str, Any] = {}
