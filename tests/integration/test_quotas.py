@@ -273,3 +273,35 @@ def test_quotas_set_through_one_broker_of_a_cluster_apply_on_every_broker(reques
     finally:
         c.stop()
         conftest._started.pop(request.node.nodeid, None)
+
+
+def test_a_confluent_kafka_consumer_is_held_to_its_consumer_byte_rate(start_broker: Any, topic_name: str) -> None:
+    """12 MB read under consumer_byte_rate=1 MB/s (three windows of 1 s: a fresh client may
+    read two windows' worth at once): about ten seconds, with throttle events in librdkafka."""
+    from confluent_kafka import TopicPartition
+
+    from tests.support.clients import consumer, produce_all
+
+    b = start_broker({"quota.window.num": "3", "quota.window.size.seconds": "1"})
+    create_topic(b.bootstrap, topic_name, 1)
+    produce_all(producer(b.bootstrap), topic_name, [{"value": b"c" * 10_000} for _ in range(1200)], timeout_s=60)
+    with RawConnection(b.bootstrap) as c:
+        assert alter(c, _entry({"consumer_byte_rate": MB}, client="metered-reader")) == [("none", None)]
+    throttled: list[float] = []
+    cons = consumer(b.bootstrap, **{"client.id": "metered-reader",
+                                    "throttle_cb": lambda ev: throttled.append(ev.throttle_time)})
+    try:
+        cons.assign([TopicPartition(topic_name, 0, 0)])
+        got = 0
+        start = time.monotonic()
+        while got < 1200 and time.monotonic() - start < 60:
+            for m in cons.consume(100, timeout=0.5):
+                assert m.error() is None
+                got += 1
+        elapsed = time.monotonic() - start
+    finally:
+        cons.close()
+    assert got == 1200
+    rate = got * 10_000 / elapsed
+    assert 0.7 * MB <= rate <= 1.3 * MB, f"{rate / MB:.3f} MB/s over {elapsed:.1f} s"
+    assert throttled and max(throttled) > 0
