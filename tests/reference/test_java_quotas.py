@@ -46,3 +46,27 @@ def test_java_producer_is_held_to_its_client_id_quota(quota_broker: BrokerProces
     throttle_max = re.search(r"producer-metrics:produce-throttle-time-max:\{client-id=java-metered\}\s*:\s*([\d.]+)",
                              perf)
     assert throttle_max and float(throttle_max.group(1)) > 0, perf[-4000:]
+
+
+def test_java_consumer_is_held_to_its_client_id_quota(quota_broker: BrokerProcess, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The Java consumer (fetch sessions, KIP-219 throttling) reads 10 MB under a 1 MiB/s quota."""
+    bs = quota_broker.bootstrap
+    create_topic(bs, "java-quota-read")
+    run_tool("org.apache.kafka.tools.ProducerPerformance", "--topic", "java-quota-read", "--num-records", "1000",
+             "--record-size", "10000", "--throughput", "-1", "--producer-props", f"bootstrap.servers={bs}",
+             "acks=1", timeout=240)
+    run_tool("kafka-configs", "--bootstrap-server", bs, "--alter", "--entity-type", "clients", "--entity-name",
+             "java-reader", "--add-config", f"consumer_byte_rate={MIB}")
+    config = tmp_path / "consumer.properties"
+    config.write_text("client.id=java-reader\nauto.offset.reset=earliest\n")
+    perf = run_tool("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bs, "--topic",
+                    "java-quota-read", "--num-records", "1000", "--group", "java-quota-group", "--command-config",
+                    str(config), "--print-metrics", timeout=240).stdout
+    rows = [line.split(", ") for line in perf.splitlines() if re.match(r"\d{4}-\d\d-\d\d ", line)]
+    assert rows, perf[:3000]
+    consumed_mb, fetch_rate = float(rows[-1][2]), float(rows[-1][8])  # MiB, MiB/s while fetching
+    print(", ".join(rows[-1]))
+    assert consumed_mb >= 9.5 and fetch_rate <= 1.25, perf[:2000]
+    throttle_max = re.search(
+        r"consumer-fetch-manager-metrics:fetch-throttle-time-max:\{client-id=java-reader\}\s*:\s*([\d.]+)", perf)
+    assert throttle_max and float(throttle_max.group(1)) > 0, perf[-4000:]
