@@ -70,7 +70,7 @@ class QuotaService:
 
     def current(self) -> QuotaManager:
         """The measures, with the quotas of the newest metadata (cheap: called per request)."""
-        if self._clustered:
+        if self._cluster_mode and self._clustered:
             snap = self.broker.cluster.store.snapshot
             if snap is not self._snapshot:
                 self._snapshot = snap

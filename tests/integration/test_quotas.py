@@ -97,6 +97,9 @@ def test_quotas_altered_described_and_kept_across_a_restart(start_broker: Any) -
         assert (("user", None),) not in described(c)
     b.restart()
     with RawConnection(b.bootstrap) as c:
+        # applied from the first request after the start: 20 kB over ten windows is 2000 B/s
+        create_topic(b.bootstrap, "kept")
+        assert _ms(_call(c, _produce("kept", 20_000), "app").throttle_time) > 0
         assert described(c) == {(("client-id", "app"),): {"producer_byte_rate": 1024.0},
                                 (("client-id", None), ("user", "alice")): {"request_percentage": 25.5}}
 
