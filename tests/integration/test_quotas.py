@@ -308,3 +308,34 @@ def test_a_confluent_kafka_consumer_is_held_to_its_consumer_byte_rate(start_brok
     rate = got * 10_000 / elapsed
     assert 0.7 * MB <= rate <= 1.3 * MB, f"{rate / MB:.3f} MB/s over {elapsed:.1f} s"
     assert throttled and max(throttled) > 0
+
+
+def test_a_share_consumer_is_held_to_its_consumer_byte_rate(start_broker: Any, topic_name: str) -> None:
+    """ShareFetch answers are charged too (always sent: their records are acquired): 6 MB
+    under 1 MB/s with two windows' worth at once take about four seconds."""
+    from confluent_kafka import ShareConsumer
+
+    from tests.support.clients import produce_all, rdkafka_conf
+
+    b = start_broker({"quota.window.num": "3", "quota.window.size.seconds": "1"})
+    create_topic(b.bootstrap, topic_name, 1)
+    produce_all(producer(b.bootstrap), topic_name, [{"value": b"s" * 10_000} for _ in range(600)], timeout_s=60)
+    with RawConnection(b.bootstrap) as c:
+        assert alter(c, _entry({"consumer_byte_rate": MB}, client="share-reader")) == [("none", None)]
+    ok(b.bootstrap, "configs", "--entity-type", "groups", "--entity-name", "quota-share", "--alter", "--add-config",
+       "share.auto.offset.reset=earliest")
+    throttled: list[float] = []
+    cons = ShareConsumer(rdkafka_conf(b.bootstrap, **{"group.id": "quota-share", "client.id": "share-reader",
+                                                      "throttle_cb": lambda ev: throttled.append(ev.throttle_time)}))
+    try:
+        cons.subscribe([topic_name])
+        got = 0
+        start = time.monotonic()
+        while got < 600 and time.monotonic() - start < 60:
+            got += sum(1 for m in cons.poll(0.5) if m.error() is None)
+        elapsed = time.monotonic() - start
+    finally:
+        cons.close()
+    assert got == 600
+    assert elapsed >= 3.0 and got * 10_000 / elapsed <= 1.5 * MB, f"{elapsed:.1f} s"
+    assert throttled and max(throttled) > 0
