@@ -297,6 +297,12 @@ _DEFS: list[Definition] = [
     Definition("super.users", str, "", Scope.BROKER,
                "Principals, `;` separated (`User:admin;User:CN=broker`), allowed the brokers' own APIs on a "
                "secured broker besides the inter-broker listener's principals.", dynamic=False),
+    Definition("quota.window.num", int, 11, Scope.BROKER,
+               "Samples a client quota's rate is measured over (producer_byte_rate, consumer_byte_rate, "
+               "request_percentage; docs/SECURITY.md).", check=_ge(1), dynamic=False),
+    Definition("quota.window.size.seconds", int, 1, Scope.BROKER,
+               "Length of each of the quota.window.num samples of a client quota's rate.", check=_ge(1),
+               dynamic=False),
     # --- observing (shoal/observe; docs/OBSERVING.md) -----------------------------------
     Definition("metrics.port", int, -1, Scope.BROKER,
                "Port of the HTTP endpoint serving Prometheus metrics (`/metrics`), `/healthz`, `/readyz` and the "

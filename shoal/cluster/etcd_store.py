@@ -18,6 +18,8 @@ Keys, under ``/shoal/`` (values are JSON):
 * ``group_configs/<group id, percent-encoded>``: a group's config overrides (KIP-848 and
   KIP-932 group configs), changed by compare-and-swap on the key's mod revision and
   applied by every broker from its watch;
+* ``client_quotas/<entity>``: one client quota entity and its values
+  (shoal/security/quota_store.py), applied by every broker from its watch;
 * ``partitions/<name>/<index>``: a :class:`PartitionState`. Every write of one compares
   the key's mod revision with the one its writer read, in one transaction, so a writer
   that decided on stale state changes nothing (compare-and-swap on the partition epoch).
@@ -99,6 +101,8 @@ class Snapshot:
     """(topic, index) -> (state, the key's mod revision)."""
     group_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     """group id -> its config overrides."""
+    client_quotas: dict[str, Any] = field(default_factory=dict)
+    """key under ``client_quotas/`` -> the stored entity and values (shoal/security/quota_store.py)."""
 
     def live(self) -> dict[int, int]:
         """node id -> registration epoch of every registered broker that can hold replicas
@@ -452,6 +456,8 @@ class EtcdStore:
                                                     dict(d.get("configs", {})), kv.mod_revision)
             elif parts[0] == "group_configs" and len(parts) == 2:
                 snap.group_configs[unquote(parts[1])] = dict(json.loads(kv.value))
+            elif parts[0] == "client_quotas" and len(parts) == 2:
+                snap.client_quotas[parts[1]] = json.loads(kv.value)
             elif parts[0] == "partitions" and len(parts) == 3:
                 snap.partitions[(parts[1], int(parts[2]))] = (PartitionState.from_json(kv.value), kv.mod_revision)
         except (ValueError, KeyError, TypeError) as e:

@@ -46,6 +46,12 @@ directly. A slice whose segment was truncated or closed since the read (a
 follower's truncation, compaction, retention, deletion) closes the connection, as Kafka
 closes one whose FileRecords shrank while being sent; the client fetches again.
 
+Throttling (client quotas, ``throttle.py``): when the broker has quotas, each request of a
+client with one is charged (its size, its answer's size, its handler time); a request over
+a quota is answered with the throttle time in ``throttle_time_ms``, and the connection is
+muted for that time (``throttle``) as for backpressure: it serves and reads nothing more
+until then, while the answer itself leaves at once.
+
 Idleness: ``last_active_s`` (loop time) moves whenever bytes are received or a response
 is written; the listener closes connections idle past ``connections.max.idle.ms``
 (``close_idle``).
@@ -90,6 +96,14 @@ from ..protocol.header import parse_request_header
 from ..security.access import guarded_handler
 from ..security.serving import REQUEST_LISTENER
 from .context import RequestContext
+from .throttle import (
+    EXEMPT_APIS,
+    FETCH,
+    SHARE_FETCH,
+    RequestQuota,
+    empty_fetch,
+    with_throttle,
+)
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -146,6 +160,12 @@ class Connection(asyncio.Protocol):
         self.security: Any = None
         """The listener and authentication state (shoal/security/session.py); None on the default
         PLAINTEXT listener of a broker without security settings."""
+        self._quotas: Any = getattr(broker, "extensions", {}).get("quotas")
+        """The broker's client quotas (shoal/security/quota_store.py; see Throttling above)."""
+        self._quota_key: tuple[Any, ...] = ()
+        self._quota_limits: dict[str, Any] = {}
+        self._throttle_handle: asyncio.TimerHandle | None = None
+        self._throttled_until = 0.0
 
     # -- asyncio.Protocol ---------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -170,6 +190,9 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
+        if self._throttle_handle is not None:
+            self._throttle_handle.cancel()
+            self._throttle_handle = None
         if self._memory_wait is not None:
             self._pool.cancel(self._memory_wait)
             self._memory_wait = None
@@ -294,27 +317,36 @@ class Connection(asyncio.Protocol):
         assert codec is not None
         header, request = decode_request(body, codec)
         ctx = RequestContext(self.broker, self, header, codec)
+        quota = None
+        if self._quotas is not None and api_key not in EXEMPT_APIS:
+            quota, request = self._begin_quota(ctx, body, request)
         metrics = self.broker.metrics
         started = perf_counter() if metrics is not None else 0.0
         if api_key == _PRODUCE and request.acks == 0:
             self._run_no_response(ctx, route, request, reserved)
+            if quota is not None:
+                self.throttle(quota.throttle_ms)
             return None
         slot = _Slot()
         self._slots.append(slot)
         if sec is not None:
             REQUEST_LISTENER.set(sec.listener.name)  # for the leader hints; an async handler's task keeps it
+        handler = route.handler if sec is None else guarded_handler(sec, route)
+        t_handler = perf_counter() if quota is not None else 0.0
         try:
-            response = (route.handler if sec is None else guarded_handler(sec, route))(ctx, request)
+            response = handler(ctx, request)
         except ApiError as e:
             response = self._error_response(ctx, e)
+        if quota is not None:
+            quota.busy_s += perf_counter() - t_handler
         if asyncio.iscoroutine(response):
             # An async handler, or a synchronous one that must wait (Produce waiting for
             # its fsync): the slot is filled when the task ends.
-            task = asyncio.ensure_future(response)
+            task = asyncio.ensure_future(response if quota is None else quota.timed(response))
             slot.task = task
-            task.add_done_callback(lambda t, s=slot, c=ctx, t0=started: self._async_done(s, c, t, t0))
+            task.add_done_callback(lambda t, s=slot, c=ctx, t0=started, q=quota: self._async_done(s, c, t, t0, q))
             return slot
-        pieces = self._encode(ctx, response)
+        pieces = self._encode(ctx, response) if quota is None else self._encode_charged(ctx, response, quota)
         if pieces is None:
             return slot
         self._fill(slot, pieces)
@@ -373,15 +405,17 @@ class Connection(asyncio.Protocol):
             if result is not None:
                 check(result)
 
-    def _async_done(self, slot: _Slot, ctx: RequestContext, task: asyncio.Task[Any], started: float = 0.0) -> None:
+    def _async_done(self, slot: _Slot, ctx: RequestContext, task: asyncio.Task[Any], started: float = 0.0,
+                    quota: RequestQuota | None = None) -> None:
         try:
-            self._answer_async(slot, ctx, task, started)
+            self._answer_async(slot, ctx, task, started, quota)
         except Exception as e:  # never leave the slot unfilled: that would hang the connection
             _log_failure("connection %s from %s: answering %s v%d failed; closing", self.connection_id, self.peer,
                          ctx.codec.request_type.__name__, ctx.api_version, exc=e)
             self._abort(None)
 
-    def _answer_async(self, slot: _Slot, ctx: RequestContext, task: asyncio.Task[Any], started: float) -> None:
+    def _answer_async(self, slot: _Slot, ctx: RequestContext, task: asyncio.Task[Any], started: float,
+                      quota: RequestQuota | None = None) -> None:
         self._pool.release(slot.reserved)
         slot.reserved = 0
         if task.cancelled():
@@ -405,7 +439,7 @@ class Connection(asyncio.Protocol):
                 return
         else:
             response = task.result()
-        pieces = self._encode(ctx, response)
+        pieces = self._encode(ctx, response) if quota is None else self._encode_charged(ctx, response, quota)
         if pieces is None:
             return
         self._fill(slot, pieces)
@@ -433,6 +467,53 @@ class Connection(asyncio.Protocol):
             _log_failure("connection %s from %s: cannot encode %s; answered INVALID_REQUEST", self.connection_id,
                          self.peer, name, exc=e)
             return pieces
+
+    # -- client quotas (shoal/server/throttle.py) -----------------------------------------
+    def _begin_quota(self, ctx: RequestContext, body: bytes, request: Any) -> tuple[RequestQuota | None, Any]:
+        manager = self._quotas.current()
+        if not manager.active:
+            return None, request
+        sec = self.security
+        user = "ANONYMOUS" if sec is None else sec.principal.partition(":")[2]
+        client_id = ctx.header.client_id or ""
+        key = (manager.version, user, client_id)
+        if key != self._quota_key:
+            self._quota_key, self._quota_limits = key, manager.limits(user, client_id)
+        if not self._quota_limits:
+            return None, request
+        return RequestQuota.begin(manager, self._quota_limits, ctx.api_key, body, request, ctx.now_ms())
+
+    def _encode_charged(self, ctx: RequestContext, response: Any, quota: RequestQuota) -> list[Any] | None:
+        """``_encode``, charging the request's quotas: the answer carries the throttle time, a
+        Fetch over its quota is answered empty, and the connection is muted for that time."""
+        response = quota.finish(ctx, response, ctx.now_ms())
+        pieces = self._encode(ctx, response)
+        if pieces is not None and ctx.api_key in (FETCH, SHARE_FETCH):
+            before = quota.throttle_ms
+            if quota.charge_response(ctx.api_key, sum(map(len, pieces))):
+                pieces = self._encode(ctx, empty_fetch(ctx, response, quota.throttle_ms))
+            elif quota.throttle_ms != before:
+                pieces = self._encode(ctx, with_throttle(ctx.api_key, ctx.api_version, response, quota.throttle_ms))
+        self.throttle(quota.throttle_ms)
+        return pieces
+
+    def throttle(self, ms: int) -> None:
+        """Serve and read nothing more from this connection for ``ms`` milliseconds (a quota's
+        throttle time); answers already due are still sent."""
+        if ms <= 0 or self._closing:
+            return
+        until = self._loop.time() + ms / 1000
+        if self._throttle_handle is not None:
+            if until <= self._throttled_until:
+                return
+            self._throttle_handle.cancel()
+        self._throttled_until = until
+        self._throttle_handle = self._loop.call_at(until, self._unthrottle)
+        self._maybe_pause()
+
+    def _unthrottle(self) -> None:
+        self._throttle_handle = None
+        self._maybe_resume()
 
     def _error_response(self, ctx: RequestContext, e: ApiError) -> Any:
         cls = ctx.codec.response_type
@@ -596,7 +677,7 @@ class Connection(asyncio.Protocol):
     def _muted(self) -> bool:
         """Whether to serve no further request for now (see Backpressure above)."""
         return (self._write_paused or bool(self._out) or self._held > UNSENT_BYTES
-                or len(self._slots) >= self._max_inflight)
+                or len(self._slots) >= self._max_inflight or self._throttle_handle is not None)
 
     def _maybe_pause(self) -> None:
         if not self._reading_paused and self.transport is not None and (

@@ -95,10 +95,9 @@ def test_configs_describe_and_alter(shared_broker: BrokerProcess, topic_name: st
     assert configs["share.auto.offset.reset"]["value"] == "earliest"
     assert configs["share.auto.offset.reset"]["source"] == "DYNAMIC_GROUP_CONFIG"
 
-    for kind in ("clients", "users"):
+    for kind in ("clients", "users"):  # quotas: none yet, so nothing to print (as Kafka's tool)
         r = tool(bs, "configs", "--entity-type", kind, "--entity-name", "x", "--describe")
-        assert r.returncode == 1 and r.stdout == ""
-        assert len(r.stderr.splitlines()) == 1 and "DescribeClientQuotas" in r.stderr
+        assert r.returncode == 0 and r.stdout == "" and r.stderr == ""
 
 
 def test_produce_and_consume_with_keys_headers_and_properties(shared_broker: BrokerProcess, topic_name: str) -> None:
