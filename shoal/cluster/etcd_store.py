@@ -18,6 +18,7 @@ Keys, under ``/shoal/`` (values are JSON):
 * ``group_configs/<group id, percent-encoded>``: a group's config overrides (KIP-848 and
   KIP-932 group configs), changed by compare-and-swap on the key's mod revision and
   applied by every broker from its watch;
+* ``acls/<hash>``: one ACL binding (shoal/security/authz.py);
 * ``partitions/<name>/<index>``: a :class:`PartitionState`. Every write of one compares
   the key's mod revision with the one its writer read, in one transaction, so a writer
   that decided on stale state changes nothing (compare-and-swap on the partition epoch).
@@ -99,6 +100,8 @@ class Snapshot:
     """(topic, index) -> (state, the key's mod revision)."""
     group_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     """group id -> its config overrides."""
+    acls: dict[str, bytes] = field(default_factory=dict)
+    """ACL key -> the binding (shoal/security/authz.py decodes them)."""
 
     def live(self) -> dict[int, int]:
         """node id -> registration epoch of every registered broker that can hold replicas
@@ -452,6 +455,8 @@ class EtcdStore:
                                                     dict(d.get("configs", {})), kv.mod_revision)
             elif parts[0] == "group_configs" and len(parts) == 2:
                 snap.group_configs[unquote(parts[1])] = dict(json.loads(kv.value))
+            elif parts[0] == "acls" and len(parts) == 2:
+                snap.acls[parts[1]] = bytes(kv.value)
             elif parts[0] == "partitions" and len(parts) == 3:
                 snap.partitions[(parts[1], int(parts[2]))] = (PartitionState.from_json(kv.value), kv.mod_revision)
         except (ValueError, KeyError, TypeError) as e:

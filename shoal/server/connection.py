@@ -304,7 +304,8 @@ class Connection(asyncio.Protocol):
         if sec is not None:
             REQUEST_LISTENER.set(sec.listener.name)  # for the leader hints; an async handler's task keeps it
         try:
-            response = (route.handler if sec is None else guarded_handler(sec, route))(ctx, request)
+            response = (route.handler if sec is None and self.broker.authorizer is None
+                        else guarded_handler(sec, route))(ctx, request)
         except ApiError as e:
             response = self._error_response(ctx, e)
         if asyncio.iscoroutine(response):

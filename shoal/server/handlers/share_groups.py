@@ -20,6 +20,7 @@ from ...errors import ErrorCode
 from ...groups.share_group import ShareEffects, heartbeat_assignment
 from ...observe.logs import log_once
 from ...protocol.entities import make
+from ...security.authz import READ, group_refusal, hide_undescribable
 from ..dispatch import api
 from ..group_service import client_host, group_service
 
@@ -45,6 +46,8 @@ async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
     if not broker.config["group.share.enable"]:
         return _error(ctx, ErrorCode.unsupported_version, "Share groups are not enabled.")
     group_id = request.group_id
+    if (denied := group_refusal(ctx, READ, group_id, member_id=None, assignment=None)) is not None:
+        return denied
     p = svc.partition_for(group_id)
     existing = svc.shard(p).groups.get(group_id)
     if existing is not None and existing.group_type != "share":
@@ -91,7 +94,7 @@ authorizer, every operation the resource type supports is authorized."""
 @api(77, 1, 1)
 def handle_share_group_describe(ctx: Any, request: Any) -> Any:
     svc = group_service(ctx.broker)
-    groups = tuple(svc.describe(svc.share_groups, g) for g in request.group_ids)
+    groups = hide_undescribable(ctx, (svc.describe(svc.share_groups, g) for g in request.group_ids))
     if request.include_authorized_operations:
         groups = tuple(dataclasses.replace(g, authorized_operations=GROUP_OPERATIONS)
                        if g.error_code == ErrorCode.none else g for g in groups)
