@@ -270,7 +270,7 @@ async def authorized_share_request(ctx: Any, request: Any, serve: Any) -> Any:
     extra = tuple(make(tcls, topic_id=t.topic_id or uuid.UUID(int=0), partitions=tuple(
         make(pcls, partition_index=p.partition_index, error_code=code, error_message="Topic authorization failed.",
              acknowledge_error_code=code if getattr(p, "acknowledgement_batches", None) else ErrorCode.none,
-             current_leader=make(lcls, leader_id=-1, leader_epoch=-1), records=None)
+             current_leader=make(lcls, leader_id=-1, leader_epoch=-1))
         for p in t.partitions)) for t in refused)
     return dataclasses.replace(response, responses=(*response.responses, *extra))
 

@@ -1,0 +1,424 @@
+"""The authorizer: ACLs managed with confluent-kafka, kafka-python and ``shoal acls``, and
+what each principal may do with them, on a SASL listener with several users.
+
+alice, bob and carol log in with SASL/PLAIN; admin is in ``super.users``. Refusals are
+checked with real clients and, where a client would only retry, with raw requests of an
+authenticated connection (tests/support/wire.py).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, ShareConsumer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
+from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
+from kio.schema.list_groups.v5.request import ListGroupsRequest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.read_share_group_state.v0.request import (
+    PartitionData,
+    ReadShareGroupStateRequest,
+    ReadStateData,
+)
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+from kio.schema.share_acknowledge.v1.request import (
+    AcknowledgementBatch,
+    AcknowledgePartition,
+    AcknowledgeTopic,
+    ShareAcknowledgeRequest,
+)
+from kio.schema.share_fetch.v1.request import (
+    FetchPartition,
+    FetchTopic,
+    ShareFetchRequest,
+)
+from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
+from kio.static.primitive import i8, i32, i32Timedelta, i64
+
+from tests.support.broker import BrokerProcess
+from tests.support.clients import (
+    admin_client,
+    consume_exact,
+    produce_all,
+    producer,
+    rdkafka_conf,
+)
+from tests.support.wire import RawConnection
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+        'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret" user_bob="bob-secret" '
+        'user_carol="carol-secret";')
+SETTINGS = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": JAAS,
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:admin", "group.share.enable": "true"}
+
+
+def _as(user: str) -> dict[str, Any]:
+    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": user,
+            "sasl.password": f"{user}-secret"}
+
+
+def _raw(bootstrap: str, user: str) -> RawConnection:
+    c = RawConnection(bootstrap)
+    assert c.request(SaslHandshakeRequest(mechanism="PLAIN")).error_code == ErrorCode.none
+    r = c.request(SaslAuthenticateRequest(auth_bytes=f"\x00{user}\x00{user}-secret".encode()))
+    assert r.error_code == ErrorCode.none
+    return c
+
+
+def _acl(rt: ResourceType, name: str, principal: str, op: AclOperation, *,
+         pattern: ResourcePatternType = ResourcePatternType.LITERAL,
+         perm: AclPermissionType = AclPermissionType.ALLOW) -> AclBinding:
+    return AclBinding(rt, name, pattern, principal, "*", op, perm)
+
+
+def _create(admin: Any, bindings: list[AclBinding]) -> None:
+    for f in admin.create_acls(bindings, request_timeout=20).values():
+        f.result(timeout=20)
+
+
+ANY_FILTER = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                              AclPermissionType.ANY)
+
+
+def _key(b: AclBinding) -> tuple[Any, ...]:
+    return (b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation, b.permission_type)
+
+
+@pytest.fixture
+def secured(tmp_path: Path) -> Any:
+    b = BrokerProcess(tmp_path / "data", dict(SETTINGS), log_level="DEBUG")
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def test_acls_are_managed_with_the_admin_api_and_outlive_a_restart(secured: BrokerProcess) -> None:
+    b = secured
+    admin = admin_client(b.bootstrap, **_as("admin"))
+    made = [_acl(ResourceType.TOPIC, "orders", "User:alice", AclOperation.READ),
+            _acl(ResourceType.TOPIC, "pay-", "User:alice", AclOperation.WRITE, pattern=ResourcePatternType.PREFIXED),
+            _acl(ResourceType.GROUP, "*", "User:bob", AclOperation.READ),
+            _acl(ResourceType.TOPIC, "orders", "User:bob", AclOperation.ALL, perm=AclPermissionType.DENY),
+            _acl(ResourceType.BROKER, "kafka-cluster", "User:carol", AclOperation.DESCRIBE),
+            _acl(ResourceType.TRANSACTIONAL_ID, "tx", "User:carol", AclOperation.WRITE)]
+    _create(admin, made)
+    _create(admin, made[:1])  # again: nothing changes
+    assert sorted(map(_key, admin.describe_acls(ANY_FILTER, request_timeout=20).result(20))) == \
+        sorted(map(_key, made))
+    # MATCH: the ACLs that apply to topic orders; a literal filter: only its own
+    match = AclBindingFilter(ResourceType.TOPIC, "orders", ResourcePatternType.MATCH, None, None, AclOperation.ANY,
+                             AclPermissionType.ANY)
+    assert sorted(map(_key, admin.describe_acls(match, request_timeout=20).result(20))) == \
+        sorted(map(_key, [made[0], made[3]]))
+    pay = AclBindingFilter(ResourceType.TOPIC, "pay-eu", ResourcePatternType.MATCH, "User:alice", None,
+                           AclOperation.ANY, AclPermissionType.ANY)
+    assert list(map(_key, admin.describe_acls(pay, request_timeout=20).result(20))) == [_key(made[1])]
+
+    # DESCRIBE on the cluster is needed to describe ACLs, ALTER to change them
+    # (librdkafka hands back an empty list for DescribeAcls' error: the raw answer shows it)
+    from kio.schema.describe_acls.v3.request import DescribeAclsRequest
+
+    describe_all = DescribeAclsRequest(resource_type_filter=i8(1), resource_name_filter=None, pattern_type_filter=i8(1),
+                                       principal_filter=None, host_filter=None, operation=i8(1), permission_type=i8(1))
+    with _raw(b.bootstrap, "alice") as c:
+        r = c.request(describe_all)
+    assert (r.error_code, r.resources) == (ErrorCode.cluster_authorization_failed, ())
+    carol = admin_client(b.bootstrap, **_as("carol"))
+    assert len(carol.describe_acls(ANY_FILTER, request_timeout=20).result(20)) == len(made)
+    with pytest.raises(KafkaException) as e:
+        _create(carol, [_acl(ResourceType.TOPIC, "x", "User:carol", AclOperation.ALL)])
+    assert e.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+    # a binding Kafka refuses is INVALID_REQUEST, alone
+    from kio.schema.create_acls.v3.request import AclCreation, CreateAclsRequest
+
+    with _raw(b.bootstrap, "admin") as c:
+        r = c.request(CreateAclsRequest(creations=(
+            AclCreation(resource_type=i8(4), resource_name="not-the-cluster", resource_pattern_type=i8(3),
+                        principal="User:x", host="*", operation=i8(7), permission_type=i8(3)),
+            AclCreation(resource_type=i8(2), resource_name="t", resource_pattern_type=i8(2),
+                        principal="User:x", host="*", operation=i8(3), permission_type=i8(3)),
+            AclCreation(resource_type=i8(2), resource_name="t", resource_pattern_type=i8(3),
+                        principal="nocolon", host="*", operation=i8(3), permission_type=i8(3)),
+            AclCreation(resource_type=i8(2), resource_name="t", resource_pattern_type=i8(3),
+                        principal="User:x", host="*", operation=i8(3), permission_type=i8(3)))))
+    assert [x.error_code for x in r.results] == [ErrorCode.invalid_request] * 3 + [ErrorCode.none]
+
+    # delete by filter: the deleted bindings come back
+    gone = admin.delete_acls([AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:x", None,
+                                               AclOperation.ANY, AclPermissionType.ANY)], request_timeout=20)
+    assert [(x.name, x.principal) for f in gone.values() for x in f.result(20)] == [("t", "User:x")]
+
+    # kept in the data directory: a restarted broker has them
+    b.restart()
+    admin = admin_client(b.bootstrap, **_as("admin"))
+    assert sorted(map(_key, admin.describe_acls(ANY_FILTER, request_timeout=20).result(20))) == \
+        sorted(map(_key, made))
+
+    # kafka-python's admin client speaks the same APIs
+    from kafka.admin import (
+        ACL,
+        ACLFilter,
+        ACLOperation,
+        ACLPermissionType,
+        KafkaAdminClient,
+    )
+    from kafka.admin import ResourcePattern as KpPattern
+    from kafka.admin import ResourcePatternFilter as KpFilter
+    from kafka.admin import ResourceType as KpType
+    from kafka.admin import ACLResourcePatternType as KpPatternType
+
+    kp = KafkaAdminClient(bootstrap_servers=b.bootstrap, security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                          sasl_plain_username="admin", sasl_plain_password="admin-secret", request_timeout_ms=20_000)
+    try:
+        result = kp.create_acls([ACL("User:dave", "*", ACLOperation.READ, ACLPermissionType.ALLOW,
+                                     KpPattern(KpType.GROUP, "dave-", KpPatternType.PREFIXED))])
+        assert not result["failed"], result
+        acls, error = kp.describe_acls(ACLFilter("User:dave", None, ACLOperation.ANY, ACLPermissionType.ANY,
+                                                 KpFilter(KpType.ANY, None, KpPatternType.ANY)))
+        assert [(a.resource_pattern.resource_name, a.resource_pattern.pattern_type) for a in acls] == \
+            [("dave-", KpPatternType.PREFIXED)]
+        deleted = kp.delete_acls([ACLFilter("User:dave", None, ACLOperation.ANY, ACLPermissionType.ANY,
+                                            KpFilter(KpType.ANY, None, KpPatternType.ANY))])
+        assert len(deleted[0][1]) == 1
+    finally:
+        kp.close()
+    b.assert_alive()
+
+
+def _deny_code(e: pytest.ExceptionInfo[KafkaException]) -> int:
+    return e.value.args[0].code()  # type: ignore[no-any-return]
+
+
+def test_groups_share_groups_and_topics_need_their_acls(secured: BrokerProcess, topic_name: str) -> None:
+    b = secured
+    topic, secret = topic_name, topic_name + "-secret"
+    admin = admin_client(b.bootstrap, **_as("admin"))
+    for t in (topic, secret):
+        admin.create_topics([NewTopic(t, 1, 1)], operation_timeout=15)[t].result(timeout=20)
+    produce_all(producer(b.bootstrap, **_as("admin")), topic, [{"value": f"v{i}".encode()} for i in range(3)])
+    # alice: READ on the topic and on the groups; bob: READ on the topic only
+    _create(admin, [_acl(ResourceType.TOPIC, topic, "User:alice", AclOperation.READ),
+                    _acl(ResourceType.TOPIC, topic, "User:bob", AclOperation.READ),
+                    _acl(ResourceType.GROUP, "ok-", "User:alice", AclOperation.READ,
+                         pattern=ResourcePatternType.PREFIXED)])
+
+    # a classic consumer group: alice may join and consume, bob may not join
+    from tests.support.clients import consumer
+
+    c = consumer(b.bootstrap, **_as("alice"), **{"group.id": "ok-classic"})
+    try:
+        c.subscribe([topic])
+        assert [r.value for r in consume_exact(c, 3, timeout_s=60)] == [b"v0", b"v1", b"v2"]
+        c.commit(asynchronous=False)
+    finally:
+        c.close()
+    c = consumer(b.bootstrap, **_as("bob"), **{"group.id": "ok-classic"})
+    try:
+        c.subscribe([topic])
+        deadline = time.monotonic() + 30
+        seen = None
+        while time.monotonic() < deadline and seen is None:
+            m = c.poll(0.5)
+            if m is not None and m.error() is not None:
+                seen = m.error().code()
+        assert seen == KafkaError.GROUP_AUTHORIZATION_FAILED
+    finally:
+        c.close()
+    with _raw(b.bootstrap, "bob") as conn:
+        r = conn.request(JoinGroupRequest(group_id="ok-classic", session_timeout=i32Timedelta.parse(
+            datetime.timedelta(seconds=10)), rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+            member_id="", protocol_type="consumer", protocols=(JoinGroupRequestProtocol(name="range", metadata=b""),)))
+        assert r.error_code == ErrorCode.group_authorization_failed
+        # a KIP-848 consumer group and a share group: no READ, no membership
+        r = conn.request(ConsumerGroupHeartbeatRequest(
+            group_id="ok-848", member_id=str(uuid.uuid4()), member_epoch=i32(0), subscribed_topic_names=(topic,),
+            rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)), topic_partitions=()))
+        assert r.error_code == ErrorCode.group_authorization_failed
+        r = conn.request(ShareGroupHeartbeatRequest(group_id="ok-share", member_id=str(uuid.uuid4()),
+                                                    member_epoch=i32(0), subscribed_topic_names=(topic,)))
+        assert r.error_code == ErrorCode.group_authorization_failed
+        # nor ShareFetch and ShareAcknowledge in it
+        topic_id = conn.request(MetadataRequest(
+            topics=(MetadataRequestTopic(topic_id=None, name=topic),), allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False)).topics[0].topic_id
+        r = conn.request(ShareFetchRequest(
+            group_id="ok-share", member_id=str(uuid.uuid4()), share_session_epoch=i32(0),
+            max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=100)), min_bytes=i32(1),
+            max_bytes=i32(1 << 20), max_records=i32(100), batch_size=i32(100),
+            topics=(FetchTopic(topic_id=topic_id, partitions=(FetchPartition(partition_index=i32(0),
+                                                                             acknowledgement_batches=()),)),),
+            forgotten_topics_data=()))
+        assert r.error_code == ErrorCode.group_authorization_failed and r.responses == ()
+        r = conn.request(ShareAcknowledgeRequest(
+            group_id="ok-share", member_id=str(uuid.uuid4()), share_session_epoch=i32(1),
+            topics=(AcknowledgeTopic(topic_id=topic_id, partitions=(AcknowledgePartition(
+                partition_index=i32(0), acknowledgement_batches=(AcknowledgementBatch(
+                    first_offset=i64(0), last_offset=i64(0), acknowledge_types=(i8(1),)),)),)),)))
+        assert r.error_code == ErrorCode.group_authorization_failed
+        # without DESCRIBE, bob does not see alice's group in ListGroups, nor may he describe it
+        listed = conn.request(ListGroupsRequest(states_filter=(), types_filter=()))
+        assert listed.error_code == ErrorCode.none and listed.groups == ()
+        described = conn.request(DescribeGroupsRequest(groups=("ok-classic",), include_authorized_operations=False))
+        g = described.groups[0]
+        assert (g.error_code, g.group_state, g.members) == (ErrorCode.group_authorization_failed, "", ())
+        # the share-state RPCs need CLUSTER_ACTION
+        read_state = ReadShareGroupStateRequest(group_id="ok-share", topics=(
+            ReadStateData(topic_id=topic_id, partitions=(PartitionData(partition=i32(0), leader_epoch=i32(0)),)),))
+        r = conn.request(read_state)
+        assert r.results[0].partitions[0].error_code == ErrorCode.cluster_authorization_failed
+        # a topic bob may not DESCRIBE is not in his Metadata; asked by name it is refused
+        md = conn.request(MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                          include_topic_authorized_operations=False))
+        assert [t.name for t in md.topics] == [topic]
+        md = conn.request(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=secret),),
+                                          allow_auto_topic_creation=True, include_topic_authorized_operations=False))
+        assert md.topics[0].error_code == ErrorCode.topic_authorization_failed and md.topics[0].partitions == ()
+
+    # alice sees her group and describes it (READ implies DESCRIBE)
+    with _raw(b.bootstrap, "alice") as conn:
+        listed = conn.request(ListGroupsRequest(states_filter=(), types_filter=()))
+        assert [g.group_id for g in listed.groups] == ["ok-classic"]
+        g = conn.request(DescribeGroupsRequest(groups=("ok-classic",), include_authorized_operations=False)).groups[0]
+        assert g.error_code == ErrorCode.none
+        # a member of the share group (READ on it) fetching a topic it may not READ: that
+        # topic's partitions are refused, the others served
+        member = str(uuid.uuid4())
+        r = conn.request(ShareGroupHeartbeatRequest(group_id="ok-share-raw", member_id=member, member_epoch=i32(0),
+                                                    subscribed_topic_names=(topic,)))
+        assert r.error_code == ErrorCode.none
+        with _raw(b.bootstrap, "admin") as su:
+            secret_id = su.request(MetadataRequest(
+                topics=(MetadataRequestTopic(topic_id=None, name=secret),), allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False)).topics[0].topic_id
+        r = conn.request(ShareFetchRequest(
+            group_id="ok-share-raw", member_id=member, share_session_epoch=i32(0),
+            max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=100)), min_bytes=i32(1),
+            max_bytes=i32(1 << 20), max_records=i32(100), batch_size=i32(100),
+            topics=tuple(FetchTopic(topic_id=t, partitions=(FetchPartition(partition_index=i32(0),
+                                                                           acknowledgement_batches=()),))
+                         for t in (topic_id, secret_id)),
+            forgotten_topics_data=()))
+        assert r.error_code == ErrorCode.none
+        codes = {t.topic_id: [p.error_code for p in t.partitions] for t in r.responses}
+        assert codes[secret_id] == [ErrorCode.topic_authorization_failed]
+        assert codes.get(topic_id, [ErrorCode.none]) == [ErrorCode.none]
+
+    # alice's share consumer reads every record of the topic in her share group
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    res = ConfigResource(ResourceType.GROUP, "ok-share", incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(timeout=20)
+    sc = ShareConsumer(rdkafka_conf(b.bootstrap, **_as("alice"), **{"group.id": "ok-share"}))
+    try:
+        sc.subscribe([topic])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(got) < 3 and time.monotonic() < deadline:
+            got += [m.value() for m in sc.poll(0.5) if m.error() is None]
+        assert sorted(got) == [b"v0", b"v1", b"v2"]
+    finally:
+        sc.close()
+
+    # producing needs WRITE: bob's records are refused; alice's, once allowed, are not (an
+    # idempotent producer: WRITE on a topic also allows InitProducerId)
+    with pytest.raises(AssertionError, match="TOPIC_AUTHORIZATION_FAILED"):
+        produce_all(producer(b.bootstrap, **_as("bob"), **{"enable.idempotence": False}), topic, [{"value": b"x"}],
+                    timeout_s=20)
+    _create(admin, [_acl(ResourceType.TOPIC, topic, "User:alice", AclOperation.WRITE)])
+    produce_all(producer(b.bootstrap, **_as("alice")), topic, [{"value": b"v3"}], timeout_s=20)
+
+    # granting CLUSTER_ACTION lets bob's share-state request through
+    _create(admin, [_acl(ResourceType.BROKER, "kafka-cluster", "User:bob", AclOperation.CLUSTER_ACTION)])
+    with _raw(b.bootstrap, "bob") as conn:
+        r = conn.request(read_state)
+        assert r.results[0].partitions[0].error_code != ErrorCode.cluster_authorization_failed
+    denials = [line for line in b.stderr_path.read_text().splitlines() if "shoal.authorizer" in line
+               and "Denied" in line]
+    assert any("Principal = User:bob is Denied operation = READ" in line and "Group:LITERAL:ok-classic" in line
+               and "JoinGroup" in line for line in denials), denials[-5:]
+    b.assert_alive()
+
+
+def _shoal(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "shoal", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_shoal_acls_tool(secured: BrokerProcess, tmp_path: Path) -> None:
+    b = secured
+    cfg = tmp_path / "admin.properties"
+    cfg.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=admin\n"
+                   "sasl.password=admin-secret\n")
+    common = ("--bootstrap-server", b.bootstrap, "--command-config", str(cfg))
+    r = _shoal("acls", *common, "--add", "--allow-principal", "User:alice", "--allow-principal", "User:bob",
+               "--operation", "Read", "--operation", "Describe", "--topic", "orders", "--group", "g1")
+    assert r.returncode == 0, r.stderr
+    assert "Current ACLs for resource `ResourcePattern(resourceType=TOPIC, name=orders, patternType=LITERAL)`" \
+        in r.stdout
+    r = _shoal("acls", *common, "--add", "--deny-principal", "User:bob", "--deny-host", "10.0.0.1", "--operation",
+               "Write", "--topic", "pay-", "--resource-pattern-type", "prefixed")
+    assert r.returncode == 0, r.stderr
+    r = _shoal("acls", *common, "--add", "--allow-principal", "User:carol", "--operation", "Alter", "--cluster")
+    assert r.returncode == 0, r.stderr
+    r = _shoal("acls", *common, "--list", "--output", "json")
+    assert r.returncode == 0, r.stderr
+    acls = json.loads(r.stdout)["acls"]
+    assert len(acls) == 10
+    assert {"resource_type": "TOPIC", "name": "pay-", "pattern_type": "PREFIXED", "principal": "User:bob",
+            "host": "10.0.0.1", "operation": "WRITE", "permission": "DENY"} in acls
+    assert {"resource_type": "CLUSTER", "name": "kafka-cluster", "pattern_type": "LITERAL", "principal": "User:carol",
+            "host": "*", "operation": "ALTER", "permission": "ALLOW"} in acls
+    r = _shoal("acls", *common, "--list", "--topic", "orders", "--principal", "User:bob", "--output", "json")
+    assert sorted(a["operation"] for a in json.loads(r.stdout)["acls"]) == ["DESCRIBE", "READ"]
+    r = _shoal("acls", *common, "--remove", "--force", "--allow-principal", "User:bob", "--operation", "Read",
+               "--topic", "orders")
+    assert r.returncode == 0 and "Removed 1 ACL(s)." in r.stdout, r.stdout + r.stderr
+    r = _shoal("acls", *common, "--remove", "--force", "--group", "g1")
+    assert r.returncode == 0 and "Removed 4 ACL(s)." in r.stdout, r.stdout + r.stderr
+    r = _shoal("acls", *common, "--list", "--output", "json")
+    assert len(json.loads(r.stdout)["acls"]) == 5
+    # a principal that may not: one line, exit 1
+    alice_cfg = tmp_path / "alice.properties"
+    alice_cfg.write_text(cfg.read_text().replace("admin", "alice"))
+    r = _shoal("acls", "--bootstrap-server", b.bootstrap, "--command-config", str(alice_cfg), "--list")
+    assert r.returncode == 1 and "uthorization" in r.stderr, r.stderr
+    b.assert_alive()
+
+
+def test_without_an_authorizer_everything_is_allowed_and_the_acl_apis_say_so(start_broker: Any,
+                                                                             topic_name: str) -> None:
+    b = start_broker()
+    admin = admin_client(b.bootstrap)
+    with pytest.raises(KafkaException) as e:
+        admin.describe_acls(ANY_FILTER, request_timeout=20).result(20)
+    assert e.value.args[0].code() == KafkaError.SECURITY_DISABLED
+    with pytest.raises(KafkaException) as e:
+        _create(admin, [_acl(ResourceType.TOPIC, "t", "User:alice", AclOperation.READ)])
+    assert e.value.args[0].code() == KafkaError.SECURITY_DISABLED
+    produce_all(producer(b.bootstrap), topic_name, [{"value": b"x"}])
