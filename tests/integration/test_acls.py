@@ -406,8 +406,9 @@ def test_shoal_acls_tool(secured: BrokerProcess, tmp_path: Path) -> None:
     # a principal that may not: one line, exit 1
     alice_cfg = tmp_path / "alice.properties"
     alice_cfg.write_text(cfg.read_text().replace("admin", "alice"))
-    r = _shoal("acls", "--bootstrap-server", b.bootstrap, "--command-config", str(alice_cfg), "--list")
-    assert r.returncode == 1 and "uthorization" in r.stderr, r.stderr
+    r = _shoal("acls", "--bootstrap-server", b.bootstrap, "--command-config", str(alice_cfg), "--add",
+               "--allow-principal", "User:alice", "--topic", "orders")
+    assert r.returncode == 1 and "uthorization" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     b.assert_alive()
 
 
