@@ -180,10 +180,11 @@ def install(broker: Any) -> None:
     if name not in AUTHORIZER_NAMES:
         raise OSError(f"authorizer.class.name={name} is not supported: use "
                       "org.apache.kafka.metadata.authorizer.StandardAuthorizer (or shoal.acl)")
-    broker.authorizer = AclAuthority(broker)
-    log.info("authorizer on: %d ACLs, super.users %s, allow.everyone.if.no.acl.found=%s",
-             len(broker.authorizer.bindings) if not broker.authorizer.clustered else -1,
-             ";".join(sorted(broker.authorizer.super_users)) or "(none)", broker.authorizer.allow_if_no_acl)
+    authority = AclAuthority(broker)
+    broker.authorizer = authority
+    log.info("authorizer on (%s): super.users %s, allow.everyone.if.no.acl.found=%s",
+             "ACLs in etcd" if authority.clustered else f"{len(authority.bindings)} ACLs in {authority._path.name}",
+             ";".join(sorted(authority.super_users)) or "(none)", str(authority.allow_if_no_acl).lower())
 
 
 # -- what the handlers call --------------------------------------------------------------------
