@@ -223,7 +223,7 @@ _CACHE_LIMIT = 65536
 class Authorizer:
     """One set of bindings and the decisions made from it (cached)."""
 
-    __slots__ = ("bindings", "super_users", "allow_if_no_acl", "_literal", "_prefixed", "_cache")
+    __slots__ = ("_cache", "_literal", "_prefixed", "allow_if_no_acl", "bindings", "super_users")
 
     def __init__(self, bindings: Iterable[AclBinding], super_users: Iterable[str] = (),
                  allow_if_no_acl: bool = False) -> None:
