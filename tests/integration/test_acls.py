@@ -291,6 +291,19 @@ def test_groups_share_groups_and_topics_need_their_acls(secured: BrokerProcess, 
         described = conn.request(DescribeGroupsRequest(groups=("ok-classic",), include_authorized_operations=False))
         g = described.groups[0]
         assert (g.error_code, g.group_state, g.members) == (ErrorCode.group_authorization_failed, "", ())
+        from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
+        from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
+        from kio.schema.offset_fetch.v9.request import OffsetFetchRequest, OffsetFetchRequestGroup
+        from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
+
+        for describe in (ShareGroupDescribeRequest, ConsumerGroupDescribeRequest):
+            g = conn.request(describe(group_ids=("ok-share",), include_authorized_operations=False)).groups[0]
+            assert (g.error_code, g.members) == (ErrorCode.group_authorization_failed, ())
+        assert conn.request(DeleteGroupsRequest(groups_names=("ok-classic",))).results[0].error_code == \
+            ErrorCode.group_authorization_failed
+        fetched = conn.request(OffsetFetchRequest(groups=(OffsetFetchRequestGroup(
+            group_id="ok-classic", member_id=None, member_epoch=i32(-1), topics=None),), require_stable=False))
+        assert (fetched.groups[0].error_code, fetched.groups[0].topics) == (ErrorCode.group_authorization_failed, ())
         # the share-state RPCs need CLUSTER_ACTION
         read_state = ReadShareGroupStateRequest(group_id="ok-share", topics=(
             ReadStateData(topic_id=topic_id, partitions=(PartitionData(partition=i32(0), leader_epoch=i32(0)),)),))
@@ -310,6 +323,13 @@ def test_groups_share_groups_and_topics_need_their_acls(secured: BrokerProcess, 
         assert [g.group_id for g in listed.groups] == ["ok-classic"]
         g = conn.request(DescribeGroupsRequest(groups=("ok-classic",), include_authorized_operations=False)).groups[0]
         assert g.error_code == ErrorCode.none
+        # her committed offsets: of the topic she may DESCRIBE (READ implies it)
+        from kio.schema.offset_fetch.v9.request import OffsetFetchRequest, OffsetFetchRequestGroup
+
+        fetched = conn.request(OffsetFetchRequest(groups=(OffsetFetchRequestGroup(
+            group_id="ok-classic", member_id=None, member_epoch=i32(-1), topics=None),), require_stable=False))
+        assert [(t.name, [p.committed_offset for p in t.partitions]) for t in fetched.groups[0].topics] == \
+            [(topic, [3])]
         # a member of the share group (READ on it) fetching a topic it may not READ: that
         # topic's partitions are refused, the others served
         member = str(uuid.uuid4())

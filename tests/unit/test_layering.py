@@ -28,6 +28,7 @@ PURE = [
     "cluster/leader_epochs.py",
     "cluster/replication.py",
     "cluster/metadata.py",
+    "security/acls.py",
 ]
 FORBIDDEN_IN_PURE = {"asyncio", "socket", "threading", "selectors", "time", "shoal.server", "uvloop"}
 CLIENT_SIDE = ["client", "admin", "spark"]
