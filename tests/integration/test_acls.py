@@ -291,9 +291,14 @@ def test_groups_share_groups_and_topics_need_their_acls(secured: BrokerProcess, 
         described = conn.request(DescribeGroupsRequest(groups=("ok-classic",), include_authorized_operations=False))
         g = described.groups[0]
         assert (g.error_code, g.group_state, g.members) == (ErrorCode.group_authorization_failed, "", ())
-        from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
+        from kio.schema.consumer_group_describe.v1.request import (
+            ConsumerGroupDescribeRequest,
+        )
         from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
-        from kio.schema.offset_fetch.v9.request import OffsetFetchRequest, OffsetFetchRequestGroup
+        from kio.schema.offset_fetch.v9.request import (
+            OffsetFetchRequest,
+            OffsetFetchRequestGroup,
+        )
         from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
 
         for describe in (ShareGroupDescribeRequest, ConsumerGroupDescribeRequest):
@@ -324,7 +329,10 @@ def test_groups_share_groups_and_topics_need_their_acls(secured: BrokerProcess, 
         g = conn.request(DescribeGroupsRequest(groups=("ok-classic",), include_authorized_operations=False)).groups[0]
         assert g.error_code == ErrorCode.none
         # her committed offsets: of the topic she may DESCRIBE (READ implies it)
-        from kio.schema.offset_fetch.v9.request import OffsetFetchRequest, OffsetFetchRequestGroup
+        from kio.schema.offset_fetch.v9.request import (
+            OffsetFetchRequest,
+            OffsetFetchRequestGroup,
+        )
 
         fetched = conn.request(OffsetFetchRequest(groups=(OffsetFetchRequestGroup(
             group_id="ok-classic", member_id=None, member_epoch=i32(-1), topics=None),), require_stable=False))
