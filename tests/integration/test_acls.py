@@ -391,6 +391,26 @@ def test_groups_share_groups_and_topics_need_their_acls(secured: BrokerProcess, 
     with _raw(b.bootstrap, "bob") as conn:
         r = conn.request(read_state)
         assert r.results[0].partitions[0].error_code != ErrorCode.cluster_authorization_failed
+    # auto-creation by Metadata needs CREATE (on the cluster or the topic) besides DESCRIBE
+    fresh = topic_name + "-auto"
+    _create(admin, [_acl(ResourceType.TOPIC, fresh, "User:bob", AclOperation.DESCRIBE)])
+    ask = MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=fresh),), allow_auto_topic_creation=True,
+                          include_topic_authorized_operations=False)
+    with _raw(b.bootstrap, "bob") as conn:
+        assert conn.request(ask).topics[0].error_code == ErrorCode.topic_authorization_failed
+        assert fresh not in admin.list_topics(timeout=10).topics
+        _create(admin, [_acl(ResourceType.BROKER, "kafka-cluster", "User:bob", AclOperation.CREATE)])
+        assert conn.request(ask).topics[0].error_code in (ErrorCode.none, ErrorCode.leader_not_available)
+        assert fresh in admin.list_topics(timeout=10).topics
+        # configs: DESCRIBE_CONFIGS on the topic, on the cluster for a broker's
+        from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
+
+        r = conn.request(DescribeConfigsRequest(resources=(
+            DescribeConfigsResource(resource_type=i8(2), resource_name=topic, configuration_keys=None),
+            DescribeConfigsResource(resource_type=i8(4), resource_name="0", configuration_keys=None)),
+            include_synonyms=False, include_documentation=False))
+        assert {x.resource_name: (x.error_code, x.configs) for x in r.results} == {
+            topic: (ErrorCode.topic_authorization_failed, ()), "0": (ErrorCode.cluster_authorization_failed, ())}
     denials = [line for line in b.stderr_path.read_text().splitlines() if "shoal.authorizer" in line
                and "Denied" in line]
     assert any("INFO shoal.authorizer: Principal = User:bob is Denied operation = READ from host = 127.0.0.1 "
