@@ -403,7 +403,10 @@ def test_groups_share_groups_and_topics_need_their_acls(secured: BrokerProcess, 
         assert conn.request(ask).topics[0].error_code in (ErrorCode.none, ErrorCode.leader_not_available)
         assert fresh in admin.list_topics(timeout=10).topics
         # configs: DESCRIBE_CONFIGS on the topic, on the cluster for a broker's
-        from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
+        from kio.schema.describe_configs.v4.request import (
+            DescribeConfigsRequest,
+            DescribeConfigsResource,
+        )
 
         r = conn.request(DescribeConfigsRequest(resources=(
             DescribeConfigsResource(resource_type=i8(2), resource_name=topic, configuration_keys=None),
