@@ -324,3 +324,10 @@ def allowed_on_any(ctx: Any, operation: int, resource_type: int) -> bool:
     if sec is not None and _trusted_broker(sec):
         return True
     return authority.current().authorize_any(principal_of(ctx), _host(ctx.connection), operation, resource_type)
+
+
+def authorized_operations(ctx: Any, resource_type: int, name: str, operations: Any) -> int:
+    """Kafka's authorized-operations bit field: the ``operations`` (AclOperation ids) the
+    request may do on the resource (every one of them without an authorizer)."""
+    return sum(1 << op for op in operations
+               if ctx.broker.authorizer is None or allowed(ctx, op, resource_type, name, log_denied=False))

@@ -360,6 +360,10 @@ def test_groups_share_groups_and_topics_need_their_acls(secured: BrokerProcess, 
         codes = {t.topic_id: [p.error_code for p in t.partitions] for t in r.responses}
         assert codes[secret_id] == [ErrorCode.topic_authorization_failed]
         assert codes.get(topic_id, [ErrorCode.none]) == [ErrorCode.none]
+        # her authorized operations on the group: READ and the DESCRIBE it implies
+        g = conn.request(ShareGroupDescribeRequest(group_ids=("ok-share-raw",),
+                                                   include_authorized_operations=True)).groups[0]
+        assert (g.error_code, g.authorized_operations) == (ErrorCode.none, (1 << 3) | (1 << 8))
 
     # alice's share consumer reads every record of the topic in her share group
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
