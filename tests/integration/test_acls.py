@@ -54,7 +54,7 @@ from kio.schema.share_fetch.v1.request import (
     ShareFetchRequest,
 )
 from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
-from kio.static.primitive import i8, i32, i32Timedelta, i64
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from tests.support.broker import BrokerProcess
 from tests.support.clients import (
@@ -387,8 +387,17 @@ def test_groups_share_groups_and_topics_need_their_acls(secured: BrokerProcess, 
     with pytest.raises(AssertionError, match="TOPIC_AUTHORIZATION_FAILED"):
         produce_all(producer(b.bootstrap, **_as("bob"), **{"enable.idempotence": False}), topic, [{"value": b"x"}],
                     timeout_s=20)
+    from kio.schema.init_producer_id.v5.request import InitProducerIdRequest
+
+    init_pid = InitProducerIdRequest(transactional_id=None, transaction_timeout=i32Timedelta.parse(
+        datetime.timedelta(seconds=60)), producer_id=i64(-1), producer_epoch=i16(-1))
+    with _raw(b.bootstrap, "bob") as conn:  # no WRITE anywhere: no producer id
+        assert conn.request(init_pid).error_code == ErrorCode.cluster_authorization_failed
     _create(admin, [_acl(ResourceType.TOPIC, topic, "User:alice", AclOperation.WRITE)])
-    produce_all(producer(b.bootstrap, **_as("alice")), topic, [{"value": b"v3"}], timeout_s=20)
+    with _raw(b.bootstrap, "alice") as conn:
+        assert conn.request(init_pid).error_code == ErrorCode.none
+    produce_all(producer(b.bootstrap, **_as("alice"), **{"enable.idempotence": True}), topic, [{"value": b"v3"}],
+                timeout_s=20)
 
     # granting CLUSTER_ACTION lets bob's share-state request through
     _create(admin, [_acl(ResourceType.BROKER, "kafka-cluster", "User:bob", AclOperation.CLUSTER_ACTION)])
