@@ -551,3 +551,46 @@ def test_a_clusters_brokers_share_the_acls_in_etcd(request: pytest.FixtureReques
         finally:
             etcd.stop()
             _started.pop(request.node.nodeid, None)
+
+
+def test_allow_everyone_if_no_acl_found_on_a_plaintext_broker(start_broker: Any, topic_name: str) -> None:
+    """Without SASL every client is User:ANONYMOUS; with allow.everyone.if.no.acl.found a
+    resource no ACL names is open, one that some ACL names follows its ACLs."""
+    b = start_broker({"authorizer.class.name": "shoal.acl", "allow.everyone.if.no.acl.found": "true"})
+    denied, open_topic = topic_name + "-denied", topic_name + "-open"
+    admin = admin_client(b.bootstrap)
+    for t in (denied, open_topic):
+        admin.create_topics([NewTopic(t, 1, 1)], operation_timeout=15)[t].result(timeout=20)
+        produce_all(producer(b.bootstrap), t, [{"value": b"x"}])
+    # a topic some ACL names is closed but to what the ACLs allow: DESCRIBE, not READ
+    _create(admin, [_acl(ResourceType.TOPIC, denied, "User:ANONYMOUS", AclOperation.READ,
+                         perm=AclPermissionType.DENY),
+                    _acl(ResourceType.TOPIC, denied, "User:*", AclOperation.DESCRIBE)])
+    from confluent_kafka import TopicPartition
+
+    from tests.support.clients import consumer, records_of
+
+    assert [r.value for r in records_of(b.bootstrap, open_topic, [0], 1)] == [b"x"]
+    c = consumer(b.bootstrap)
+    try:
+        c.assign([TopicPartition(denied, 0, 0)])
+        deadline = time.monotonic() + 20
+        seen = None
+        while seen is None and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is not None:
+                seen = m.error().code()
+        assert seen == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        c.close()
+    # the share-state RPCs: allowed while no ACL names the cluster, refused once one does
+    with RawConnection(b.bootstrap) as conn:
+        topic_id = conn.request(MetadataRequest(
+            topics=(MetadataRequestTopic(topic_id=None, name=open_topic),), allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False)).topics[0].topic_id
+        read_state = ReadShareGroupStateRequest(group_id="g", topics=(
+            ReadStateData(topic_id=topic_id, partitions=(PartitionData(partition=i32(0), leader_epoch=i32(0)),)),))
+        assert conn.request(read_state).results[0].partitions[0].error_code != ErrorCode.cluster_authorization_failed
+        _create(admin, [_acl(ResourceType.BROKER, "kafka-cluster", "User:ANONYMOUS", AclOperation.ALTER)])
+        assert conn.request(read_state).results[0].partitions[0].error_code == ErrorCode.cluster_authorization_failed
+    b.assert_alive()
