@@ -331,3 +331,17 @@ def authorized_operations(ctx: Any, resource_type: int, name: str, operations: A
     request may do on the resource (every one of them without an authorizer)."""
     return sum(1 << op for op in operations
                if ctx.broker.authorizer is None or allowed(ctx, op, resource_type, name, log_denied=False))
+
+
+def subscription_refusal(ctx: Any, topics: Any, **fields: Any) -> Any:
+    """ConsumerGroupHeartbeat and ShareGroupHeartbeat, as Kafka 4 checks them: None when the
+    request may DESCRIBE every subscribed topic, else its response with TOPIC_AUTHORIZATION_FAILED."""
+    if ctx.broker.authorizer is None or not topics:
+        return None
+    refused = sorted(t for t in set(topics) if not allowed(ctx, DESCRIBE, TOPIC, t))
+    if not refused:
+        return None
+    from ..errors import ErrorCode
+
+    return refusal(ctx, ErrorCode.topic_authorization_failed,
+                   f"The member is not authorized to describe the subscribed topics {', '.join(refused)}.", **fields)

@@ -360,6 +360,14 @@ def test_groups_share_groups_and_topics_need_their_acls(secured: BrokerProcess, 
         codes = {t.topic_id: [p.error_code for p in t.partitions] for t in r.responses}
         assert codes[secret_id] == [ErrorCode.topic_authorization_failed]
         assert codes.get(topic_id, [ErrorCode.none]) == [ErrorCode.none]
+        # subscribing to a topic she may not DESCRIBE is refused, as Kafka 4 refuses it
+        r = conn.request(ShareGroupHeartbeatRequest(group_id="ok-sub", member_id=str(uuid.uuid4()),
+                                                    member_epoch=i32(0), subscribed_topic_names=(topic, secret)))
+        assert r.error_code == ErrorCode.topic_authorization_failed and secret in r.error_message
+        r = conn.request(ConsumerGroupHeartbeatRequest(
+            group_id="ok-sub", member_id=str(uuid.uuid4()), member_epoch=i32(0), subscribed_topic_names=(secret,),
+            rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)), topic_partitions=()))
+        assert r.error_code == ErrorCode.topic_authorization_failed
         # her authorized operations on the group: READ and the DESCRIBE it implies
         g = conn.request(ShareGroupDescribeRequest(group_ids=("ok-share-raw",),
                                                    include_authorized_operations=True)).groups[0]

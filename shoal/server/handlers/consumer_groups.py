@@ -21,7 +21,7 @@ from ...groups.manager import build_response
 from ...groups.records import group_metadata_tombstone
 from ...observe.logs import log_once
 from ...protocol.entities import make
-from ...security.authz import READ, group_refusal, hide_undescribable
+from ...security.authz import READ, group_refusal, hide_undescribable, subscription_refusal
 from ..dispatch import api
 from ..group_service import client_host, group_service
 
@@ -45,7 +45,8 @@ def _plain(value: Any) -> Any:
 
 @api(68, 0, 1)
 def handle_consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
-    if (denied := group_refusal(ctx, READ, request.group_id, member_id=None, assignment=None)) is not None:
+    if (denied := group_refusal(ctx, READ, request.group_id, member_id=None, assignment=None)
+            or subscription_refusal(ctx, request.subscribed_topic_names, member_id=None, assignment=None)):
         return denied
     svc = group_service(ctx.broker)
     if ctx.api_version == 0:  # the coordinator reads v1's fields; v0 has no regex

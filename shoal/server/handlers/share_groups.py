@@ -26,6 +26,7 @@ from ...security.authz import (
     authorized_operations,
     group_refusal,
     hide_undescribable,
+    subscription_refusal,
 )
 from ..dispatch import api
 from ..group_service import client_host, group_service
@@ -52,7 +53,8 @@ async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
     if not broker.config["group.share.enable"]:
         return _error(ctx, ErrorCode.unsupported_version, "Share groups are not enabled.")
     group_id = request.group_id
-    if (denied := group_refusal(ctx, READ, group_id, member_id=None, assignment=None)) is not None:
+    if (denied := group_refusal(ctx, READ, group_id, member_id=None, assignment=None)
+            or subscription_refusal(ctx, request.subscribed_topic_names, member_id=None, assignment=None)):
         return denied
     p = svc.partition_for(group_id)
     existing = svc.shard(p).groups.get(group_id)
