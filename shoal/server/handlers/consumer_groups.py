@@ -21,7 +21,12 @@ from ...groups.manager import build_response
 from ...groups.records import group_metadata_tombstone
 from ...observe.logs import log_once
 from ...protocol.entities import make
-from ...security.authz import READ, group_refusal, hide_undescribable, subscription_refusal
+from ...security.authz import (
+    READ,
+    group_refusal,
+    hide_undescribable,
+    subscription_refusal,
+)
 from ..dispatch import api
 from ..group_service import client_host, group_service
 
