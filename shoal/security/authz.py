@@ -24,13 +24,18 @@ allows at DEBUG (Kafka's ``kafka.authorizer.logger``).
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import logging
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ..errors import ErrorCode
 from ..log.partition_log import atomic_write
+from ..protocol.entities import make, sub
 from .acls import AclBinding, Authorizer, Operation, ResourceType
 
 log = logging.getLogger("shoal.security")
@@ -197,8 +202,6 @@ CLUSTER_RESOURCE = "kafka-cluster"
 
 def refusal(ctx: Any, code: Any, message: str, **fields: Any) -> Any:
     """The request's response carrying ``code`` at the top (its other fields empty)."""
-    from ..protocol.entities import make
-
     return make(ctx.response_type, throttle_time=0, error_code=code, error_message=message, **fields)
 
 
@@ -207,8 +210,6 @@ def group_refusal(ctx: Any, operation: int, group_id: str, **fields: Any) -> Any
     GROUP_AUTHORIZATION_FAILED."""
     if ctx.broker.authorizer is None or allowed(ctx, operation, GROUP, group_id):
         return None
-    from ..errors import ErrorCode
-
     return refusal(ctx, ErrorCode.group_authorization_failed, "Group authorization failed.", **fields)
 
 
@@ -217,8 +218,6 @@ def cluster_refusal(ctx: Any, operation: int, **fields: Any) -> Any:
     CLUSTER_AUTHORIZATION_FAILED."""
     if ctx.broker.authorizer is None or allowed(ctx, operation, CLUSTER, CLUSTER_RESOURCE):
         return None
-    from ..errors import ErrorCode
-
     return refusal(ctx, ErrorCode.cluster_authorization_failed, "Cluster authorization failed.", **fields)
 
 
@@ -231,9 +230,6 @@ def hide_undescribable(ctx: Any, entries: Any) -> tuple[Any, ...]:
     DESCRIBE replaced by an empty entry with GROUP_AUTHORIZATION_FAILED."""
     if ctx.broker.authorizer is None:
         return tuple(entries)
-    from ..errors import ErrorCode
-    from ..protocol.entities import make
-
     return tuple(e if allowed(ctx, DESCRIBE, GROUP, e.group_id) else
                  make(type(e), group_id=e.group_id, error_code=ErrorCode.group_authorization_failed,
                       error_message="Group authorization failed.", authorized_operations=-2**31)
@@ -245,12 +241,6 @@ async def authorized_share_request(ctx: Any, request: Any, serve: Any) -> Any:
     (else GROUP_AUTHORIZATION_FAILED for the whole request), then READ on each topic: the
     partitions of a topic the request may not READ are left out of what ``serve`` sees
     (so they never join the share session) and answered TOPIC_AUTHORIZATION_FAILED."""
-    import dataclasses
-    import uuid
-
-    from ..errors import ErrorCode
-    from ..protocol.entities import make, sub
-
     if (denied := group_refusal(ctx, READ, request.group_id or "", responses=(), node_endpoints=())) is not None:
         return denied
     store = ctx.broker.store
@@ -294,9 +284,6 @@ def per_topic(ctx: Any, request: Any, serve: Any, operation: int, topics_field: 
 def per_entry(ctx: Any, request: Any, serve: Any, entries_field: str, results_field: str, refusal: Any) -> Any:
     """``serve(ctx, request)`` for the entries of ``request.<entries_field>`` whose
     ``refusal(entry)`` is None, with the refusals added to ``response.<results_field>``."""
-    import dataclasses
-    import inspect
-
     kept, extra = [], []
     for t in getattr(request, entries_field):
         r = refusal(t)
@@ -341,7 +328,5 @@ def subscription_refusal(ctx: Any, topics: Any, **fields: Any) -> Any:
     refused = sorted(t for t in set(topics) if not allowed(ctx, DESCRIBE, TOPIC, t))
     if not refused:
         return None
-    from ..errors import ErrorCode
-
     return refusal(ctx, ErrorCode.topic_authorization_failed,
                    f"The member is not authorized to describe the subscribed topics {', '.join(refused)}.", **fields)
