@@ -295,14 +295,22 @@ _DEFS: list[Definition] = [
                "connection before then, or its next request closes the connection; 0: sessions never expire.",
                check=_ge(0), dynamic=False),
     Definition("super.users", str, "", Scope.BROKER,
-               "Principals, `;` separated (`User:admin;User:CN=broker`), allowed the brokers' own APIs on a "
-               "secured broker besides the inter-broker listener's principals.", dynamic=False),
+               "Principals, `;` separated (`User:admin;User:CN=broker`), allowed everything by the authorizer, "
+               "and the brokers' own APIs on a secured broker without one, besides the inter-broker "
+               "listener's principals.", dynamic=False),
     Definition("quota.window.num", int, 11, Scope.BROKER,
                "Samples a client quota's rate is measured over (producer_byte_rate, consumer_byte_rate, "
                "request_percentage; docs/SECURITY.md).", check=_ge(1), dynamic=False),
     Definition("quota.window.size.seconds", int, 1, Scope.BROKER,
                "Length of each of the quota.window.num samples of a client quota's rate.", check=_ge(1),
                dynamic=False),
+    Definition("authorizer.class.name", str, "", Scope.BROKER,
+               "The authorizer: `org.apache.kafka.metadata.authorizer.StandardAuthorizer` (or `shoal.acl`) "
+               "checks every request against the ACLs (CreateAcls, `shoal acls`, `kafka-acls`); empty: "
+               "no authorizer, every request is allowed (docs/SECURITY.md).", dynamic=False),
+    Definition("allow.everyone.if.no.acl.found", bool, False, Scope.BROKER,
+               "With an authorizer: a resource that no ACL names is open to every principal (true) or to "
+               "`super.users` only (false).", dynamic=False),
     # --- observing (shoal/observe; docs/OBSERVING.md) -----------------------------------
     Definition("metrics.port", int, -1, Scope.BROKER,
                "Port of the HTTP endpoint serving Prometheus metrics (`/metrics`), `/healthz`, `/readyz` and the "

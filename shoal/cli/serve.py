@@ -26,6 +26,9 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    help="set a broker configuration by its Kafka name; repeatable")
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                    help="DEBUG (adds connections), INFO (default), WARNING or ERROR; the format is log.format")
+    p.add_argument("--logger", metavar="NAME=LEVEL", action="append", default=[],
+                   help="the level of one logger, e.g. shoal.authorizer=DEBUG (every authorization decision); "
+                        "repeatable")
 
 
 def port_number(text: str) -> int:
@@ -105,6 +108,12 @@ def run(args: argparse.Namespace) -> int:
     from ..observe.logs import configure
 
     configure(args.log_level, config["log.format"])
+    for item in args.logger:
+        name, _, level = item.partition("=")
+        if level.strip().upper() not in ("DEBUG", "INFO", "WARNING", "ERROR") or not name.strip():
+            print(f"shoal serve: --logger expects NAME=DEBUG|INFO|WARNING|ERROR, got {item!r}", file=sys.stderr)
+            return 2
+        logging.getLogger(name.strip()).setLevel(level.strip().upper())
 
     host, port = "127.0.0.1", 9092
     listener = config["listeners"].split(",")[0].split("://")[-1]

@@ -20,6 +20,7 @@ Keys, under ``/shoal/`` (values are JSON):
   applied by every broker from its watch;
 * ``client_quotas/<entity>``: one client quota entity and its values
   (shoal/security/quota_store.py), applied by every broker from its watch;
+* ``acls/<hash>``: one ACL binding (shoal/security/authz.py);
 * ``partitions/<name>/<index>``: a :class:`PartitionState`. Every write of one compares
   the key's mod revision with the one its writer read, in one transaction, so a writer
   that decided on stale state changes nothing (compare-and-swap on the partition epoch).
@@ -103,6 +104,8 @@ class Snapshot:
     """group id -> its config overrides."""
     client_quotas: dict[str, Any] = field(default_factory=dict)
     """key under ``client_quotas/`` -> the stored entity and values (shoal/security/quota_store.py)."""
+    acls: dict[str, bytes] = field(default_factory=dict)
+    """ACL key -> the binding (shoal/security/authz.py decodes them)."""
 
     def live(self) -> dict[int, int]:
         """node id -> registration epoch of every registered broker that can hold replicas
@@ -458,6 +461,8 @@ class EtcdStore:
                 snap.group_configs[unquote(parts[1])] = dict(json.loads(kv.value))
             elif parts[0] == "client_quotas" and len(parts) == 2:
                 snap.client_quotas[parts[1]] = json.loads(kv.value)
+            elif parts[0] == "acls" and len(parts) == 2:
+                snap.acls[parts[1]] = bytes(kv.value)
             elif parts[0] == "partitions" and len(parts) == 3:
                 snap.partitions[(parts[1], int(parts[2]))] = (PartitionState.from_json(kv.value), kv.mod_revision)
         except (ValueError, KeyError, TypeError) as e:

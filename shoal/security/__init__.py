@@ -12,4 +12,12 @@
   etcd (a cluster).
 * ``client.py``: the client side, for connections from one broker to another on
   ``inter.broker.listener.name``.
+* ``access.py``: the brokers' own APIs (share-state RPCs, follower fetches,
+  reassignments, SCRAM users) kept for brokers, ``super.users`` or, with an authorizer,
+  the principals its ACLs allow.
+* ``acls.py`` (pure): ACL bindings and filters, and the authorization decision as Kafka's
+  StandardAuthorizer makes it.
+* ``authz.py``: the authorizer (``authorizer.class.name``): its ACLs in the data
+  directory or etcd, the check every handler calls, and the audit log
+  (``shoal.authorizer``).
 """

@@ -17,6 +17,9 @@ so they are allowed only to the brokers themselves and to ``super.users``:
 principal the brokers log in as on it (the JAAS ``username`` for SASL; for SSL, name the
 brokers' certificate subjects in ``super.users``). A broker without any secured listener
 checks nothing, as before.
+
+With an authorizer (``authorizer.class.name``), the ACLs decide instead: CLUSTER_ACTION,
+ALTER or DESCRIBE on the CLUSTER, as above; the brokers are always allowed.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from typing import Any
 
 from ..errors import ErrorCode, ProtocolViolation
 from ..protocol.entities import has_field, make, sub
+from .acls import CLUSTER_NAME, Operation, ResourceType
+from .authz import allowed
 
 log = logging.getLogger("shoal.security")
 
@@ -39,7 +44,7 @@ SHARE_STATE_APIS = frozenset({83, 84, 85, 86, 87})
 GUARDED_APIS = frozenset({FETCH, 45, 50, 51} | SHARE_STATE_APIS)
 
 
-def _replica_id(request: Any) -> int:
+def replica_id(request: Any) -> int:
     rid = getattr(request, "replica_id", None)
     if rid is None:
         state = getattr(request, "replica_state", None)
@@ -84,13 +89,25 @@ def _denied(ctx: Any, request: Any) -> Any:
     return make(cls, **fields)
 
 
+_CLUSTER_OPERATION = {45: Operation.ALTER, 50: Operation.DESCRIBE, 51: Operation.ALTER}
+
+
 def guarded_handler(sec: Any, route: Any) -> Callable[[Any, Any], Any]:
-    """``route.handler``, or for a guarded API one that refuses a principal that is not a broker."""
+    """``route.handler``, or for a guarded API one that refuses a principal that is not a broker
+    (with an authorizer: one without its operation on the CLUSTER). ``sec`` is None on the
+    single PLAINTEXT listener of a broker without security settings."""
     if route.api_key not in GUARDED_APIS:
         return route.handler  # type: ignore[no-any-return]
 
     def handler(ctx: Any, request: Any) -> Any:
-        if (route.api_key == FETCH and _replica_id(request) < 0) or is_broker(sec):
+        if route.api_key == FETCH and replica_id(request) < 0:
+            return route.handler(ctx, request)
+        if ctx.broker.authorizer is not None:
+            if allowed(ctx, _CLUSTER_OPERATION.get(route.api_key, Operation.CLUSTER_ACTION), ResourceType.CLUSTER,
+                       CLUSTER_NAME):
+                return route.handler(ctx, request)
+            return _denied(ctx, request)
+        if sec is None or is_broker(sec):
             return route.handler(ctx, request)
         log.info("connection %s from %s: %s (API %d) refused: %s is not a broker or super user",
                  ctx.connection.connection_id, ctx.connection.peer, type(request).__name__, route.api_key,

@@ -234,6 +234,8 @@ class Broker:
         """The listeners' TLS and SASL settings (shoal/security/session.py), set at start."""
         self.peer_security: Any = None
         """Cluster mode: TLS and SASL for connections to the other brokers (shoal/security/client.py)."""
+        self.authorizer: Any = None
+        """With ``authorizer.class.name``: the ACLs and the checks (shoal/security/authz.py)."""
         self.memory_pool = MemoryPool(self.config["queued.max.request.bytes"], _no_loop_yet)
         self._stopped = asyncio.Event()
         self._stopping = asyncio.Event()

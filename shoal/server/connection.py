@@ -331,7 +331,7 @@ class Connection(asyncio.Protocol):
         self._slots.append(slot)
         if sec is not None:
             REQUEST_LISTENER.set(sec.listener.name)  # for the leader hints; an async handler's task keeps it
-        handler = route.handler if sec is None else guarded_handler(sec, route)
+        handler = route.handler if sec is None and self.broker.authorizer is None else guarded_handler(sec, route)
         t_handler = perf_counter() if quota is not None else 0.0
         try:
             response = handler(ctx, request)

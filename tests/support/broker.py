@@ -26,7 +26,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 __all__ = ["BrokerProcess", "BrokerError"]
@@ -41,8 +41,11 @@ class BrokerError(RuntimeError):
 
 class BrokerProcess:
     def __init__(self, data_dir: Path, overrides: Mapping[str, str] | None = None,
-                 log_level: str = "INFO", *, nofile_limit: int | None = None) -> None:
+                 log_level: str = "INFO", *, nofile_limit: int | None = None,
+                 extra_args: Sequence[str] = ()) -> None:
         self.data_dir = Path(data_dir)
+        self.extra_args = list(extra_args)
+        """More ``shoal serve`` options (``--logger NAME=LEVEL``)."""
         self.nofile_limit = nofile_limit
         self.overrides = dict(overrides or {})
         self.log_level = log_level
@@ -86,7 +89,7 @@ class BrokerProcess:
     def _spawn(self, port: int) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "shoal", "serve", "--host", "127.0.0.1", "--port", str(port),
-               "--data-dir", str(self.data_dir), "--log-level", self.log_level]
+               "--data-dir", str(self.data_dir), "--log-level", self.log_level, *self.extra_args]
         for k, v in self.overrides.items():
             cmd += ["-o", f"{k}={v}"]
         self._stderr_file = open(self.stderr_path, "ab")

@@ -47,6 +47,7 @@ LOG4J = KIT_DIR / "log4j2.properties"
 TOOLS = {
     "kafka-topics": "org.apache.kafka.tools.TopicCommand",
     "kafka-configs": "org.apache.kafka.tools.ConfigCommand",
+    "kafka-acls": "org.apache.kafka.tools.AclCommand",
     "kafka-console-producer": "org.apache.kafka.tools.ConsoleProducer",
     "kafka-console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
     "kafka-console-share-consumer": "org.apache.kafka.tools.consumer.ConsoleShareConsumer",

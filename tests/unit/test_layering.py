@@ -29,6 +29,7 @@ PURE = [
     "cluster/replication.py",
     "cluster/metadata.py",
     "security/quotas.py",
+    "security/acls.py",
 ]
 FORBIDDEN_IN_PURE = {"asyncio", "socket", "threading", "selectors", "time", "shoal.server", "uvloop"}
 CLIENT_SIDE = ["client", "admin", "spark"]

@@ -18,9 +18,11 @@ from typing import Any
 from ...coordinator.partitioning import coordinator_partition
 from ...errors import ErrorCode
 from ...protocol.entities import make, sub
+from ...security.acls import CLUSTER_NAME, Operation, ResourceType
+from ...security.authz import allowed
+from ...security.serving import client_endpoint
 from ...share.coordinator import SharePartitionKey
 from ...share.coordinator import partition_for as share_partition_for
-from ...security.serving import client_endpoint
 from ..dispatch import api
 from ..internal_topics import OFFSETS_TOPIC, SHARE_STATE_TOPIC, ensure_internal_topic
 
@@ -73,6 +75,13 @@ def _coordinator_error(ctx: Any, key_type: int, key: str) -> tuple[ErrorCode, st
         return ErrorCode.invalid_request, "share coordinator key must be group:topicId:partition"
     if key_type == GROUP and not key:
         return ErrorCode.invalid_group_id, None
+    if ctx.broker.authorizer is not None:
+        if key_type == GROUP and not allowed(ctx, Operation.DESCRIBE, ResourceType.GROUP, key):
+            return ErrorCode.group_authorization_failed, None
+        if key_type == TRANSACTION and not allowed(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+            return ErrorCode.transactional_id_authorization_failed, None
+        if key_type == SHARE and not allowed(ctx, Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+            return ErrorCode.cluster_authorization_failed, None
     return ErrorCode.none, None
 
 

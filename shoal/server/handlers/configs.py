@@ -32,6 +32,8 @@ from ...config import (
 )
 from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make, sub
+from ...security.acls import CLUSTER_NAME, Operation, ResourceType
+from ...security.authz import allowed, per_entry
 from ..dispatch import api
 from .metadata import INTERNAL_TOPICS
 
@@ -388,8 +390,35 @@ def alter_resource(broker: Any, resource_type: int, name: str, ops: list[tuple[s
     return None
 
 
+def _config_refusal(ctx: Any, operation: int, make_result: Any) -> Any:
+    """Kafka's check of a config resource: a topic's on the TOPIC, a group's on the GROUP,
+    a broker's (and its loggers', client metrics') on the CLUSTER."""
+    def refusal(res: Any) -> Any:
+        if res.resource_type == TOPIC:
+            ok, code = allowed(ctx, operation, ResourceType.TOPIC, res.resource_name), \
+                ErrorCode.topic_authorization_failed
+        elif res.resource_type == GROUP:
+            ok, code = allowed(ctx, operation, ResourceType.GROUP, res.resource_name), \
+                ErrorCode.group_authorization_failed
+        else:
+            ok, code = allowed(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME), \
+                ErrorCode.cluster_authorization_failed
+        return None if ok else make_result(res, code)
+    return refusal
+
+
 @api(32, 1, 4)
 def handle_describe_configs(ctx: Any, request: Any) -> Any:
+    if ctx.broker.authorizer is None:
+        return _describe_configs(ctx, request)
+    rcls = sub(ctx.response_type, "DescribeConfigsResult")
+    return per_entry(ctx, request, _describe_configs, "resources", "results", _config_refusal(
+        ctx, Operation.DESCRIBE_CONFIGS, lambda res, code: make(
+            rcls, error_code=code, error_message="Authorization failed.", resource_type=res.resource_type,
+            resource_name=res.resource_name, configs=())))
+
+
+def _describe_configs(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
     cls = ctx.response_type
     rcls = sub(cls, "DescribeConfigsResult")
@@ -480,9 +509,22 @@ def _resource_result(rcls: type, res: Any, e: ApiError | None) -> Any:
 
 @api(33, 0, 2)
 def handle_alter_configs(ctx: Any, request: Any) -> Any:
-    return _alter_response(ctx, request, incremental=False)
+    return _authorized_alter(ctx, request, incremental=False)
 
 
 @api(44, 0, 1)
 def handle_incremental_alter_configs(ctx: Any, request: Any) -> Any:
-    return _alter_response(ctx, request, incremental=True)
+    return _authorized_alter(ctx, request, incremental=True)
+
+
+def _authorized_alter(ctx: Any, request: Any, *, incremental: bool) -> Any:
+    def serve(c: Any, r: Any) -> Any:
+        return _alter_response(c, r, incremental=incremental)
+
+    if ctx.broker.authorizer is None:
+        return serve(ctx, request)
+    rcls = sub(ctx.response_type, "AlterConfigsResourceResponse")
+    return per_entry(ctx, request, serve, "resources", "responses", _config_refusal(
+        ctx, Operation.ALTER_CONFIGS, lambda res, code: make(
+            rcls, error_code=code, error_message="Authorization failed.", resource_type=res.resource_type,
+            resource_name=res.resource_name)))

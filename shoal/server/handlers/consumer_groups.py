@@ -21,6 +21,12 @@ from ...groups.manager import build_response
 from ...groups.records import group_metadata_tombstone
 from ...observe.logs import log_once
 from ...protocol.entities import make
+from ...security.authz import (
+    READ,
+    group_refusal,
+    hide_undescribable,
+    subscription_refusal,
+)
 from ..dispatch import api
 from ..group_service import client_host, group_service
 
@@ -44,6 +50,9 @@ def _plain(value: Any) -> Any:
 
 @api(68, 0, 1)
 def handle_consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
+    if (denied := group_refusal(ctx, READ, request.group_id, member_id=None, assignment=None)
+            or subscription_refusal(ctx, request.subscribed_topic_names, member_id=None, assignment=None)):
+        return denied
     svc = group_service(ctx.broker)
     if ctx.api_version == 0:  # the coordinator reads v1's fields; v0 has no regex
         request = hb_req_v1.ConsumerGroupHeartbeatRequest(
@@ -75,7 +84,7 @@ def handle_consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
 @api(69, 0, 1)
 def handle_consumer_group_describe(ctx: Any, request: Any) -> Any:
     svc = group_service(ctx.broker)
-    groups = tuple(svc.describe(svc.consumer_groups, g) for g in request.group_ids)
+    groups = hide_undescribable(ctx, (svc.describe(svc.consumer_groups, g) for g in request.group_ids))
     return svc.answer_per_partition(
         (svc.runtime.partition_for_group(g) for g in request.group_ids),
         lambda errors: build_response(ctx.response_type, {"throttle_time": 0, "groups": tuple(

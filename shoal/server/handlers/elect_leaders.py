@@ -15,6 +15,7 @@ from typing import Any
 
 from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make, sub
+from ...security.authz import ALTER, cluster_refusal
 from ..dispatch import api
 from .metadata import INTERNAL_TOPICS
 
@@ -29,6 +30,8 @@ def _targets(broker: Any, request: Any) -> list[tuple[str, list[int]]]:
 
 @api(43, 0, 2)
 async def handle_elect_leaders(ctx: Any, request: Any) -> Any:
+    if (denied := cluster_refusal(ctx, ALTER, replica_election_results=())) is not None:
+        return denied
     broker = ctx.broker
     cls = ctx.response_type
     rcls = sub(cls, "ReplicaElectionResult")

@@ -27,11 +27,14 @@ from ...errors import ApiError, ErrorCode
 from ...log.segment import FileSlice
 from ...protocol.batch import read_header
 from ...protocol.codec import LARGE_VALUE, EncodedPieces
-from ...protocol.fetch_response import write_fetch_response
 from ...protocol.entities import ZERO_UUID, has_field, make, sub
+from ...protocol.fetch_response import write_fetch_response
+from ...security.access import replica_id
+from ...security.authz import READ, topic_allowed
 from ..dispatch import api
 from ..fetch_session import FetchSessionError, SessionPartition
 from .leader_hints import leader_hints
+
 
 def _requested(ctx: Any, request: Any, epochs: dict[tuple[str, int], int]) -> tuple[dict[tuple[str, int], SessionPartition], dict[tuple[str, int], Any],
                                                  list[tuple[str, int]]]:
@@ -67,6 +70,19 @@ def _requested(ctx: Any, request: Any, epochs: dict[tuple[str, int], int]) -> tu
             name = f.topic
         forgotten.extend((name, p) for p in f.partitions)
     return wanted, unknown, forgotten
+
+
+_REFUSED = {"error_code": ErrorCode.topic_authorization_failed, "high_watermark": -1, "log_start_offset": -1,
+            "records": b""}
+
+
+def _unreadable(ctx: Any, request: Any, partitions: Any) -> frozenset[tuple[str, int]]:
+    """With an authorizer: the partitions of a consumer's fetch whose topic it may not READ
+    (answered TOPIC_AUTHORIZATION_FAILED). A follower's fetch needed CLUSTER_ACTION."""
+    if ctx.broker.authorizer is None or replica_id(request) >= 0:
+        return frozenset()
+    bad = {name for name in {k[0] for k in partitions} if not topic_allowed(ctx, READ, name)}
+    return frozenset(k for k in partitions if k[0] in bad) if bad else frozenset()
 
 
 def _read(store: Any, key: tuple[str, int], sp: SessionPartition, budget: int,
@@ -184,6 +200,7 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
         except FetchSessionError as e:
             return make(cls, throttle_time=0, error_code=e.error_code, session_id=0, responses=())
     partitions = session.partitions if session is not None else wanted
+    refused = _unreadable(ctx, request, partitions)
 
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
     min_bytes = max(request.min_bytes, 1)
@@ -207,7 +224,7 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
         total = 0
         any_error = bool(unknown)
         for key, sp in partitions.items():
-            r = _read(store, key, sp, budget, cluster, min_slice)
+            r = _read(store, key, sp, budget, cluster, min_slice) if key not in refused else dict(_REFUSED)
             n = len(r["records"])
             total += n
             budget -= n

@@ -13,6 +13,7 @@ from typing import Any
 
 from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make, sub
+from ...security.authz import CLUSTER, CLUSTER_RESOURCE, DELETE, DESCRIBE, GROUP, allowed, hide_undescribable
 from ..dispatch import api
 from ..group_service import group_service
 
@@ -40,9 +41,10 @@ def handle_describe_groups(ctx: Any, request: Any) -> Any:
     if response is None:
         return make(ctx.response_type, throttle_time=0, groups=())
     done = response
+    shown = dict(zip(answers, hide_undescribable(ctx, answers.values()), strict=True))
 
     def build(failed: dict[int, ApiError]) -> Any:
-        return dataclasses.replace(done, groups=tuple(svc.with_error(answers[g], failed) for g in request.groups))
+        return dataclasses.replace(done, groups=tuple(svc.with_error(shown[g], failed) for g in request.groups))
 
     return svc.answer_per_partition(by_partition, build)
 
@@ -59,6 +61,8 @@ def handle_list_groups(ctx: Any, request: Any) -> Any:
         groups.extend(response.groups)
     if response is None:
         return make(ctx.response_type, throttle_time=0, error_code=ErrorCode.none, groups=())
+    if ctx.broker.authorizer is not None and not allowed(ctx, DESCRIBE, CLUSTER, CLUSTER_RESOURCE, log_denied=False):
+        groups = [g for g in groups if allowed(ctx, DESCRIBE, GROUP, g.group_id, log_denied=False)]
     listed = dataclasses.replace(response, groups=tuple(sorted(groups, key=lambda g: g.group_id)))
 
     def build(failed: dict[int, ApiError]) -> Any:
@@ -77,6 +81,9 @@ async def handle_delete_groups(ctx: Any, request: Any) -> Any:
     rcls = sub(cls, "DeletableGroupResult")
     results = []
     for group_id in request.groups_names:
+        if not allowed(ctx, DELETE, GROUP, group_id):
+            results.append(make(rcls, group_id=group_id, error_code=ErrorCode.group_authorization_failed))
+            continue
         try:
             p = svc.partition_for(group_id)
         except ApiError as e:  # cluster mode: another broker coordinates this group

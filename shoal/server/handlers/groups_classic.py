@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ...security.authz import READ, group_refusal
 from ..dispatch import api
 from ..group_service import client_host, group_service
 
@@ -30,6 +31,8 @@ def _trace(api_name: str, request: Any, response: Any) -> Any:
 
 @api(11, 0, 9)
 async def handle_join_group(ctx: Any, request: Any) -> Any:
+    if (denied := group_refusal(ctx, READ, request.group_id, generation_id=-1)) is not None:
+        return denied
     svc = group_service(ctx.broker)
     p = svc.partition_for(request.group_id)
     token = svc.new_token()
@@ -40,6 +43,8 @@ async def handle_join_group(ctx: Any, request: Any) -> Any:
 
 @api(14, 0, 5)
 async def handle_sync_group(ctx: Any, request: Any) -> Any:
+    if (denied := group_refusal(ctx, READ, request.group_id)) is not None:
+        return denied
     svc = group_service(ctx.broker)
     p = svc.partition_for(request.group_id)
     token = svc.new_token()
@@ -50,6 +55,8 @@ async def handle_sync_group(ctx: Any, request: Any) -> Any:
 
 @api(12, 0, 4)
 def handle_heartbeat(ctx: Any, request: Any) -> Any:
+    if (denied := group_refusal(ctx, READ, request.group_id)) is not None:
+        return denied
     svc = group_service(ctx.broker)
     p = svc.partition_for(request.group_id)
     result = svc.apply(p, svc.shard(p).handle_heartbeat(request, ctx.now_ms()))
@@ -58,6 +65,8 @@ def handle_heartbeat(ctx: Any, request: Any) -> Any:
 
 @api(13, 0, 5)
 def handle_leave_group(ctx: Any, request: Any) -> Any:
+    if (denied := group_refusal(ctx, READ, request.group_id)) is not None:
+        return denied
     svc = group_service(ctx.broker)
     p = svc.partition_for(request.group_id)
     result = svc.apply(p, svc.shard(p).handle_leave_group(request, ctx.now_ms()))

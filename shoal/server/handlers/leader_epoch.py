@@ -13,11 +13,35 @@ from typing import Any
 
 from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make, sub
+from ...security.acls import Operation
+from ...security.authz import CLUSTER, CLUSTER_RESOURCE, DESCRIBE, allowed, per_topic
 from ..dispatch import api
+
+CLUSTER_ACTION = Operation.CLUSTER_ACTION
 
 
 @api(23, 2, 4)
 def handle_offsets_for_leader_epoch(ctx: Any, request: Any) -> Any:
+    """Kafka's check: CLUSTER_ACTION on the CLUSTER for a follower, else DESCRIBE on each topic."""
+    tcls = sub(ctx.response_type, "OffsetForLeaderTopicResult")
+    pcls = sub(ctx.response_type, "EpochEndOffset")
+
+    def refused(t: Any) -> Any:
+        return make(tcls, topic=t.topic, partitions=tuple(make(
+            pcls, partition=p.partition, leader_epoch=-1, end_offset=-1,
+            error_code=ErrorCode.topic_authorization_failed if replica < 0
+            else ErrorCode.cluster_authorization_failed) for p in t.partitions))
+
+    replica = getattr(request, "replica_id", -1)
+    if replica >= 0 and ctx.broker.authorizer is not None:
+        if not allowed(ctx, CLUSTER_ACTION, CLUSTER, CLUSTER_RESOURCE):
+            return make(ctx.response_type, throttle_time=0, topics=tuple(refused(t) for t in request.topics))
+        return _offsets_for_leader_epoch(ctx, request)
+    return per_topic(ctx, request, _offsets_for_leader_epoch, DESCRIBE, "topics", "topics", refused,
+                     lambda t: t.topic)
+
+
+def _offsets_for_leader_epoch(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
     cls = ctx.response_type
     tcls = sub(cls, "OffsetForLeaderTopicResult")

@@ -6,6 +6,7 @@ from typing import Any
 
 from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make, sub
+from ...security.authz import DESCRIBE, per_topic
 from ..dispatch import api
 
 LATEST = -1
@@ -32,6 +33,15 @@ def lookup(plog: Any, timestamp: int) -> tuple[int, int]:
 
 @api(2, 1, 10)
 def handle_list_offsets(ctx: Any, request: Any) -> Any:
+    tcls = sub(ctx.response_type, "ListOffsetsTopicResponse")
+    pcls = sub(ctx.response_type, "ListOffsetsPartitionResponse")
+    return per_topic(ctx, request, _list_offsets, DESCRIBE, "topics", "topics", lambda t: make(
+        tcls, name=t.name, partitions=tuple(make(pcls, partition_index=p.partition_index, timestamp=-1, offset=-1,
+                                                 leader_epoch=-1, error_code=ErrorCode.topic_authorization_failed)
+                                            for p in t.partitions)))
+
+
+def _list_offsets(ctx: Any, request: Any) -> Any:
     store = ctx.broker.store
     replicas = ctx.broker.replicas
     cls = ctx.response_type

@@ -18,6 +18,7 @@ from typing import Any
 
 from ...errors import ErrorCode
 from ...protocol.entities import has_field, make, sub
+from ...security.authz import DESCRIBE, cluster_refusal
 from ..dispatch import api
 
 
@@ -33,6 +34,8 @@ def _held(broker: Any) -> list[tuple[str, int]]:
 
 @api(35, 1, 4)
 def handle_describe_log_dirs(ctx: Any, request: Any) -> Any:
+    if (denied := cluster_refusal(ctx, DESCRIBE, results=())) is not None:
+        return denied
     broker = ctx.broker
     cls = ctx.response_type
     rcls = sub(cls, "DescribeLogDirsResult")

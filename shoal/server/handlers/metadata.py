@@ -46,6 +46,14 @@ from ...errors import ApiError, ErrorCode
 from ...protocol.codec import EncodedBody, encode_body
 from ...protocol.entities import ZERO_UUID, has_field, make, sub
 from ...protocol.header import uvarint
+from ...security.authz import (
+    CLUSTER,
+    CLUSTER_RESOURCE,
+    CREATE,
+    DESCRIBE,
+    allowed,
+    topic_allowed,
+)
 from ...security.serving import client_endpoint, listener_name, own_endpoint
 from ..dispatch import api
 
@@ -233,6 +241,8 @@ def handle_metadata(ctx: Any, request: Any) -> Any:
     cache = metadata_cache(broker)
     requested = request.topics
     if requested is None or (ctx.api_version == 0 and not requested):
+        if broker.authorizer is not None:
+            return _describable_body(ctx, cache)
         body = cache.full_body(ctx)
         if body is not None:
             return body
@@ -249,10 +259,28 @@ def handle_metadata(ctx: Any, request: Any) -> Any:
                  topic_id=getattr(t, "topic_id", None) or ZERO_UUID, is_internal=False, partitions=())
             for t in requested))
     if broker.cluster.clustered:
-        missing = _to_auto_create(broker, request)
+        missing = [n for n in _to_auto_create(broker, request) if may_create(ctx, n)]
         if missing:
             return _create_then_answer(ctx, request, missing)
     return _named_response(ctx, request)
+
+
+def may_create(ctx: Any, name: str) -> bool:
+    """With an authorizer: whether the request may see and create topic ``name`` (DESCRIBE on
+    it, and CREATE on the CLUSTER or on it), as Kafka's auto-creation asks."""
+    if ctx.broker.authorizer is None:
+        return True
+    return topic_allowed(ctx, DESCRIBE, name, log_denied=False) and (
+        allowed(ctx, CREATE, CLUSTER, CLUSTER_RESOURCE, log_denied=False) or topic_allowed(ctx, CREATE, name))
+
+
+def _describable_body(ctx: Any, cache: MetadataCache) -> Any:
+    """Every topic the request may DESCRIBE (an authorizer is on): the others are left out."""
+    tcls = sub(ctx.response_type, "MetadataResponseTopic")
+    metas = [m for m in ctx.broker.store.topics() if topic_allowed(ctx, DESCRIBE, m.name, log_denied=False)]
+    if _uncached(ctx, cache, tcls, metas) <= _CHUNK_TOPICS:
+        return _named_body(ctx, cache, tcls, metas)
+    return _named_later(ctx, cache, tcls, metas, metas)
 
 
 def _invalid_topic(version: int, t: Any) -> bool:
@@ -361,6 +389,12 @@ def _requested(ctx: Any, request: Any, failed: dict[str, ApiError]) -> list[Any]
                 continue
         else:
             meta = store.get_topic(name)
+        if broker.authorizer is not None and (
+                not topic_allowed(ctx, DESCRIBE, meta.name if meta is not None else name)
+                or (meta is None and auto and name not in INTERNAL_TOPICS and not may_create(ctx, name))):
+            out.append(encode_body(make(tcls, error_code=ErrorCode.topic_authorization_failed, name=name,
+                                        topic_id=ZERO_UUID)))
+            continue
         if meta is None and name in failed:
             out.append(encode_body(make(tcls, error_code=failed[name].error_code, name=name, topic_id=ZERO_UUID)))
             continue

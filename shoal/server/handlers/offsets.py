@@ -12,6 +12,16 @@ from typing import Any
 
 from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make, sub
+from ...security.authz import (
+    DELETE,
+    DESCRIBE,
+    GROUP,
+    READ,
+    TOPIC,
+    allowed,
+    group_refusal,
+    topic_allowed,
+)
 from ..dispatch import api
 from ..group_service import group_service
 
@@ -24,13 +34,15 @@ async def handle_offset_commit(ctx: Any, request: Any) -> Any:
     (COORDINATOR_NOT_AVAILABLE: a full disk, a failed partition) every partition of the
     request carries the error, as Kafka answers.
     """
+    if ctx.broker.authorizer is not None and not allowed(ctx, READ, GROUP, request.group_id):
+        return _offset_commit_error(ctx.response_type, request, ErrorCode.group_authorization_failed)
     svc = group_service(ctx.broker)
-    unknown = _unknown_partitions(ctx.broker, request)
+    unknown = _unknown_partitions(ctx, request)
     known = dataclasses.replace(request, topics=tuple(
         dataclasses.replace(t, partitions=kept) for t in request.topics
         if (kept := tuple(x for x in t.partitions if (t.name, x.partition_index) not in unknown))))
     if not known.topics:
-        return _offset_commit_error(ctx.response_type, request, ErrorCode.unknown_topic_or_partition)
+        return _with_unknown(ctx.response_type, request, make(ctx.response_type, topics=()), unknown)
     try:
         p = svc.partition_for(request.group_id)
         result = await svc.apply_durable(p, svc.shard(p).handle_offset_commit(known, ctx.now_ms()))
@@ -41,26 +53,31 @@ async def handle_offset_commit(ctx: Any, request: Any) -> Any:
     return _with_unknown(ctx.response_type, request, result.response, unknown)
 
 
-def _unknown_partitions(broker: Any, request: Any) -> set[tuple[str, int]]:
+def _unknown_partitions(ctx: Any, request: Any) -> dict[tuple[str, int], ErrorCode]:
     """The partitions of an OffsetCommit that no topic has: Kafka answers them
-    UNKNOWN_TOPIC_OR_PARTITION and commits the others."""
-    out = set()
+    UNKNOWN_TOPIC_OR_PARTITION and commits the others; those of topics the request may
+    not READ, TOPIC_AUTHORIZATION_FAILED."""
+    out = {}
+    broker = ctx.broker
     for t in request.topics:
+        if not topic_allowed(ctx, READ, t.name):
+            out.update(((t.name, x.partition_index), ErrorCode.topic_authorization_failed) for x in t.partitions)
+            continue
         meta = broker.store.get_topic(t.name)
         for x in t.partitions:
             if meta is None or not 0 <= x.partition_index < meta.num_partitions:
-                out.add((t.name, x.partition_index))
+                out[(t.name, x.partition_index)] = ErrorCode.unknown_topic_or_partition
     return out
 
 
-def _with_unknown(cls: type, request: Any, response: Any, unknown: set[tuple[str, int]]) -> Any:
+def _with_unknown(cls: type, request: Any, response: Any, unknown: dict[tuple[str, int], ErrorCode]) -> Any:
     """The coordinator's answer for the known partitions, with the unknown ones added, in request order."""
     tcls = sub(cls, "OffsetCommitResponseTopic")
     pcls = sub(cls, "OffsetCommitResponsePartition")
     answered = {(t.name, x.partition_index): x for t in response.topics for x in t.partitions}
     return dataclasses.replace(response, topics=tuple(
         make(tcls, name=t.name, partitions=tuple(
-            make(pcls, partition_index=x.partition_index, error_code=ErrorCode.unknown_topic_or_partition)
+            make(pcls, partition_index=x.partition_index, error_code=unknown[(t.name, x.partition_index)])
             if (t.name, x.partition_index) in unknown else answered[(t.name, x.partition_index)]
             for x in t.partitions))
         for t in request.topics))
@@ -81,10 +98,12 @@ async def handle_offset_fetch(ctx: Any, request: Any) -> Any:
     svc = group_service(ctx.broker)
     now = ctx.now_ms()
     if ctx.api_version < 8:
+        if (denied := group_refusal(ctx, DESCRIBE, request.group_id)) is not None:
+            return denied
         p = svc.partition_for(request.group_id)
         response = svc.shard(p).handle_offset_fetch(request, now).response
         await svc.runtime.wait_durable(p)
-        return response
+        return _describable_topics(ctx, response, request.topics is None)
     by_partition: dict[int, list[Any]] = {}
     errors: dict[str, ApiError] = {}
     for g in request.groups:
@@ -111,12 +130,46 @@ async def handle_offset_fetch(ctx: Any, request: Any) -> Any:
                 for g in groups:
                     answers[g.group_id] = dataclasses.replace(answers[g.group_id], topics=(),
                                                               error_code=e.error_code)
+    if ctx.broker.authorizer is not None:
+        for g in request.groups:
+            a = answers[g.group_id]
+            answers[g.group_id] = _describable_topics(ctx, a, g.topics is None) \
+                if allowed(ctx, DESCRIBE, GROUP, g.group_id) else \
+                make(type(a), group_id=g.group_id, error_code=ErrorCode.group_authorization_failed, topics=())
     return dataclasses.replace(response, groups=tuple(answers[g.group_id] for g in request.groups))
+
+
+def _describable_topics(ctx: Any, answer: Any, all_topics: bool) -> Any:
+    """An OffsetFetch answer (or one group's) without the topics the request may not DESCRIBE
+    when it asked for all, with TOPIC_AUTHORIZATION_FAILED for them when it named them."""
+    if ctx.broker.authorizer is None:
+        return answer
+    topics = []
+    for t in answer.topics:
+        if allowed(ctx, DESCRIBE, TOPIC, t.name, log_denied=not all_topics):
+            topics.append(t)
+        elif not all_topics:
+            topics.append(dataclasses.replace(t, partitions=tuple(
+                make(type(x), partition_index=x.partition_index, committed_offset=-1, committed_leader_epoch=-1,
+                     metadata="", error_code=ErrorCode.topic_authorization_failed) for x in t.partitions)))
+    return dataclasses.replace(answer, topics=tuple(topics))
 
 
 @api(47, 0, 0)
 def handle_offset_delete(ctx: Any, request: Any) -> Any:
+    if (denied := group_refusal(ctx, DELETE, request.group_id)) is not None:
+        return denied
     svc = group_service(ctx.broker)
     p = svc.partition_for(request.group_id)
+    denied_topics = [t for t in request.topics if not topic_allowed(ctx, READ, t.name)]
+    if denied_topics:
+        request = dataclasses.replace(request, topics=tuple(t for t in request.topics if t not in denied_topics))
     result = svc.apply(p, svc.shard(p).handle_offset_delete(request, ctx.now_ms()))
+    if denied_topics:
+        cls = ctx.response_type
+        tcls, pcls = sub(cls, "OffsetDeleteResponseTopic"), sub(cls, "OffsetDeleteResponsePartition")
+        result.response = dataclasses.replace(result.response, topics=(*result.response.topics, *(
+            make(tcls, name=t.name, partitions=tuple(
+                make(pcls, partition_index=x.partition_index, error_code=ErrorCode.topic_authorization_failed)
+                for x in t.partitions)) for t in denied_topics)))
     return svc.answer(p, result.response, wrote=bool(result.records))

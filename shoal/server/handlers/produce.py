@@ -48,6 +48,7 @@ from ...protocol.codec import EncodedBody
 from ...protocol.entities import make, sub
 from ...protocol.produce_response import write_produce_response
 from ...protocol.records import codec_of_compression_type, needs_worker, validate_produce_batch
+from ...security.authz import WRITE, topic_allowed
 from ..dispatch import api
 from .leader_hints import leader_hints
 from .metadata import INTERNAL_TOPICS
@@ -161,6 +162,7 @@ def handle_produce(ctx: Any, request: Any) -> Any:
     for topic in request.topic_data:
         name = topic.name
         meta = store.get_topic(name)
+        writable = topic_allowed(ctx, WRITE, name)
         results: list[dict[str, Any]] = []
         for pd in topic.partition_data:
             r: dict[str, Any] = {"index": pd.index, "base_offset": -1, "log_append_time": None,
@@ -168,6 +170,8 @@ def handle_produce(ctx: Any, request: Any) -> Any:
             try:
                 if acks not in (0, 1, -1):
                     raise ApiError(ErrorCode.invalid_required_acks)
+                if not writable:
+                    raise ApiError(ErrorCode.topic_authorization_failed)
                 if name in INTERNAL_TOPICS:
                     raise ApiError(ErrorCode.invalid_topic_exception, f"cannot produce to internal topic {name}")
                 if meta is None:

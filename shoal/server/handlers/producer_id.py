@@ -10,6 +10,8 @@ from typing import Any
 
 from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make
+from ...security.acls import CLUSTER_NAME, Operation, ResourceType
+from ...security.authz import allowed, allowed_on_any
 from ..dispatch import api
 
 
@@ -18,6 +20,12 @@ def handle_init_producer_id(ctx: Any, request: Any) -> Any:
     cls = ctx.response_type
     if request.transactional_id is not None:
         return make(cls, throttle_time=0, error_code=ErrorCode.transactional_id_authorization_failed,
+                    producer_id=-1, producer_epoch=-1)
+    if not (allowed(ctx, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME, log_denied=False)
+            or allowed_on_any(ctx, Operation.WRITE, ResourceType.TOPIC)):
+        # Kafka: an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic
+        allowed(ctx, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME)  # logs the denial
+        return make(cls, throttle_time=0, error_code=ErrorCode.cluster_authorization_failed,
                     producer_id=-1, producer_epoch=-1)
     pid = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)

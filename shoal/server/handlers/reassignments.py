@@ -19,6 +19,7 @@ from typing import Any
 
 from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make, sub
+from ...security.authz import DESCRIBE, cluster_refusal
 from ..dispatch import api
 
 
@@ -82,6 +83,8 @@ async def handle_alter_partition_reassignments(ctx: Any, request: Any) -> Any:
 
 @api(46, 0, 0)
 def handle_list_partition_reassignments(ctx: Any, request: Any) -> Any:
+    if (denied := cluster_refusal(ctx, DESCRIBE, topics=())) is not None:
+        return denied
     broker = ctx.broker
     cls = ctx.response_type
     tcls = sub(cls, "OngoingTopicReassignment")

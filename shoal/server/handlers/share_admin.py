@@ -27,6 +27,7 @@ from ...cluster.peer import PeerConnection
 from ...errors import ErrorCode
 from ...protocol.codec import codec_for
 from ...protocol.entities import make, sub
+from ...security.authz import DELETE, DESCRIBE, GROUP, READ, allowed, topic_allowed
 from ...share.coordinator import UNINITIALIZED_START_OFFSET, SharePartitionKey
 from ..dispatch import api
 from ..share_service import ShareService, share_service
@@ -136,7 +137,8 @@ async def handle_describe_share_group_offsets(ctx: Any, request: Any) -> Any:
     pcls = sub(cls, "DescribeShareGroupOffsetsResponsePartition")
     groups = []
     for g in request.groups:
-        err = _group_error(ctx, g.group_id)
+        err = _group_error(ctx, g.group_id) if allowed(ctx, DESCRIBE, GROUP, g.group_id) \
+            else ErrorCode.group_authorization_failed
         if err is not None:
             groups.append(make(gcls, group_id=g.group_id, topics=(), error_code=err, error_message=None))
             continue
@@ -144,7 +146,7 @@ async def handle_describe_share_group_offsets(ctx: Any, request: Any) -> Any:
         if g.topics is None:
             for key in svc.state_keys(g.group_id):
                 meta = store.topic_by_id(uuid.UUID(key.topic_id))
-                if meta is not None:
+                if meta is not None and topic_allowed(ctx, DESCRIBE, meta.name, log_denied=False):
                     wanted.setdefault(meta.name, []).append(key.partition)
         else:
             for t in g.topics:
@@ -157,6 +159,10 @@ async def handle_describe_share_group_offsets(ctx: Any, request: Any) -> Any:
             meta = store.get_topic(name)
             plist = []
             for p in sorted(set(parts)):
+                if g.topics is not None and not topic_allowed(ctx, DESCRIBE, name):
+                    plist.append(make(pcls, partition_index=p, start_offset=-1, leader_epoch=-1, lag=-1,
+                                      error_code=ErrorCode.topic_authorization_failed, error_message=None))
+                    continue
                 if meta is None or not 0 <= p < meta.num_partitions:
                     plist.append(make(pcls, partition_index=p, start_offset=-1, leader_epoch=-1, lag=-1,
                                       error_code=ErrorCode.unknown_topic_or_partition, error_message=None))
@@ -179,7 +185,8 @@ async def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
     store = ctx.broker.store
     tcls = sub(cls, "AlterShareGroupOffsetsResponseTopic")
     pcls = sub(cls, "AlterShareGroupOffsetsResponsePartition")
-    err = _group_error(ctx, request.group_id, create=True)
+    err = _group_error(ctx, request.group_id, create=True) if allowed(ctx, READ, GROUP, request.group_id) \
+        else ErrorCode.group_authorization_failed
     message = None
     if err is None and not _group_is_empty(ctx, svc, request.group_id):
         err = ErrorCode.non_empty_group
@@ -200,7 +207,9 @@ async def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
         for p in t.partitions:
             idx = int(p.partition_index)
             message = None
-            if meta is None or not 0 <= idx < meta.num_partitions:
+            if not topic_allowed(ctx, READ, t.topic_name):
+                code = ErrorCode.topic_authorization_failed
+            elif meta is None or not 0 <= idx < meta.num_partitions:
                 code = ErrorCode.unknown_topic_or_partition
             else:
                 plog = store.partition(meta.name, idx)
@@ -234,7 +243,8 @@ async def handle_delete_share_group_offsets(ctx: Any, request: Any) -> Any:
     svc = share_service(ctx.broker)
     store = ctx.broker.store
     tcls = sub(cls, "DeleteShareGroupOffsetsResponseTopic")
-    err = _group_error(ctx, request.group_id)
+    err = _group_error(ctx, request.group_id) if allowed(ctx, DELETE, GROUP, request.group_id) \
+        else ErrorCode.group_authorization_failed
     if err is None and not _group_is_empty(ctx, svc, request.group_id):
         err = ErrorCode.non_empty_group
     if err is not None:
@@ -244,6 +254,10 @@ async def handle_delete_share_group_offsets(ctx: Any, request: Any) -> Any:
     deleted: dict[uuid.UUID, list[int]] = {}
     for t in request.topics:
         meta = store.get_topic(t.topic_name)
+        if not topic_allowed(ctx, READ, t.topic_name):
+            topics.append(make(tcls, topic_name=t.topic_name, topic_id=None,
+                               error_code=ErrorCode.topic_authorization_failed, error_message=None))
+            continue
         if meta is None:
             topics.append(make(tcls, topic_name=t.topic_name, topic_id=None,
                                error_code=ErrorCode.unknown_topic_or_partition, error_message=None))

@@ -36,10 +36,11 @@ from typing import Any
 from ...errors import ApiError, ErrorCode
 from ...protocol.batch import iter_batches
 from ...protocol.entities import ZERO_UUID, make, sub
+from ...security.authz import authorized_share_request
+from ...security.serving import client_endpoint, own_endpoint
 from ...share.partition import SharePartition, UpdateStatus
 from ...share.session import FINAL_EPOCH, INITIAL_EPOCH
 from ...share.state import AcknowledgeType, AcquireMode
-from ...security.serving import client_endpoint, own_endpoint
 from ..dispatch import api
 from ..share_service import ShareService, share_service
 
@@ -261,6 +262,12 @@ _WAIT_OUT = frozenset({ErrorCode.coordinator_not_available, ErrorCode.kafka_stor
 
 @api(78, 1, 2)
 async def handle_share_fetch(ctx: Any, request: Any) -> Any:
+    if ctx.broker.authorizer is not None:
+        return await authorized_share_request(ctx, request, _share_fetch)
+    return await _share_fetch(ctx, request)
+
+
+async def _share_fetch(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
     cls = ctx.response_type
     svc = share_service(broker)
@@ -403,6 +410,12 @@ async def handle_share_fetch(ctx: Any, request: Any) -> Any:
 
 @api(79, 1, 2)
 async def handle_share_acknowledge(ctx: Any, request: Any) -> Any:
+    if ctx.broker.authorizer is not None:
+        return await authorized_share_request(ctx, request, _share_acknowledge)
+    return await _share_acknowledge(ctx, request)
+
+
+async def _share_acknowledge(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
     cls = ctx.response_type
     svc = share_service(broker)

@@ -20,6 +20,14 @@ from ...errors import ErrorCode
 from ...groups.share_group import ShareEffects, heartbeat_assignment
 from ...observe.logs import log_once
 from ...protocol.entities import make
+from ...security.authz import (
+    GROUP,
+    READ,
+    authorized_operations,
+    group_refusal,
+    hide_undescribable,
+    subscription_refusal,
+)
 from ..dispatch import api
 from ..group_service import client_host, group_service
 
@@ -45,6 +53,9 @@ async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
     if not broker.config["group.share.enable"]:
         return _error(ctx, ErrorCode.unsupported_version, "Share groups are not enabled.")
     group_id = request.group_id
+    if (denied := group_refusal(ctx, READ, group_id, member_id=None, assignment=None)
+            or subscription_refusal(ctx, request.subscribed_topic_names, member_id=None, assignment=None)):
+        return denied
     p = svc.partition_for(group_id)
     existing = svc.shard(p).groups.get(group_id)
     if existing is not None and existing.group_type != "share":
@@ -82,18 +93,19 @@ async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
     return response
 
 
-GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8, 10, 11))
+GROUP_OPERATIONS = (3, 6, 8, 10, 11)
 """The operations on a GROUP resource (Kafka's AclOperation ids READ 3, DELETE 6, DESCRIBE 8,
-DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11) as the 32-bit field Kafka fills in: without an
-authorizer, every operation the resource type supports is authorized."""
+DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11), reported as the 32-bit field Kafka fills in: those
+the principal may do (every one of them without an authorizer)."""
 
 
 @api(77, 1, 1)
 def handle_share_group_describe(ctx: Any, request: Any) -> Any:
     svc = group_service(ctx.broker)
-    groups = tuple(svc.describe(svc.share_groups, g) for g in request.group_ids)
+    groups = hide_undescribable(ctx, (svc.describe(svc.share_groups, g) for g in request.group_ids))
     if request.include_authorized_operations:
-        groups = tuple(dataclasses.replace(g, authorized_operations=GROUP_OPERATIONS)
+        groups = tuple(dataclasses.replace(g, authorized_operations=authorized_operations(
+                           ctx, GROUP, g.group_id, GROUP_OPERATIONS))
                        if g.error_code == ErrorCode.none else g for g in groups)
     return svc.answer_per_partition(
         (svc.runtime.partition_for_group(g) for g in request.group_ids),

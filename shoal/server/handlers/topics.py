@@ -7,10 +7,18 @@ from typing import Any
 
 from ...errors import ApiError, ErrorCode
 from ...protocol.entities import ZERO_UUID, make, sub
+from ...security.authz import (
+    ALTER,
+    CLUSTER,
+    CLUSTER_RESOURCE,
+    CREATE,
+    DELETE,
+    allowed,
+    per_topic,
+)
 from ..dispatch import api
 from .configs import CONFIG_SOURCE, topic_config_entries
 from .metadata import INTERNAL_TOPICS
-
 
 MAX_NEW_PARTITIONS_PER_REQUEST = 10_000
 """Kafka's controller refuses a user operation that would write more than 10,000 metadata
@@ -47,6 +55,15 @@ def _new_partitions(t: Any, default: int) -> int:
 
 @api(19, 2, 7)
 def handle_create_topics(ctx: Any, request: Any) -> Any:
+    if ctx.broker.authorizer is not None and allowed(ctx, CREATE, CLUSTER, CLUSTER_RESOURCE, log_denied=False):
+        return _create_topics(ctx, request)
+    rcls = sub(ctx.response_type, "CreatableTopicResult")
+    return per_topic(ctx, request, _create_topics, CREATE, "topics", "topics", lambda t: make(
+        rcls, name=t.name, topic_id=ZERO_UUID, num_partitions=-1, replication_factor=-1, configs=(),
+        error_code=ErrorCode.topic_authorization_failed, error_message="Authorization failed."))
+
+
+def _create_topics(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
     cls = ctx.response_type
     rcls = sub(cls, "CreatableTopicResult")
@@ -135,6 +152,25 @@ async def _create_topics_in_cluster(ctx: Any, request: Any) -> Any:
 
 @api(20, 1, 6)
 def handle_delete_topics(ctx: Any, request: Any) -> Any:
+    rcls = sub(ctx.response_type, "DeletableTopicResult")
+    store = ctx.broker.store
+
+    def name_of(t: Any) -> str | None:
+        if isinstance(t, str):
+            return t
+        meta = store.get_topic(t.name) if t.name else store.topic_by_id(t.topic_id)
+        return t.name or (meta.name if meta is not None else None)
+
+    def refused(t: Any) -> Any:
+        return make(rcls, name=t if isinstance(t, str) else t.name,
+                    topic_id=getattr(t, "topic_id", None) or ZERO_UUID,
+                    error_code=ErrorCode.topic_authorization_failed, error_message="Authorization failed.")
+
+    return per_topic(ctx, request, _delete_topics_handler, DELETE, "topics" if ctx.api_version >= 6
+                     else "topic_names", "responses", refused, name_of)
+
+
+def _delete_topics_handler(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
     delete = broker.cluster.delete_topic if broker.cluster.clustered else broker.delete_topic
     return _delete_topics(ctx, request, delete)
@@ -193,6 +229,12 @@ async def _create_partitions_in_cluster(ctx: Any, request: Any) -> Any:
 
 @api(37, 0, 3)
 def handle_create_partitions(ctx: Any, request: Any) -> Any:
+    rcls = sub(ctx.response_type, "CreatePartitionsTopicResult")
+    return per_topic(ctx, request, _create_partitions, ALTER, "topics", "results", lambda t: make(
+        rcls, name=t.name, error_code=ErrorCode.topic_authorization_failed, error_message="Authorization failed."))
+
+
+def _create_partitions(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
     cls = ctx.response_type
     rcls = sub(cls, "CreatePartitionsTopicResult")
@@ -236,6 +278,15 @@ def handle_create_partitions(ctx: Any, request: Any) -> Any:
 
 @api(21, 0, 2)
 def handle_delete_records(ctx: Any, request: Any) -> Any:
+    tcls = sub(ctx.response_type, "DeleteRecordsTopicResult")
+    pcls = sub(ctx.response_type, "DeleteRecordsPartitionResult")
+    return per_topic(ctx, request, _delete_records, DELETE, "topics", "topics", lambda t: make(
+        tcls, name=t.name, partitions=tuple(make(pcls, partition_index=p.partition_index, low_watermark=-1,
+                                                 error_code=ErrorCode.topic_authorization_failed)
+                                            for p in t.partitions)))
+
+
+def _delete_records(ctx: Any, request: Any) -> Any:
     store = ctx.broker.store
     cls = ctx.response_type
     tcls = sub(cls, "DeleteRecordsTopicResult")

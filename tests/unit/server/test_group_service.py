@@ -44,6 +44,7 @@ class FakeBroker:
         self.storage_errors = StorageErrors()
         self.extensions: dict[str, Any] = {}
         self.metrics: Any = None
+        self.authorizer: Any = None
         self.cluster = LocalMetadata(self)
 
 

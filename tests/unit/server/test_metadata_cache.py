@@ -58,7 +58,7 @@ def fake_broker(store: FakeStore) -> Any:
     broker = SimpleNamespace(store=store, extensions={}, node_id=0, advertised_host="127.0.0.1",
                              advertised_port=9092, cluster_id="c1",
                              config=BrokerConfig({"auto.create.topics.enable": "false"}),
-                             note_unknown_topic=lambda client_id, name, why: None)
+                             note_unknown_topic=lambda client_id, name, why: None, authorizer=None)
     broker.cluster = LocalMetadata(broker)
     return broker
 

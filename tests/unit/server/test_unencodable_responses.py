@@ -49,6 +49,7 @@ class FakeBroker:
     config = {"socket.request.max.bytes": 100 << 20, "queued.max.requests": 500}
     metrics = None
     shutting_down = False
+    authorizer = None
 
     def __init__(self, join_handler: Any) -> None:
         self.memory_pool = MemoryPool(-1, asyncio.get_running_loop().call_soon)
