@@ -323,8 +323,8 @@ def test_a_share_consumer_is_held_to_its_consumer_byte_rate(start_broker: Any, t
     with RawConnection(b.bootstrap) as c:
         assert alter(c, _entry({"consumer_byte_rate": MB}, client="share-reader")) == [("none", None)]
     ok(b.bootstrap, "configs", "--entity-type", "groups", "--entity-name", "quota-share", "--alter", "--add-config",
-       "share.auto.offset.reset=earliest")
-    throttled: list[float] = []
+       "share.auto.offset.reset=earliest,share.partition.max.record.locks=100")
+    throttled: list[float] = []  # at most 100 records (1 MB) in flight: no answer carries them all
     cons = ShareConsumer(rdkafka_conf(b.bootstrap, **{"group.id": "quota-share", "client.id": "share-reader",
                                                       "throttle_cb": lambda ev: throttled.append(ev.throttle_time)}))
     try:
