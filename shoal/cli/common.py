@@ -131,7 +131,11 @@ def reach(args: argparse.Namespace, client_id: str = "shoal-tools") -> Any:
             raise CliError(f"authentication failed at {host}:{port} ({security.protocol}, "
                            f"{security.sasl[0] if security.sasl else 'TLS'}): {e}") from None
         except ssl.SSLError as e:
-            last = ConnectionError(f"TLS handshake failed: {e.reason or e}")
+            reason = e.reason or str(e)
+            hint = (" (is it a PLAINTEXT or SASL_PLAINTEXT listener?)"
+                    if reason in ("UNEXPECTED_EOF_WHILE_READING", "WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE")
+                    else "")
+            last = ConnectionError(f"TLS handshake failed (security.protocol={security.protocol}): {reason}{hint}")
             continue
         except ProtocolViolation as e:
             last = ConnectionError(str(e))

@@ -132,7 +132,17 @@ class Connection:
             self._sock = sock
             self._decoder = FrameDecoder(self.max_frame_bytes)
             try:
-                self._negotiate()
+                try:
+                    self._negotiate()
+                except ConnectionError as e:
+                    if ctx is None:  # a TLS listener drops a plaintext ApiVersions, alert or not
+                        raise ConnectionError(f"{e} before answering ApiVersions: is it an SSL or SASL_SSL "
+                                              "listener? (set security.protocol)") from None
+                    # TLS 1.3: a listener that wants a client certificate ends the connection only
+                    # after the client's side of the handshake has completed
+                    raise ConnectionError(f"{e} right after the TLS handshake: does the listener require a client "
+                                          "certificate (ssl.keystore.location) it did not get or does not "
+                                          "trust?") from None
                 if self.security.sasl is not None:
                     self._authenticate(*self.security.sasl)
             except BaseException:

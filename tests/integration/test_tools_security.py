@@ -162,6 +162,7 @@ def test_plaintext_client_at_a_tls_listener_and_bad_settings(secured: Secured, t
     # no security.protocol at an SSL listener: a clear error, no hang, no traceback
     done = _shoal("share-groups", "--bootstrap-server", secured.bootstrap("SASL_SSL"), "--timeout", "8000", "--list")
     assert done.returncode == 1 and done.stderr.startswith("Error: cannot reach a broker"), done
+    assert "set security.protocol" in done.stderr, done
     assert "Traceback" not in done.stderr, done
     # mutual TLS without a client certificate: refused at the handshake
     props = tmp_path / "no-cert.properties"
@@ -169,6 +170,7 @@ def test_plaintext_client_at_a_tls_listener_and_bad_settings(secured: Secured, t
     done = _shoal("share-groups", "--bootstrap-server", secured.bootstrap("SSL"), "--command-config", str(props),
                   "--timeout", "8000", "--list")
     assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done
+    assert "require a client certificate" in done.stderr, done
     # a CA that did not sign the broker's certificate
     props.write_text(f"security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.username=alice\n"
                      f"sasl.password=alice-secret\nssl.truststore.location={secured.pki.other_ca}\n")
