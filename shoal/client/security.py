@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ClientSecurity", "SecurityConfigError", "MECHANISMS", "PROTOCOLS"]
+__all__ = ["MECHANISMS", "PROTOCOLS", "ClientSecurity", "SecurityConfigError"]
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")

@@ -16,7 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+from confluent_kafka.admin import (
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 
 from tests.support.broker import BrokerProcess
 from tests.support.certs import make_pki
@@ -90,8 +94,8 @@ CASES: dict[str, tuple[str, str]] = {
                       _sasl("SCRAM-SHA-256", "carol", "wrong")),
     "bad-scram-512": ("SASL_SSL", "security.protocol=SASL_SSL\ntruststore\n" + _sasl("SCRAM-SHA-512", "dave", "wrong")),
     # mutual TLS required, no client certificate: the handshake fails (see the test for what the client sees)
-    "bad-mtls-no-certificate": ("MTLS", "security.protocol=SSL\ntruststore\ndefault.api.timeout.ms=6000\n"
-                                "request.timeout.ms=5000"),
+    "bad-mtls-no-certificate": ("MTLS", ("security.protocol=SSL\ntruststore\ndefault.api.timeout.ms=6000\n"
+                                         "request.timeout.ms=5000")),
 }
 
 
