@@ -132,6 +132,8 @@ def reach(args: argparse.Namespace, client_id: str = "shoal-tools") -> Any:
                            f"{security.sasl[0] if security.sasl else 'TLS'}): {e}") from None
         except ssl.SSLError as e:
             reason = e.reason or str(e)
+            if getattr(e, "verify_message", None):  # which check failed: issuer, host name, expiry
+                reason += f": {e.verify_message}"
             hint = (" (is it a PLAINTEXT or SASL_PLAINTEXT listener?)"
                     if reason in ("UNEXPECTED_EOF_WHILE_READING", "WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE")
                     else "")
