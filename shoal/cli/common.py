@@ -16,6 +16,7 @@ import argparse
 import json
 import logging
 import socket
+import ssl
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -25,7 +26,7 @@ from typing import Any
 from ..config import load_properties
 
 __all__ = [
-    "CliError", "add_connection_options", "add_output_options", "client_config", "reach", "tool_main", "emit",
+    "CliError", "add_connection_options", "client_security", "librdkafka_config", "add_output_options", "client_config", "reach", "tool_main", "emit",
     "verbose", "timeout_s", "Progress", "admin_client", "kafka_error_text", "error_code", "group_limit_text",
     "is_group_full",
     "quiet_logger",
@@ -96,15 +97,24 @@ def _parse_servers(bootstrap: str) -> list[tuple[str, int]]:
     return out
 
 
+def client_security(conf: dict[str, str]) -> Any:
+    """The :class:`~shoal.client.security.ClientSecurity` of ``--command-config``'s settings."""
+    from ..client.security import ClientSecurity, SecurityConfigError
+
+    try:
+        return ClientSecurity.from_properties(conf)
+    except SecurityConfigError as e:
+        raise CliError(f"--command-config: {e}") from None
+
+
 def reach(args: argparse.Namespace, client_id: str = "shoal-tools") -> Any:
-    """An open :class:`~shoal.client.connection.Connection` to the first broker that answers."""
-    from ..client.connection import Connection
+    """An open :class:`~shoal.client.connection.Connection` to the first broker that answers,
+    over TLS and authenticated with SASL as ``--command-config``'s security.protocol says."""
+    from ..client.connection import AuthenticationError, Connection
+    from ..errors import ProtocolViolation
 
     conf = client_config(args)
-    protocol = conf.get("security.protocol", "PLAINTEXT").upper()
-    if protocol != "PLAINTEXT":
-        raise CliError(f"security.protocol={protocol} is not supported by this tool: it connects to PLAINTEXT "
-                       "listeners only (shoal users connects to any)")
+    security = client_security(conf)
     budget = timeout_s(args)
     deadline = time.monotonic() + budget
     last: BaseException | None = None
@@ -112,9 +122,26 @@ def reach(args: argparse.Namespace, client_id: str = "shoal-tools") -> Any:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
-        conn = Connection(host, port, client_id=conf.get("client.id", client_id), timeout_s=remaining)
+        conn = Connection(host, port, client_id=conf.get("client.id", client_id), timeout_s=remaining,
+                          security=security)
         try:
             conn.connect()
+        except AuthenticationError as e:
+            # Kafka's clients stop at a refused login too: another broker would refuse it alike.
+            raise CliError(f"authentication failed at {host}:{port} ({security.protocol}, "
+                           f"{security.sasl[0] if security.sasl else 'TLS'}): {e}") from None
+        except ssl.SSLError as e:
+            reason = e.reason or str(e)
+            if getattr(e, "verify_message", None):  # which check failed: issuer, host name, expiry
+                reason += f": {e.verify_message}"
+            hint = (" (is it a PLAINTEXT or SASL_PLAINTEXT listener?)"
+                    if reason in ("UNEXPECTED_EOF_WHILE_READING", "WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE")
+                    else "")
+            last = ConnectionError(f"TLS handshake failed (security.protocol={security.protocol}): {reason}{hint}")
+            continue
+        except ProtocolViolation as e:
+            last = ConnectionError(str(e))
+            continue
         except (OSError, ConnectionError) as e:
             last = e
             continue
@@ -125,7 +152,7 @@ def reach(args: argparse.Namespace, client_id: str = "shoal-tools") -> Any:
         conn.timeout_s = budget
         if conn._sock is not None:
             conn._sock.settimeout(budget)
-        verbose(args, f"connected to {host}:{port} (client.id {conn.client_id})")
+        verbose(args, f"connected to {host}:{port} (client.id {conn.client_id}, {security.protocol})")
         return conn
     reason = _reason(last) if last is not None else "no time left"
     if last is None or reason == "timed out" or time.monotonic() >= deadline:
@@ -152,11 +179,66 @@ def quiet_logger() -> logging.Logger:
     return logger
 
 
+def librdkafka_config(conf: dict[str, str]) -> dict[str, str]:
+    """``conf`` with Apache Kafka's security settings put in librdkafka's names, so that one
+    ``--command-config`` serves the tools built on confluent-kafka and those on shoal's own
+    client: ``sasl.jaas.config``'s login becomes ``sasl.username``/``sasl.password``, a PEM
+    ``ssl.truststore.location`` becomes ``ssl.ca.location``, a PEM ``ssl.keystore.location``
+    (key and chain in one file) becomes ``ssl.certificate.location``/``ssl.key.location``,
+    inline PEM becomes ``ssl.ca.pem``/``ssl.certificate.pem``/``ssl.key.pem``, an empty
+    ``ssl.endpoint.identification.algorithm`` becomes ``none``. A PKCS12 keystore keeps its
+    name (librdkafka reads PKCS12 there); a PKCS12 or JKS truststore is refused."""
+    out = dict(conf)
+    jaas = out.pop("sasl.jaas.config", None)
+    if jaas and "sasl.username" not in out:
+        from ..client.security import _sasl_login
+
+        protocol = out.get("security.protocol", "SASL_PLAINTEXT")
+        try:
+            _, out["sasl.username"], out["sasl.password"] = _sasl_login({**out, "sasl.jaas.config": jaas,
+                                                                         "security.protocol": protocol})
+        except ValueError as e:
+            raise CliError(f"--command-config: {e}") from None
+    truststore = out.pop("ssl.truststore.location", None)
+    store_type = out.pop("ssl.truststore.type", "").upper()
+    out.pop("ssl.truststore.password", None)
+    if truststore:
+        try:
+            pem = store_type == "PEM" or b"-----BEGIN" in Path(truststore).read_bytes()[:4096]
+        except OSError as e:
+            raise CliError(f"cannot read ssl.truststore.location {truststore}: {e.strerror or e}") from None
+        if not pem:
+            raise CliError("--command-config: this tool reads a PEM ssl.truststore.location only (convert the "
+                           "truststore with openssl pkcs12 -nokeys)")
+        out.setdefault("ssl.ca.location", truststore)
+    if "ssl.truststore.certificates" in out:
+        out.setdefault("ssl.ca.pem", out.pop("ssl.truststore.certificates"))
+    keystore_type = out.pop("ssl.keystore.type", "").upper()
+    if "ssl.keystore.key" in out:
+        out.setdefault("ssl.key.pem", out.pop("ssl.keystore.key"))
+    if "ssl.keystore.certificate.chain" in out:
+        out.setdefault("ssl.certificate.pem", out.pop("ssl.keystore.certificate.chain"))
+    keystore = out.get("ssl.keystore.location")
+    if keystore:
+        try:
+            pem = keystore_type == "PEM" or b"-----BEGIN" in Path(keystore).read_bytes()[:4096]
+        except OSError as e:
+            raise CliError(f"cannot read ssl.keystore.location {keystore}: {e.strerror or e}") from None
+        if pem:
+            del out["ssl.keystore.location"]
+            out.setdefault("ssl.certificate.location", keystore)
+            out.setdefault("ssl.key.location", keystore)
+    if out.get("ssl.endpoint.identification.algorithm", None) == "":
+        out["ssl.endpoint.identification.algorithm"] = "none"
+    out.pop("ssl.enabled.protocols", None)
+    return out
+
+
 def admin_client(args: argparse.Namespace) -> Any:
     """confluent-kafka's AdminClient for ``--bootstrap-server`` and ``--command-config``."""
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({**client_config(args), "bootstrap.servers": args.bootstrap_server, "log_level": 0,
+    return AdminClient({**librdkafka_config(client_config(args)), "bootstrap.servers": args.bootstrap_server, "log_level": 0,
                         "logger": quiet_logger()})
 
 
@@ -238,8 +320,8 @@ def tool_main(name: str, body: Callable[[], int]) -> int:
         print(f"Error: lost the connection to the broker: {_reason(e)}", file=sys.stderr)
         return 1
     except Exception as e:
-        if type(e).__module__.startswith("confluent_kafka") or type(e).__name__ in ("KafkaException",
-                                                                                   "KafkaProtocolError"):
+        if type(e).__module__.startswith("confluent_kafka") or type(e).__name__ in (
+                "KafkaException", "KafkaProtocolError", "AuthenticationError", "ProtocolViolation"):
             print(f"Error: {kafka_error_text(e)}", file=sys.stderr)
             return 1
         raise

@@ -39,6 +39,7 @@ from .common import (
     group_limit_text,
     is_group_full,
     kafka_error_text,
+    librdkafka_config,
     quiet_logger,
     reach,
     timeout_s,
@@ -165,7 +166,8 @@ def run_produce(args: argparse.Namespace) -> int:
         reader = LineReader(_props(args.property, "--property"))
         reach(args, "console-producer").close()
         t = timeout_s(args)
-        conf: dict[str, Any] = {"client.id": "console-producer", **client_config(args, args.producer_config),
+        conf: dict[str, Any] = {"client.id": "console-producer",
+                                **librdkafka_config(client_config(args, args.producer_config)),
                                 **_props(args.producer_property, "--producer-property")}
         conf.update({"bootstrap.servers": args.bootstrap_server, "log_level": 0, "logger": quiet_logger(),
                      "acks": "all" if args.request_required_acks in ("-1", "all") else args.request_required_acks,
@@ -306,7 +308,8 @@ def run_consume(args: argparse.Namespace) -> int:
         conn = reach(a, "console-consumer")
         conn.close()
         t = timeout_s(a)
-        extra = {**client_config(a, a.consumer_config), **_props(a.consumer_property, "--consumer-property")}
+        extra = {**librdkafka_config(client_config(a, a.consumer_config)),
+                 **_props(a.consumer_property, "--consumer-property")}
         if a.from_beginning and extra.get("auto.offset.reset", "earliest") != "earliest":
             raise CliError(f"Can't simultaneously specify --from-beginning and 'auto.offset.reset="
                            f"{extra['auto.offset.reset']}', please remove one option")
@@ -414,7 +417,8 @@ def run_share_consume(args: argparse.Namespace) -> int:
         formatter = Formatter(_props(a.property, "--property"))
         reach(a, "console-share-consumer").close()
         kind = AcknowledgeType.REJECT if a.reject else AcknowledgeType.RELEASE if a.release else AcknowledgeType.ACCEPT
-        extra = {**client_config(a, a.consumer_config), **_props(a.consumer_property, "--consumer-property")}
+        extra = {**librdkafka_config(client_config(a, a.consumer_config)),
+                 **_props(a.consumer_property, "--consumer-property")}
         conf: dict[str, Any] = {"client.id": "console-share-consumer", **extra,
                                 "bootstrap.servers": a.bootstrap_server, "log_level": 0, "logger": quiet_logger(),
                                 "group.id": a.group, "share.acknowledgement.mode": "explicit"}

@@ -57,7 +57,8 @@ class GroupClient:
         conn = self._conns.get((host, port))
         if conn is not None and conn.connected:
             return conn
-        conn = Connection(host, port, client_id=self.bootstrap.client_id, timeout_s=self.budget_s)
+        conn = Connection(host, port, client_id=self.bootstrap.client_id, timeout_s=self.budget_s,
+                          security=self.bootstrap.security)
         conn.connect()
         self._conns[(host, port)] = conn
         verbose(self.args, f"connected to {host}:{port}")

@@ -231,6 +231,7 @@ def test_command_config_is_passed_to_the_client(shared_broker: BrokerProcess, tm
     props.write_text("security.protocol=SSL\n")
     r = tool(shared_broker.bootstrap, "topics", "--list", "--command-config", str(props))
     assert r.returncode == 1 and len(r.stderr.splitlines()) == 1 and "security.protocol=SSL" in r.stderr
+    assert "TLS handshake failed" in r.stderr and "PLAINTEXT listener?" in r.stderr, r.stderr
 
 
 TOOL_ARGS = [
