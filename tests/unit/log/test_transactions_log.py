@@ -1,0 +1,97 @@
+"""Transactions in the log: open transactions, markers, the last stable offset, the
+aborted-transaction list, all rebuilt when the log is opened again."""
+
+from __future__ import annotations
+
+import pytest
+
+from shoal.errors import ApiError, ErrorCode
+from shoal.log.partition_log import PartitionLog
+from shoal.log.policy import LogConfig
+from shoal.log.producer_state import AbortedTxn
+from shoal.protocol.batch import build_batch, read_header
+from shoal.protocol.markers import ABORT, COMMIT, marker_type
+
+from .helpers import batch
+
+
+def txn_batch(n: int, pid: int, epoch: int, seq: int) -> bytes:
+    return build_batch([(b"k", b"v%d" % i, (), 1000 + i) for i in range(n)], producer_id=pid,
+                       producer_epoch=epoch, base_sequence=seq, transactional=True)
+
+
+def state(log: PartitionLog) -> tuple:
+    return log.last_stable_offset, dict(log.txns.ongoing), list(log.txns.aborted)
+
+
+def test_open_transactions_hold_the_last_stable_offset_and_aborts_are_listed(tmp_path):
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig())
+    log.append(batch(2), 0)                          # 0-1 plain
+    log.append(txn_batch(2, pid=5, epoch=0, seq=0), 0)  # 2-3 producer 5
+    log.append(txn_batch(1, pid=6, epoch=0, seq=0), 0)  # 4 producer 6
+    log.append(txn_batch(1, pid=5, epoch=0, seq=2), 0)  # 5 producer 5 again
+    assert state(log) == (2, {5: 2, 6: 4}, [])
+    assert log.high_watermark == 6
+    log.append_marker(5, 0, commit=False, coordinator_epoch=0, now_ms=1)  # 6 abort of 5
+    assert state(log) == (4, {6: 4}, [AbortedTxn(5, 2, 6, 4)])
+    log.append_marker(6, 0, commit=True, coordinator_epoch=0, now_ms=1)   # 7 commit of 6
+    assert state(log) == (8, {}, [AbortedTxn(5, 2, 6, 4)])
+    assert log.aborted_transactions(0, 8) == [AbortedTxn(5, 2, 6, 4)]
+    assert log.aborted_transactions(7, 8) == []
+    assert log.aborted_transactions(0, 2) == []
+    kinds = [marker_type(data) for h, data in log.read_batches(0) if h.is_control]
+    assert kinds == [ABORT, COMMIT]
+    # an open transaction, then a restart: everything is rebuilt from the log
+    log.append(txn_batch(1, pid=6, epoch=0, seq=1), 0)  # 8
+    before = state(log)
+    log.close()
+    again = PartitionLog.open(tmp_path / "t-0", LogConfig())
+    assert state(again) == before == (8, {6: 8}, [AbortedTxn(5, 2, 6, 4)])
+    again.append_marker(6, 0, commit=True, coordinator_epoch=0, now_ms=2)
+    assert again.last_stable_offset == again.log_end_offset == 10
+
+
+def test_a_marker_with_a_newer_epoch_fences_the_older_one(tmp_path):
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig())
+    log.append(txn_batch(1, pid=5, epoch=0, seq=0), 0)
+    log.append_marker(5, 1, commit=False, coordinator_epoch=0, now_ms=1)  # the coordinator bumped the epoch
+    with pytest.raises(ApiError) as e:
+        log.append(txn_batch(1, pid=5, epoch=0, seq=1), 0)
+    assert e.value.error_code == ErrorCode.invalid_producer_epoch
+    with pytest.raises(ApiError) as e:
+        log.append_marker(5, 0, commit=True, coordinator_epoch=0, now_ms=1)
+    assert e.value.error_code == ErrorCode.invalid_producer_epoch
+    # the new epoch starts over at sequence 0
+    log.append(txn_batch(1, pid=5, epoch=1, seq=0), 0)
+    assert log.txns.ongoing == {5: 2}
+
+
+def test_follower_rebuilds_transactions_from_replicated_batches(tmp_path):
+    leader = PartitionLog.open(tmp_path / "l-0", LogConfig())
+    leader.append(txn_batch(2, pid=5, epoch=0, seq=0), 0)
+    leader.append_marker(5, 0, commit=False, coordinator_epoch=0, now_ms=1)
+    leader.append(txn_batch(1, pid=5, epoch=0, seq=2), 0)
+    follower = PartitionLog.open(tmp_path / "f-0", LogConfig())
+    data = b"".join(bytes(d) for _h, d in leader.read_batches(0))
+    follower.append_as_follower(data, 0)
+    assert state(follower) == state(leader) == (3, {5: 3}, [AbortedTxn(5, 0, 2, 3)])
+
+
+def test_retention_forgets_aborted_transactions_below_the_log_start(tmp_path):
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig())
+    log.append(txn_batch(1, pid=5, epoch=0, seq=0), 0)
+    log.append_marker(5, 0, commit=False, coordinator_epoch=0, now_ms=1)
+    log.append(batch(1), 0)
+    log.delete_records(2)
+    assert log.txns.aborted == []
+    log.close()
+    assert PartitionLog.open(tmp_path / "t-0", LogConfig()).txns.aborted == []
+
+
+def test_marker_batch_layout():
+    from shoal.protocol.markers import build_marker
+    data = build_marker(True, 9, 3, 7, 1234)
+    h = read_header(data)
+    assert h.is_control and h.is_transactional and h.producer_id == 9 and h.producer_epoch == 3
+    assert h.base_sequence == -1 and h.records_count == 1
+    assert marker_type(data) == COMMIT
