@@ -409,6 +409,17 @@ _DEFS: list[Definition] = [
     # --- idempotent producers --------------------------------------------------
     Definition("transactional.id.expiration.ms", int, 7 * DAY_MS, Scope.BROKER,
                "Forget idle producer ids after this long.", check=_ge(1)),
+    # --- transaction coordinator ------------------------------------------------
+    Definition("transaction.state.log.num.partitions", int, 50, Scope.BROKER,
+               "Partitions of __transaction_state when it is created; an existing topic keeps its count "
+               "(which decides the partition, and so the coordinator, of every transactional id).",
+               check=_ge(1), dynamic=False),
+    Definition("transaction.state.log.segment.bytes", int, 100 * MIB, Scope.BROKER,
+               "segment.bytes of __transaction_state (compacted; applied to the topic at every start).",
+               check=_ge(14), dynamic=False),
+    Definition("transaction.max.timeout.ms", int, 900000, Scope.BROKER,
+               "Largest transaction.timeout.ms a transactional producer may ask for (InitProducerId "
+               "answers INVALID_TRANSACTION_TIMEOUT above it).", check=_ge(1)),
     # --- group coordinator (classic and consumer) -------------------------------
     Definition("offsets.topic.num.partitions", int, 50, Scope.BROKER,
                "Partitions of __consumer_offsets when it is created; an existing topic keeps its count "
