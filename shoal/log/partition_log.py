@@ -564,8 +564,9 @@ class PartitionLog:
             if h.producer_id >= 0 and h.base_sequence >= 0:
                 self.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
                                       base, nxt - 1, h.max_timestamp)
-                if h.is_transactional and not h.is_control:
-                    self.txns.on_batch(h.producer_id, base)
+            if h.producer_id >= 0 and h.is_transactional and not h.is_control:
+                # (a coordinator's transactional batch, TxnOffsetCommit, has no sequence)
+                self.txns.on_batch(h.producer_id, base)
         self._unflushed_messages += records
         durable = False
         if not defer_flush and self.flush_due(now_ms):
@@ -604,7 +605,7 @@ class PartitionLog:
         except OSError as exc:
             raise ApiError(ErrorCode.kafka_storage_error, f"append failed: {exc}") from exc
         for h in headers:
-            if h.producer_id >= 0 and (h.base_sequence >= 0 or h.is_control):
+            if h.producer_id >= 0 and (h.base_sequence >= 0 or h.is_transactional):
                 self._replay_producer(h, data=memoryview(batches)[h.position:h.end])
             self._unflushed_messages += h.records_count
         return [(h.partition_leader_epoch, h.base_offset) for h in headers]

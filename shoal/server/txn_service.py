@@ -41,6 +41,7 @@ from ..errors import ApiError, ErrorCode
 from ..protocol.batch import CorruptBatchError, read_header
 from ..transactions.coordinator import Completion, TransactionCoordinatorShard
 from .broker import on_start, on_stop
+from .internal_topics import OFFSETS_TOPIC
 from .runtime import CoordinatorRuntime
 
 log = logging.getLogger("shoal.transactions")
@@ -163,6 +164,10 @@ class TransactionService:
                 self._schedule_retry()
                 return False
             self.broker.append_waiters.notify(topic, p)
+            if topic == OFFSETS_TOPIC:
+                groups = self.broker.extensions.get("groups")
+                if groups is not None:  # the transaction's offsets become visible, or are dropped
+                    groups.runtime.shards[p].replay_marker(c.producer_id, c.commit)
         try:
             self._apply(c.transactional_id, self.shard_of(c.transactional_id).complete(c, self.now_ms()))
         except ApiError:

@@ -1,4 +1,5 @@
-"""AddPartitionsToTxn (24) v0-v3, AddOffsetsToTxn (25) v0-v4, EndTxn (26) v0-v4.
+"""AddPartitionsToTxn (24) v0-v3, AddOffsetsToTxn (25) v0-v4, EndTxn (26) v0-v4,
+TxnOffsetCommit (28) v0-v3.
 
 The transaction coordinator's APIs for a transactional producer (transaction version 1:
 EndTxn v5 and AddPartitionsToTxn v4+, KIP-890's forms, are not served). The work is
@@ -10,11 +11,13 @@ every request is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from ...errors import ErrorCode
+from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make, sub
 from ..dispatch import api
+from ..group_service import group_service
 from ..internal_topics import OFFSETS_TOPIC
 from ..txn_service import transaction_service
 
@@ -84,3 +87,53 @@ def handle_end_txn(ctx: Any, request: Any) -> Any:
     code = svc.end_txn(request.transactional_id, request.producer_id, request.producer_epoch,
                        bool(request.committed))
     return make(cls, throttle_time=0, error_code=fenced_code(code, ctx.api_version))
+
+
+@api(28, 0, 3)
+async def handle_txn_offset_commit(ctx: Any, request: Any) -> Any:
+    """Offsets committed in a transaction: pending in the group coordinator until the
+    transaction's marker reaches the group's ``__consumer_offsets`` partition. The
+    producer's transaction must be open and hold that partition (AddOffsetsToTxn)."""
+    cls = ctx.response_type
+    tcls = sub(cls, "TxnOffsetCommitResponseTopic")
+    pcls = sub(cls, "TxnOffsetCommitResponsePartition")
+    store = ctx.broker.store
+
+    def answer(code_of: Any) -> Any:
+        return make(cls, throttle_time=0, topics=tuple(
+            make(tcls, name=t.name, partitions=tuple(
+                make(pcls, partition_index=x.partition_index, error_code=code_of(t.name, x.partition_index))
+                for x in t.partitions)) for t in request.topics))
+
+    svc = transaction_service(ctx.broker)
+    if svc is None:
+        return answer(lambda t, p: NOT_SERVED)
+    if not request.group_id:
+        return answer(lambda t, p: ErrorCode.invalid_group_id)
+    groups = group_service(ctx.broker)
+    partition = groups.runtime.partition_for_group(request.group_id)
+    code = svc.verify(request.transactional_id, request.producer_id, request.producer_epoch, OFFSETS_TOPIC,
+                      partition)
+    if code == ErrorCode.invalid_producer_epoch:
+        code = fenced_code(ErrorCode.producer_fenced, ctx.api_version, first=3)
+    if code != ErrorCode.none:
+        return answer(lambda t, p: code)
+    unknown = set()
+    for t in request.topics:
+        meta = store.get_topic(t.name)
+        for x in t.partitions:
+            if meta is None or not 0 <= x.partition_index < meta.num_partitions:
+                unknown.add((t.name, x.partition_index))
+    known = dataclasses.replace(request, topics=tuple(
+        dataclasses.replace(t, partitions=kept) for t in request.topics
+        if (kept := tuple(x for x in t.partitions if (t.name, x.partition_index) not in unknown))))
+    if not known.topics:
+        return answer(lambda t, p: ErrorCode.unknown_topic_or_partition)
+    try:
+        result = await groups.apply_durable(partition, groups.shard(partition).handle_txn_offset_commit(
+            known, ctx.now_ms()))
+    except ApiError as e:
+        failed = e.error_code
+        return answer(lambda t, p: failed)
+    codes = {(t.name, x.partition_index): x.error_code for t in result.response.topics for x in t.partitions}
+    return answer(lambda t, p: ErrorCode.unknown_topic_or_partition if (t, p) in unknown else codes[(t, p)])

@@ -6,7 +6,12 @@ import itertools
 
 from shoal.coordinator.records import TRANSACTION_STATE, CoordinatorRecord
 from shoal.errors import ErrorCode
-from shoal.transactions.coordinator import MAX_EPOCH, Completion, TransactionCoordinatorShard, TxnState
+from shoal.transactions.coordinator import (
+    MAX_EPOCH,
+    Completion,
+    TransactionCoordinatorShard,
+    TxnState,
+)
 
 
 class Harness:
