@@ -9,7 +9,7 @@ from shoal.errors import ApiError, ErrorCode
 from shoal.log.partition_log import PartitionLog
 from shoal.log.policy import LogConfig
 from shoal.log.producer_state import AbortedTxn
-from shoal.protocol.batch import build_batch, read_header
+from shoal.protocol.batch import build_batch, decode_records, read_header
 from shoal.protocol.markers import ABORT, COMMIT, marker_type
 
 from .helpers import batch
@@ -95,3 +95,32 @@ def test_marker_batch_layout():
     assert h.is_control and h.is_transactional and h.producer_id == 9 and h.producer_epoch == 3
     assert h.base_sequence == -1 and h.records_count == 1
     assert marker_type(data) == COMMIT
+
+
+def test_compaction_drops_aborted_records_and_never_lets_them_replace_committed_ones(tmp_path):
+    from shoal.log.compaction import compact
+
+    cfg = LogConfig(segment_bytes=1024, cleanup_policy=("compact",), delete_retention_ms=1000)
+    log = PartitionLog.open(tmp_path / "c-0", cfg)
+
+    def txn(key: bytes, value: bytes, pid: int, seq: int) -> bytes:
+        return build_batch([(key, value, (), 1000)], producer_id=pid, producer_epoch=0, base_sequence=seq,
+                           transactional=True)
+
+    log.append(build_batch([(b"k", b"committed", (), 1000)]), 0)       # 0
+    log.append(txn(b"k", b"aborted", 5, 0), 0)                         # 1
+    log.append_marker(5, 0, commit=False, coordinator_epoch=0, now_ms=1000)  # 2
+    log.append(txn(b"j", b"open", 6, 0), 0)                            # 3: never decided here
+    for i in range(40):                                                # roll segments past them
+        log.append(build_batch([(b"f%d" % (i % 3), b"x" * 40, (), 1000 + i)]), 0)
+    assert len(log.segments) > 2
+    compact(log, now_ms=5000)
+    values = {}
+    for _h, data in log.read_batches(0):
+        for r in decode_records(data):
+            if r.key in (b"k", b"j"):
+                values.setdefault(r.key, []).append(r.value)
+    assert values == {b"k": [b"committed"], b"j": [b"open"]}
+    kinds = [marker_type(d) for h, d in log.read_batches(0) if h.is_control]
+    assert kinds == [ABORT]  # markers stay
+    assert log.txns.ongoing == {6: 3}
