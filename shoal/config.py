@@ -522,7 +522,9 @@ _DEFS: list[Definition] = [
                "Where a share group starts on a partition it has no state for: latest, earliest, "
                "or by_duration:<ISO-8601 duration>."),
     Definition("share.isolation.level", str, "read_uncommitted", Scope.GROUP,
-               "read_uncommitted (read_committed needs transactions).",
+               "read_committed: share consumers get only records below the last stable offset, "
+               "never those of aborted transactions (archived without delivery); read_uncommitted: "
+               "every record.",
                choices=("read_uncommitted", "read_committed")),
     Definition("share.record.lock.duration.ms", int, None, Scope.GROUP, "Acquisition lock duration of this group.",
                broker_synonym="group.share.record.lock.duration.ms"),

@@ -455,6 +455,19 @@ class PartitionLog:
         """The aborted transactions with records in offsets [start, end)."""
         return self.txns.aborted_between(start, end)
 
+    def without_aborted(self, headers: list) -> list:
+        """``headers`` (consecutive batches below the last stable offset) without the batches
+        of aborted transactions: what a read_committed reader may be given."""
+        if not any(h.is_transactional and not h.is_control for h in headers):
+            return headers
+        by_pid: dict[int, list[AbortedTxn]] = {}
+        for a in self.txns.aborted_between(headers[0].base_offset, headers[-1].next_offset):
+            by_pid.setdefault(a.producer_id, []).append(a)
+        if not by_pid:
+            return headers
+        return [h for h in headers if not (h.is_transactional and not h.is_control and any(
+            a.first_offset <= h.base_offset <= a.last_offset for a in by_pid.get(h.producer_id, ())))]
+
     def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                       now_ms: int, *, leader_epoch: int | None = None, defer_flush: bool = False) -> AppendResult:
         """Append a commit or abort marker for ``producer_id``'s transaction.

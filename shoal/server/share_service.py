@@ -353,6 +353,10 @@ class ShareService:
         sp.delivery_count_limit = int(self._group_value(sp.group_id, "share.delivery.count.limit"))
         sp.max_in_flight_records = int(self.broker.config["group.share.partition.max.record.locks"])
 
+    def read_committed(self, group_id: str) -> bool:
+        """Whether the group's ``share.isolation.level`` is read_committed."""
+        return str(self._group_value(group_id, "share.isolation.level")) == "read_committed"
+
     def record_lock_duration_ms(self, group_id: str) -> int:
         return int(self._group_value(group_id, "share.record.lock.duration.ms"))
 

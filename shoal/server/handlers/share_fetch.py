@@ -219,7 +219,11 @@ def _acquire_one(ctx: Any, svc: ShareService, group_id: str, member_id: str, top
     chunk = max(8192, max_records * 128)
     acquired: list[Any] = []
     parts: dict[int, bytes] = {}
-    while max_records > 0 and budget > 0 and offset < plog.high_watermark:
+    # share.isolation.level read_committed: nothing at or above the last stable offset, and
+    # aborted transactions' batches are left out (acquire archives what it is not offered)
+    committed = svc.read_committed(group_id)
+    end = plog.last_stable_offset if committed else plog.high_watermark
+    while max_records > 0 and budget > 0 and offset < end:
         try:
             data = plog.read(offset, min(budget, chunk, PARTITION_MAX_READ_BYTES))
         except ApiError as e:
@@ -235,8 +239,14 @@ def _acquire_one(ctx: Any, svc: ShareService, group_id: str, member_id: str, top
         if not data:
             break
         headers = list(iter_batches(data))
+        if committed:
+            headers = [h for h in headers if h.next_offset <= end]
+            if not headers:
+                break
         offset = headers[-1].next_offset
         headers = [h for h in headers if not h.is_control]
+        if committed:
+            headers = plog.without_aborted(headers)
         got = sp.acquire(member_id, [(h.base_offset, h.last_offset) for h in headers], ctx.now_ms(),
                          max_records, acquire_mode=mode, batch_size=batch_size)
         j = 0
