@@ -408,7 +408,8 @@ _DEFS: list[Definition] = [
                "Incremental fetch sessions the broker keeps.", check=_ge(0)),
     # --- idempotent producers --------------------------------------------------
     Definition("transactional.id.expiration.ms", int, 7 * DAY_MS, Scope.BROKER,
-               "Forget idle producer ids after this long.", check=_ge(1)),
+               "The transaction coordinator forgets a transactional id with no open transaction after "
+               "this long without a change.", check=_ge(1)),
     # --- transaction coordinator ------------------------------------------------
     Definition("transaction.state.log.num.partitions", int, 50, Scope.BROKER,
                "Partitions of __transaction_state when it is created; an existing topic keeps its count "
@@ -417,6 +418,9 @@ _DEFS: list[Definition] = [
     Definition("transaction.state.log.segment.bytes", int, 100 * MIB, Scope.BROKER,
                "segment.bytes of __transaction_state (compacted; applied to the topic at every start).",
                check=_ge(14), dynamic=False),
+    Definition("transaction.remove.expired.transaction.cleanup.interval.ms", int, 3_600_000, Scope.BROKER,
+               "How often the transaction coordinator looks for transactional ids to forget "
+               "(transactional.id.expiration.ms).", check=_ge(1)),
     Definition("transaction.max.timeout.ms", int, 900000, Scope.BROKER,
                "Largest transaction.timeout.ms a transactional producer may ask for (InitProducerId "
                "answers INVALID_TRANSACTION_TIMEOUT above it).", check=_ge(1)),

@@ -19,6 +19,9 @@ full disk) leaves the transaction in its Prepare state (clients get
 CONCURRENT_TRANSACTIONS) and is retried every second; a restart finishes what a crash
 interrupted (the shard lists its Prepare states after the replay).
 
+Expiry: every ``transaction.remove.expired.transaction.cleanup.interval.ms`` each shard
+forgets the transactional ids idle for ``transactional.id.expiration.ms`` (tombstones).
+
 Timeouts: one ``loop.call_later`` at the earliest deadline of any open transaction
 (its start plus its ``transaction.timeout.ms``); then every expired transaction is
 fenced and aborted (:meth:`TransactionCoordinatorShard.fence_and_abort`).
@@ -67,6 +70,7 @@ class TransactionService:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: int | None = None
         self._retry: asyncio.TimerHandle | None = None
+        self._cleanup: asyncio.TimerHandle | None = None
         self._closed = False
 
     def _new_shard(self, index: int) -> TransactionCoordinatorShard:
@@ -82,16 +86,41 @@ class TransactionService:
         for c in pending:
             self._finish(c)
         self._arm()
+        self._schedule_cleanup()
         count = sum(len(s.txns) for s in self.runtime.shards)
         log.info("transaction coordinator loaded %d transactional id(s)%s", count,
                  f", completed {len(pending)} interrupted transaction(s)" if pending else "")
 
     def close(self) -> None:
         self._closed = True
-        for h in (self._timer, self._retry):
+        for h in (self._timer, self._retry, self._cleanup):
             if h is not None:
                 h.cancel()
-        self._timer = self._retry = None
+        self._timer = self._retry = self._cleanup = None
+
+    def _schedule_cleanup(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        interval = self.broker.config["transaction.remove.expired.transaction.cleanup.interval.ms"] / 1000
+        self._cleanup = loop.call_later(interval, self._remove_expired)
+
+    def _remove_expired(self) -> None:
+        self._cleanup = None
+        if self._closed:
+            return
+        expiration = self.broker.config["transactional.id.expiration.ms"]
+        for i, shard in enumerate(self.runtime.shards):
+            result = shard.expire_ids(self.now_ms(), expiration)
+            if not result.records:
+                continue
+            try:
+                self.runtime.apply(i, result)
+                log.info("forgot %d idle transactional id(s): %s", len(result.response), ", ".join(result.response))
+            except ApiError as e:
+                log.warning("cannot forget idle transactional ids: %s", e.message)
+        self._schedule_cleanup()
 
     # ------------------------------------------------------------ routing
     def partition_for(self, txn_id: str) -> int:

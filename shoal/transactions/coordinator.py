@@ -30,7 +30,9 @@ applies a durable record. The states are Kafka's (transaction version 1):
   (a new producer id when the epoch is exhausted);
 * a transaction ``Ongoing`` for longer than its timeout is aborted the same way
   (:meth:`expired`, :meth:`fence_and_abort`); :meth:`next_deadline_ms` says when the
-  shell should look next. The pure core reads no clock: every handler takes ``now_ms``.
+  shell should look next. The pure core reads no clock: every handler takes ``now_ms``;
+* a transactional id with no open transaction whose last change is older than
+  ``transactional.id.expiration.ms`` is forgotten (:meth:`expire_ids`: a tombstone).
 
 Errors are Kafka's: INVALID_TRANSACTION_TIMEOUT (timeout not in 1..``transaction.max.timeout.ms``),
 INVALID_PRODUCER_ID_MAPPING (unknown transactional id or another producer id),
@@ -272,6 +274,16 @@ class TransactionCoordinatorShard:
         """Transactional ids whose transaction is open for longer than its timeout."""
         return [m.transactional_id for m in self.txns.values()
                 if m.state == TxnState.ONGOING and m.start_ms + m.timeout_ms <= now_ms]
+
+    def expire_ids(self, now_ms: int, expiration_ms: int) -> Result[list[str]]:
+        """Forget transactional ids with no transaction open whose last change is at least
+        ``expiration_ms`` old (``transactional.id.expiration.ms``): a tombstone each. The
+        next InitProducerId of such an id gets a new producer id."""
+        idle = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT, TxnState.DEAD)
+        gone = sorted(m.transactional_id for m in self.txns.values()
+                      if m.state in idle and now_ms - m.last_update_ms >= expiration_ms)
+        return Result.of(gone, [CoordinatorRecord(0, {"transactional_id": t}, None, 0, TRANSACTION_STATE)
+                                for t in gone])
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [m.start_ms + m.timeout_ms for m in self.txns.values() if m.state == TxnState.ONGOING]

@@ -216,3 +216,25 @@ def test_coordinator_checks_on_the_wire(start_broker: Callable[..., BrokerProces
         end = conn.request(end3.EndTxnRequest(transactional_id="tx-wire", producer_id=pid, producer_epoch=epoch,
                                               committed=True), 11)
         assert end.error_code == ErrorCode.none
+
+
+def test_idle_transactional_ids_expire(start_broker: Callable[..., BrokerProcess]) -> None:
+    from kio.schema.list_transactions.v0 import request as list0
+
+    b = start_broker(**{"transactional_id_expiration_ms": "1500",
+                        "transaction_remove_expired_transaction_cleanup_interval_ms": "300"})
+    with RawConnection(b.bootstrap) as conn:
+        code, pid, _epoch = _init(conn, "tx-idle", 5000, 1)
+        assert code == ErrorCode.none
+
+        def known(cid: int) -> bool:
+            resp = conn.request(list0.ListTransactionsRequest(state_filters=(), producer_id_filters=()), cid)
+            return "tx-idle" in [t.transactional_id for t in resp.transaction_states]
+
+        assert known(2)
+        deadline = time.monotonic() + 20
+        while known(3):
+            assert time.monotonic() < deadline, "the idle transactional id was never forgotten"
+            time.sleep(0.3)
+        code, again, epoch = _init(conn, "tx-idle", 5000, 4)
+        assert code == ErrorCode.none and again != pid and epoch == 0

@@ -118,3 +118,16 @@ def test_records_are_kafkas_transaction_log_layout():
               + (1).to_bytes(4, "big") + b"\x00\x05topic" + (2).to_bytes(4, "big") + (1).to_bytes(4, "big")
               + (3).to_bytes(4, "big") + (42).to_bytes(8, "big") + (42).to_bytes(8, "big"))
     assert value == expect
+
+
+def test_idle_transactional_ids_expire_but_open_transactions_do_not():
+    h = Harness()
+    h.init("idle", now=0)
+    h.init("busy", now=0)
+    h.apply(h.shard.add_partitions("busy", 101, 0, [("a", 0)], 10))
+    r = h.apply(h.shard.expire_ids(999, 1000))
+    assert r.response == [] and not r.records
+    r = h.apply(h.shard.expire_ids(1000, 1000))
+    assert r.response == ["idle"] and set(h.shard.txns) == {"busy"}
+    assert set(h.replayed().txns) == {"busy"}  # the tombstone replays
+    assert h.init("idle", now=1001).response == (ErrorCode.none, 102, 0)  # a new producer id
