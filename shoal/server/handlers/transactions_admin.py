@@ -80,7 +80,7 @@ def handle_describe_transactions(ctx: Any, request: Any) -> Any:
         if m is None:
             code = ErrorCode.coordinator_not_available if svc is None else ErrorCode.transactional_id_not_found
             out.append(make(scls, error_code=code, transactional_id=txn_id, transaction_state="",
-                            transaction_timeout=0, transaction_start_time=_ms_time(-1), producer_id=-1,
+                            transaction_timeout=0, transaction_start_time=_ms_time(0), producer_id=-1,
                             producer_epoch=-1, topics=()))
             continue
         by_topic: dict[str, list[int]] = {}
