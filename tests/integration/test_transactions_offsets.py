@@ -122,3 +122,76 @@ def test_consume_transform_produce_with_random_aborts_is_exactly_once(broker: Br
     finally:
         out.close()
     assert sorted(got) == sorted(b"out-%d" % i for i in range(n))
+
+
+def _ctp_round(bootstrap: str, src: str, dst: str, group: str, stop_after: int | None,
+               leave_open: bool = False) -> tuple[int, Producer | None]:
+    """One instance of the pipeline: consume from the committed offsets, transform, commit
+    each poll's records in one transaction; stop after ``stop_after`` inputs (None: when
+    the input is drained). ``leave_open``: end with a transaction left open (a crash of the
+    application). Returns (inputs committed, the producer if its transaction is open)."""
+    c = Consumer(rdkafka_conf(bootstrap, **{
+        "group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed", "fetch.wait.max.ms": 100}))
+    tp = Producer(rdkafka_conf(bootstrap, **{"transactional.id": "tx-crash", "linger.ms": 5}))
+    tp.init_transactions(30)
+    c.subscribe([src])
+    done = 0
+    idle_since = time.monotonic()
+    try:
+        while stop_after is None or done < stop_after:
+            msgs = [m for m in c.consume(100, 1.0) if m.error() is None]
+            if not msgs:
+                if stop_after is None and time.monotonic() - idle_since > 5:
+                    break
+                continue
+            idle_since = time.monotonic()
+            tp.begin_transaction()
+            for m in msgs:
+                tp.produce(dst, b"out-" + m.value(), partition=m.partition())
+            tp.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 15)
+            tp.commit_transaction(15)
+            done += len(msgs)
+        if leave_open:
+            msgs = [m for m in c.consume(100, 5.0) if m.error() is None]
+            tp.begin_transaction()
+            for m in msgs:
+                tp.produce(dst, b"out-" + m.value(), partition=m.partition())
+            tp.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 15)
+            tp.flush(15)
+            return done, tp
+        return done, None
+    finally:
+        c.close()
+
+
+def test_consume_transform_produce_survives_a_broker_kill(start_broker, topic_name: str) -> None:
+    """A pipeline commits part of the input, then leaves a transaction open (records and
+    offsets written) when the broker is killed (-9). After the restart a new instance of
+    the pipeline fences the old one, whose open transaction is aborted, and goes on from
+    the committed offsets: a read_committed reader of the output sees every input once."""
+    b = start_broker()
+    src, dst, group = topic_name + "-in", topic_name + "-out", topic_name + "-g"
+    n = 1000
+    create_topic(b.bootstrap, src, partitions=2)
+    create_topic(b.bootstrap, dst, partitions=2)
+    produce_all(producer(b.bootstrap), src, [{"value": b"%d" % i, "partition": i % 2} for i in range(n)])
+    first, zombie = _ctp_round(b.bootstrap, src, dst, group, stop_after=300, leave_open=True)
+    assert first >= 300 and zombie is not None
+    b.restart(crash=True)
+    rest, _ = _ctp_round(b.bootstrap, src, dst, group, stop_after=None)
+    assert first + rest == n
+    out = Consumer(rdkafka_conf(b.bootstrap, **{
+        "group.id": group + "-check", "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+        "enable.auto.commit": False}))
+    try:
+        out.assign([TopicPartition(dst, 0, 0), TopicPartition(dst, 1, 0)])
+        got: list[bytes] = []
+        end = time.monotonic() + 60
+        while len(got) < n and time.monotonic() < end:
+            got += [m.value() for m in out.consume(500, 0.5) if m.error() is None]
+        got += [m.value() for m in out.consume(500, 1.5) if m.error() is None]
+    finally:
+        out.close()
+    assert sorted(got) == sorted(b"out-%d" % i for i in range(n))
+    zombie.purge()
