@@ -13,8 +13,13 @@ hook) owns a :class:`~shoal.server.runtime.CoordinatorRuntime` of
 Ending a transaction (EndTxn, a fenced or timed-out transaction) is done before the
 request is answered: the PrepareCommit / PrepareAbort record is made durable, then a
 commit or abort marker is appended to every partition of the transaction (directly to
-this broker's logs, each fsynced by the flush policy, waking parked Fetch requests),
-then CompleteCommit / CompleteAbort is recorded. A marker that cannot be written (a
+this broker's logs, waking parked Fetch requests; for EndTxn the markers are appended
+without an fsync each and then made durable together by the flusher's worker threads,
+as Produce's appends are), then CompleteCommit / CompleteAbort is recorded. EndTxn does
+not wait for that last record's fsync (it shares the next one of its partition): if a
+crash loses it, the replay finds the Prepare state and completes the transaction again,
+and a second marker for a closed transaction changes nothing. AddPartitionsToTxn waits
+for its record's fsync, shared with concurrent writes (``apply_durable``). A marker that cannot be written (a
 full disk) leaves the transaction in its Prepare state (clients get
 CONCURRENT_TRANSACTIONS) and is retried every second; a restart finishes what a crash
 interrupted (the shard lists its Prepare states after the replay).
@@ -145,22 +150,26 @@ class TransactionService:
             self._finish(result.after)
         return result.response
 
-    def add_partitions(self, txn_id: str, producer_id: int, producer_epoch: int,
-                       partitions: list[tuple[str, int]]) -> ErrorCode:
+    async def add_partitions(self, txn_id: str, producer_id: int, producer_epoch: int,
+                             partitions: list[tuple[str, int]]) -> ErrorCode:
+        """Answered once the new partitions are durable (an fsync shared with concurrent writes)."""
         result = self.shard_of(txn_id).add_partitions(txn_id, producer_id, producer_epoch, partitions,
                                                       self.now_ms())
-        self._apply(txn_id, result)
+        await self.runtime.apply_durable(self.partition_for(txn_id), result)
         if result.records:
             self._arm()
         return result.response
 
-    def end_txn(self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool) -> ErrorCode:
+    async def end_txn(self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool) -> ErrorCode:
+        """Answered once PrepareCommit / PrepareAbort and the markers are durable (the
+        markers' fsyncs run together, off the event loop) and the completion is recorded."""
+        p = self.partition_for(txn_id)
         result = self.shard_of(txn_id).end_txn(txn_id, producer_id, producer_epoch, commit, self.now_ms())
-        self._apply(txn_id, result)
+        await self.runtime.apply_durable(p, result)
         if result.after is not None:
             # Prepare* is durable: the outcome is decided, as Kafka answers; if a marker cannot
             # be written now it is retried, and clients see CONCURRENT_TRANSACTIONS meanwhile
-            self._finish(result.after)
+            await self._finish_durable(result.after)
         return result.response
 
     def verify(self, txn_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int) -> ErrorCode:
@@ -199,6 +208,52 @@ class TransactionService:
                     groups.runtime.shards[p].replay_marker(c.producer_id, c.commit)
         try:
             self._apply(c.transactional_id, self.shard_of(c.transactional_id).complete(c, self.now_ms()))
+        except ApiError:
+            self._schedule_retry()
+            return False
+        return True
+
+    async def _finish_durable(self, c: Completion) -> bool:
+        """:meth:`_finish` with the markers appended without an fsync each, then made
+        durable together by the flusher (worker threads), then the completion recorded."""
+        store = self.broker.store
+        now = self.now_ms()
+        waits = []
+        for topic, p in c.partitions:
+            meta = store.get_topic(topic)
+            if meta is None or not 0 <= p < meta.num_partitions:
+                continue
+            plog = store.partition(topic, p)
+            try:
+                appended = plog.append_marker(c.producer_id, c.producer_epoch, c.commit, 0, now, defer_flush=True)
+            except ApiError as e:
+                if e.error_code == ErrorCode.invalid_producer_epoch:
+                    log.warning("%s-%d: %s", topic, p, e.message)
+                    continue
+                log.error("%s-%d: cannot write the %s marker of transactional id %s (%s); retrying", topic, p,
+                          "commit" if c.commit else "abort", c.transactional_id, e.message)
+                self._schedule_retry()
+                return False
+            except OSError as e:
+                log.error("%s-%d: a transaction marker could not be written: %s", topic, p, e)
+                self._schedule_retry()
+                return False
+            self.broker.append_waiters.notify(topic, p)
+            if topic == OFFSETS_TOPIC:
+                groups = self.broker.extensions.get("groups")
+                if groups is not None:
+                    groups.runtime.shards[p].replay_marker(c.producer_id, c.commit)
+            waits.append(self.broker.flusher.durable(plog, appended.last_offset + 1))
+        try:
+            await asyncio.gather(*waits)
+        except OSError as e:
+            log.error("fsync of transaction markers failed: %s", e)
+            self._schedule_retry()
+            return False
+        try:
+            # not awaited durable: if it is lost, the replay finds Prepare* and completes again
+            self.runtime.apply_deferred(self.partition_for(c.transactional_id),
+                                        self.shard_of(c.transactional_id).complete(c, self.now_ms()))
         except ApiError:
             self._schedule_retry()
             return False

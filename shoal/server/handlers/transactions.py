@@ -32,7 +32,7 @@ def fenced_code(code: ErrorCode, version: int, first: int = 2) -> ErrorCode:
 
 
 @api(24, 0, 3)
-def handle_add_partitions_to_txn(ctx: Any, request: Any) -> Any:
+async def handle_add_partitions_to_txn(ctx: Any, request: Any) -> Any:
     cls = ctx.response_type
     tcls = sub(cls, "AddPartitionsToTxnTopicResult")
     pcls = sub(cls, "AddPartitionsToTxnPartitionResult")
@@ -51,8 +51,8 @@ def handle_add_partitions_to_txn(ctx: Any, request: Any) -> Any:
         code_of = {k: ErrorCode.unknown_topic_or_partition if k in unknown else ErrorCode.operation_not_attempted
                    for k in wanted}
     else:
-        code = svc.add_partitions(request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
-                                  request.v3_and_below_producer_epoch, wanted)
+        code = await svc.add_partitions(request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+                                        request.v3_and_below_producer_epoch, wanted)
         code = fenced_code(code, ctx.api_version)
         code_of = {k: code for k in wanted}
     results = tuple(make(tcls, name=t.name, results_by_partition=tuple(
@@ -62,7 +62,7 @@ def handle_add_partitions_to_txn(ctx: Any, request: Any) -> Any:
 
 
 @api(25, 0, 4)
-def handle_add_offsets_to_txn(ctx: Any, request: Any) -> Any:
+async def handle_add_offsets_to_txn(ctx: Any, request: Any) -> Any:
     cls = ctx.response_type
     svc = transaction_service(ctx.broker)
     if svc is None:
@@ -73,19 +73,19 @@ def handle_add_offsets_to_txn(ctx: Any, request: Any) -> Any:
     if groups is None:
         return make(cls, throttle_time=0, error_code=ErrorCode.coordinator_not_available)
     partition = groups.runtime.partition_for_group(request.group_id)
-    code = svc.add_partitions(request.transactional_id, request.producer_id, request.producer_epoch,
-                              [(OFFSETS_TOPIC, partition)])
+    code = await svc.add_partitions(request.transactional_id, request.producer_id, request.producer_epoch,
+                                    [(OFFSETS_TOPIC, partition)])
     return make(cls, throttle_time=0, error_code=fenced_code(code, ctx.api_version))
 
 
 @api(26, 0, 4)
-def handle_end_txn(ctx: Any, request: Any) -> Any:
+async def handle_end_txn(ctx: Any, request: Any) -> Any:
     cls = ctx.response_type
     svc = transaction_service(ctx.broker)
     if svc is None:
         return make(cls, throttle_time=0, error_code=NOT_SERVED)
-    code = svc.end_txn(request.transactional_id, request.producer_id, request.producer_epoch,
-                       bool(request.committed))
+    code = await svc.end_txn(request.transactional_id, request.producer_id, request.producer_epoch,
+                             bool(request.committed))
     return make(cls, throttle_time=0, error_code=fenced_code(code, ctx.api_version))
 
 
