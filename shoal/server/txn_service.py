@@ -6,7 +6,8 @@ Theory of operation
 hook) owns a :class:`~shoal.server.runtime.CoordinatorRuntime` of
 :class:`~shoal.transactions.coordinator.TransactionCoordinatorShard` over
 ``__transaction_state`` (``transaction.state.log.num.partitions`` partitions, compacted,
-``transaction.state.log.segment.bytes``). A transactional id lives in partition
+``transaction.state.log.segment.bytes``), created on first use (FindCoordinator for a
+transactional id, or InitProducerId with one), as Kafka creates it. A transactional id lives in partition
 ``abs(hash(id)) % partitions`` (Kafka's rule). Every write goes through
 ``runtime.apply``: appended, fsynced and replayed before the answer is computed from it.
 
@@ -85,7 +86,22 @@ class TransactionService:
         return self.broker.clock.now_ms()
 
     # ------------------------------------------------------------ start and stop
+    @property
+    def loaded(self) -> bool:
+        return bool(self.runtime.shards)
+
     def load(self) -> None:
+        """At start: replay ``__transaction_state`` if it exists. As Kafka, the topic is
+        created only when transactions are first used (:meth:`ensure_loaded`)."""
+        if self.broker.store.get_topic(TRANSACTION_STATE) is not None:
+            self._load_now()
+
+    def ensure_loaded(self) -> None:
+        """Create (and load) ``__transaction_state`` if it does not exist yet."""
+        if not self.runtime.shards:
+            self._load_now()
+
+    def _load_now(self) -> None:
         self.runtime.load()
         pending = [c for shard in self.runtime.shards for c in shard.pending_completions()]
         for c in pending:
@@ -134,12 +150,17 @@ class TransactionService:
     def shard_of(self, txn_id: str) -> TransactionCoordinatorShard:
         return self.runtime.shards[self.partition_for(txn_id)]
 
+    def find(self, txn_id: str) -> Any:
+        """The metadata of ``txn_id``, or None (also before the topic exists)."""
+        return self.shard_of(txn_id).txns.get(txn_id) if self.loaded else None
+
     def _apply(self, txn_id: str, result: Result[Any]) -> Result[Any]:
         return self.runtime.apply(self.partition_for(txn_id), result)
 
     # ------------------------------------------------------------ the operations
     def init_producer_id(self, txn_id: str, timeout_ms: int, producer_id: int,
                          producer_epoch: int) -> tuple[ErrorCode, int, int]:
+        self.ensure_loaded()
         now = self.now_ms()
         result = self.shard_of(txn_id).init_producer_id(txn_id, timeout_ms, producer_id, producer_epoch, now,
                                                         self.broker.producer_ids.allocate)
@@ -153,6 +174,7 @@ class TransactionService:
     async def add_partitions(self, txn_id: str, producer_id: int, producer_epoch: int,
                              partitions: list[tuple[str, int]]) -> ErrorCode:
         """Answered once the new partitions are durable (an fsync shared with concurrent writes)."""
+        self.ensure_loaded()
         result = self.shard_of(txn_id).add_partitions(txn_id, producer_id, producer_epoch, partitions,
                                                       self.now_ms())
         await self.runtime.apply_durable(self.partition_for(txn_id), result)
@@ -163,6 +185,7 @@ class TransactionService:
     async def end_txn(self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool) -> ErrorCode:
         """Answered once PrepareCommit / PrepareAbort and the markers are durable (the
         markers' fsyncs run together, off the event loop) and the completion is recorded."""
+        self.ensure_loaded()
         p = self.partition_for(txn_id)
         result = self.shard_of(txn_id).end_txn(txn_id, producer_id, producer_epoch, commit, self.now_ms())
         await self.runtime.apply_durable(p, result)
@@ -173,6 +196,8 @@ class TransactionService:
         return result.response
 
     def verify(self, txn_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int) -> ErrorCode:
+        if not self.loaded:
+            return ErrorCode.invalid_producer_id_mapping if txn_id else ErrorCode.invalid_request
         return self.shard_of(txn_id).verify(txn_id, producer_id, producer_epoch, topic, partition)
 
     # ------------------------------------------------------------ markers

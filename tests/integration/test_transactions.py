@@ -187,8 +187,11 @@ def _produce_txn_batch(conn: RawConnection, txn_id: str, topic: str, pid: int, e
 def test_coordinator_checks_on_the_wire(start_broker: Callable[..., BrokerProcess], topic_name: str) -> None:
     b = start_broker(**{"transaction_max_timeout_ms": "10000"})
     create_topic(b.bootstrap, topic_name, partitions=1)
+    # as in Kafka, __transaction_state is created when transactions are first used
+    assert not (b.data_dir / "__transaction_state-0").exists()
     with RawConnection(b.bootstrap) as conn:
         assert _init(conn, "tx-wire", 20000, 1)[0] == ErrorCode.invalid_transaction_timeout
+        assert (b.data_dir / "__transaction_state-49").exists()
         code, pid, epoch = _init(conn, "tx-wire", 5000, 2)
         assert code == ErrorCode.none and pid >= 0 and epoch == 0
         # a second init bumps the epoch of the same producer id

@@ -76,7 +76,7 @@ def handle_describe_transactions(ctx: Any, request: Any) -> Any:
     svc = transaction_service(ctx.broker)
     out = []
     for txn_id in request.transactional_ids:
-        m = None if svc is None else svc.shard_of(txn_id).txns.get(txn_id)
+        m = None if svc is None else svc.find(txn_id)
         if m is None:
             code = ErrorCode.coordinator_not_available if svc is None else ErrorCode.transactional_id_not_found
             out.append(make(scls, error_code=code, transactional_id=txn_id, transaction_state="",
