@@ -32,9 +32,11 @@ Timeouts: one ``loop.call_later`` at the earliest deadline of any open transacti
 (its start plus its ``transaction.timeout.ms``); then every expired transaction is
 fenced and aborted (:meth:`TransactionCoordinatorShard.fence_and_abort`).
 
-One broker only: in cluster mode the service is not started, and the handlers refuse
-transactional ids as before (the coordinator does not follow the leadership of
-``__transaction_state`` and markers are not sent to other brokers yet).
+One broker only: in cluster mode the service is not started, the transaction APIs
+(:data:`TRANSACTION_APIS`) are left out of this broker's routes (so ApiVersions does not
+advertise them), and InitProducerId and Produce refuse transactional ids (the coordinator
+does not follow the leadership of ``__transaction_state`` and markers are not sent to
+other brokers yet).
 """
 
 from __future__ import annotations
@@ -58,6 +60,11 @@ log = logging.getLogger("shoal.transactions")
 __all__ = ["TransactionService", "transaction_service", "check_transactional_produce", "TRANSACTION_STATE"]
 
 RETRY_MARKERS_S = 1.0
+
+TRANSACTION_APIS = frozenset({24, 25, 26, 27, 28, 65, 66})
+"""AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, WriteTxnMarkers, TxnOffsetCommit,
+DescribeTransactions, ListTransactions: not advertised in cluster mode, where the
+transaction coordinator is not served (ApiVersions advertises only what works)."""
 
 
 def transaction_service(broker: Any) -> TransactionService | None:
@@ -345,6 +352,7 @@ async def _start(broker: Any) -> None:
     except (KeyError, TypeError):
         clustered = False
     if clustered:
+        broker.routes = {k: r for k, r in broker.routes.items() if k not in TRANSACTION_APIS}
         return
     svc = TransactionService(broker)
     svc.load()
