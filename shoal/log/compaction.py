@@ -244,6 +244,8 @@ def compact(log, now_ms: int) -> CompactionStats:
     finally:
         log.replace_segments(n, _unique(kept) + segs[i:])  # segments not reached (an error) stay
     log.compaction_state = (end, min(expiries) if expiries else None, cfg)
+    if getattr(log, "txns", None) is not None and log.txns.aborted and (rewritten or merged):
+        log.write_txn_indexes()  # a merged segment holds the aborted transactions of those it took in
     return CompactionStats(rewritten, removed, before, after, merged)
 
 

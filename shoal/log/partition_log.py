@@ -64,7 +64,11 @@ appends a commit or abort marker that closes it. :attr:`PartitionLog.last_stable
 is the first offset of the oldest open transaction, or the high watermark; a
 read_committed reader gets batches below it and :meth:`PartitionLog.aborted_transactions`
 of the range. The aborted-transaction list is kept in memory and rebuilt at every open,
-as the producer state is (the log's headers are walked at open anyway).
+as the producer state is (the log's headers are walked at open anyway). Each segment's
+part of it is also written, in Kafka's ``.txnindex`` layout (34-byte entries: version 0,
+producer id, first offset, marker offset, last stable offset), for Kafka's tools: when
+the segment is sealed, at close, and after opening, a truncation or compaction when it
+differs from what the file holds. The files are never read back: the log is the truth.
 
 Concurrency: event loop only; never awaits.  ``append`` and ``flush`` block on the disk.
 """
@@ -74,6 +78,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import struct
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +105,7 @@ _log = logging.getLogger("shoal.log")
 _SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
 _CHECKPOINT_RE = re.compile(r"^\d{1,19}$")
 _NO_LIMIT = 1 << 63
+_TXN_ENTRY = struct.Struct(">hqqqq")
 LOG_START_FILE = "log-start-offset"
 RECOVERY_POINT_FILE = "recovery-point"
 
@@ -375,6 +381,8 @@ class PartitionLog:
                     log._replay_producer(h, seg)
                 if h.partition_leader_epoch >= 0 and (not epochs or h.partition_leader_epoch > epochs[-1][0]):
                     epochs.append((h.partition_leader_epoch, h.base_offset))
+        if log.txns.aborted or any(p.endswith(".txnindex") for p in names):
+            log.write_txn_indexes()
 
     def _replay_producer(self, h, seg=None, data=None) -> None:
         """Rebuild producer and transaction state from one batch (at open, after a truncation,
@@ -397,6 +405,34 @@ class PartitionLog:
                               h.base_offset, h.last_offset, h.max_timestamp)
         if h.is_transactional:
             self.txns.on_batch(h.producer_id, h.base_offset)
+
+    def txn_index_bytes(self, seg: Segment) -> bytes:
+        """The ``.txnindex`` content of ``seg``: the aborted transactions whose marker it holds."""
+        return b"".join(_TXN_ENTRY.pack(0, a.producer_id, a.first_offset, a.last_offset, a.last_stable_offset)
+                        for a in self.txns.aborted if seg.base_offset <= a.last_offset < seg.next_offset)
+
+    def write_txn_indexes(self, segments: list | None = None) -> None:
+        """Write the ``.txnindex`` file of each of ``segments`` (default: all) whose content
+        differs from what it should be (none when it has no aborted transaction). A file
+        that cannot be written is skipped (logged): nothing reads it back."""
+        for seg in self.segments if segments is None else segments:
+            want = self.txn_index_bytes(seg)
+            path = seg.txn_index_path
+            try:
+                have = path.read_bytes()
+            except FileNotFoundError:
+                have = None
+            except OSError:
+                have = b"?"
+            if (have or b"") == want and (have is not None or not want):
+                continue
+            try:
+                if want:
+                    atomic_write(path, want)
+                else:
+                    path.unlink(missing_ok=True)
+            except OSError as exc:
+                _log.warning("partition %s: cannot write %s: %s", self.dir.name, path.name, exc)
 
     def _report_damage(self, seg: Segment, damage, torn: bool, limit: int | None) -> int:
         """Log what recovery cut from ``seg`` (at WARN for a write torn at the end of the
@@ -641,12 +677,15 @@ class PartitionLog:
             seg.truncate_to_position(pos)
         atomic_write(self.dir / RECOVERY_POINT_FILE, str(seg.base_offset).encode())
         self._recovery_point = seg.base_offset
+        had_aborted = bool(self.txns.aborted)
         self.producers = ProducerStateTable()
         self.txns = TxnState()
         for s in self.segments:
             for h in s.walk_headers():
                 if h.producer_id >= 0:
                     self._replay_producer(h, s)
+        if had_aborted:
+            self.write_txn_indexes([self.segments[-1]])
         if self.replicated_high_watermark is not None:
             self.replicated_high_watermark = min(self.replicated_high_watermark, self.log_end_offset)
         self._truncations += 1
@@ -670,6 +709,8 @@ class PartitionLog:
         except FsyncError as exc:
             self.fsync_failed(exc)
             raise
+        if self.txns.aborted:
+            self.write_txn_indexes([old])
         seg = None
         try:
             old.write_indexes(fsync=True)
@@ -922,6 +963,8 @@ class PartitionLog:
         try:
             active = self.segments[-1]
             active.flush()
+            if self.txns.aborted:
+                self.write_txn_indexes([active])
             rp = self._recovery_point
             if (rp is None and len(self.segments) > 1) or (rp is not None and rp < active.base_offset):
                 try:

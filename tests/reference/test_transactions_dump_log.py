@@ -4,7 +4,7 @@ A transactional producer (confluent-kafka) commits one transaction and aborts an
 the broker stops, and Kafka's DumpLogSegments reads ``__transaction_state`` with
 ``--transaction-log-decoder`` (every record a TransactionLogKey / TransactionLogValue,
 through Kafka's states) and the data partition (a COMMIT and an ABORT control record,
-in place).
+in place) and its ``.txnindex`` (the aborted transaction).
 """
 
 from __future__ import annotations
@@ -61,3 +61,7 @@ def test_transaction_state_and_markers_decode(tmp_path: Path, kafka_classpath: s
     rows = [line.split(" headerKeys: [] ")[1] for line in out.splitlines() if line.startswith("| offset: ")]
     assert rows == ["payload: x", "endTxnMarker: COMMIT coordinatorEpoch: 0", "payload: x",
                     "endTxnMarker: ABORT coordinatorEpoch: 0"], out[-3000:]
+    # the segment's aborted-transaction index, in Kafka's .txnindex layout
+    out = run_tool("kafka-dump-log", "--files", str(seg.with_suffix(".txnindex")), timeout=180).stdout
+    entries = [line for line in out.splitlines() if line.startswith("version: ")]
+    assert entries == ["version: 0 producerId: 0 firstOffset: 2 lastOffset: 3 lastStableOffset: 4"], out

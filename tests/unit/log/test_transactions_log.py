@@ -124,3 +124,36 @@ def test_compaction_drops_aborted_records_and_never_lets_them_replace_committed_
     kinds = [marker_type(d) for h, d in log.read_batches(0) if h.is_control]
     assert kinds == [ABORT]  # markers stay
     assert log.txns.ongoing == {6: 3}
+
+
+def _txnindex(path) -> list[tuple]:
+    import struct
+    data = path.read_bytes()
+    return [struct.unpack_from(">hqqqq", data, i) for i in range(0, len(data), 34)]
+
+
+def test_segments_get_kafkas_txnindex_files(tmp_path):
+    cfg = LogConfig(segment_bytes=600)
+    log = PartitionLog.open(tmp_path / "t-0", cfg)
+    log.append(txn_batch(2, pid=5, epoch=0, seq=0), 0)                      # 0-1
+    log.append_marker(5, 0, commit=False, coordinator_epoch=0, now_ms=1)    # 2
+    log.append(txn_batch(1, pid=6, epoch=0, seq=0), 0)                      # 3
+    log.append_marker(6, 0, commit=True, coordinator_epoch=0, now_ms=1)     # 4
+    first = log.segments[0]
+    for i in range(20):                                                     # roll
+        log.append(batch(1), 0)
+    assert len(log.segments) > 1
+    assert _txnindex(first.txn_index_path) == [(0, 5, 0, 2, 3)]  # sealed with its segment
+    assert not log.segments[1].txn_index_path.exists()
+    # an abort in the active segment is written at close, and checked again at open
+    log.append(txn_batch(1, pid=7, epoch=0, seq=0), 0)
+    marker = log.append_marker(7, 0, commit=False, coordinator_epoch=0, now_ms=1).base_offset
+    active = log.segments[-1]
+    log.close()
+    assert _txnindex(active.txn_index_path) == [(0, 7, marker - 1, marker, marker + 1)]
+    active.txn_index_path.unlink()
+    again = PartitionLog.open(tmp_path / "t-0", cfg)
+    assert _txnindex(again.segments[-1].txn_index_path) == [(0, 7, marker - 1, marker, marker + 1)]
+    # retention deletes a segment's index with it
+    again.delete_records(again.segments[1].base_offset)
+    assert not first.txn_index_path.exists()
