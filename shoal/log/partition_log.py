@@ -96,7 +96,7 @@ from shoal.protocol.batch import (
     set_partition_leader_epoch,
     validate_batches,
 )
-from shoal.protocol.markers import COMMIT, build_marker, marker_type
+from shoal.protocol.markers import COMMIT, build_marker, marker_of
 
 __all__ = ["PartitionLog", "AppendResult", "atomic_write"]
 
@@ -391,12 +391,13 @@ class PartitionLog:
             if data is None:
                 data = seg.read_at(h.position, h.size)
             try:
-                kind = marker_type(data)
+                found = marker_of(data)
             except ApiError:
-                kind = None
-            if kind is None:
+                found = None
+            if found is None:
                 return
-            self.producers.mark(h.producer_id, h.producer_epoch, h.max_timestamp)
+            kind, coordinator_epoch = found
+            self.producers.mark(h.producer_id, h.producer_epoch, h.max_timestamp, coordinator_epoch)
             entry = self.txns.on_marker(h.producer_id, kind == COMMIT, h.base_offset)
             if entry is not None and entry.last_offset < self.log_start_offset:
                 self.txns.aborted.pop()
@@ -511,11 +512,11 @@ class PartitionLog:
         Raises ApiError(INVALID_PRODUCER_EPOCH) if the producer's epoch here is newer, and
         what :meth:`append` raises; nothing is appended then.
         """
-        self.producers.check_marker(producer_id, producer_epoch)
+        self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
         batch = bytearray(build_marker(commit, producer_id, producer_epoch, coordinator_epoch, now_ms))
         result = self.append(batch, now_ms, check_producer=False, timestamp_type=TimestampType.CREATE_TIME,
                              leader_epoch=leader_epoch, crc_checked=True, defer_flush=defer_flush)
-        self.producers.mark(producer_id, producer_epoch, now_ms)
+        self.producers.mark(producer_id, producer_epoch, now_ms, coordinator_epoch)
         self.txns.on_marker(producer_id, commit, result.base_offset)
         return result
 

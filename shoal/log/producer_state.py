@@ -61,6 +61,8 @@ class ProducerEntry:
     epoch: int
     batches: deque = field(default_factory=lambda: deque(maxlen=BATCHES_TO_RETAIN))
     last_timestamp: int = -1
+    coordinator_epoch: int = -1
+    """The transaction coordinator's epoch in the last marker written for this producer."""
 
     @property
     def last_seq(self) -> int:
@@ -119,15 +121,20 @@ class ProducerStateTable:
         entry.batches.append(BatchMetadata(first_seq, last_seq, first_offset, last_offset, timestamp))
         entry.last_timestamp = max(entry.last_timestamp, timestamp)
 
-    def check_marker(self, producer_id: int, epoch: int) -> None:
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int = -1) -> None:
         """A commit or abort marker of ``producer_id`` at ``epoch`` may be written: not older than
-        the producer's epoch. Raises ApiError(INVALID_PRODUCER_EPOCH)."""
+        the producer's epoch, nor from an older coordinator than the last marker's (Kafka's
+        checks). Raises ApiError(INVALID_PRODUCER_EPOCH | TRANSACTION_COORDINATOR_FENCED)."""
         entry = self.entries.get(producer_id)
         if entry is not None and epoch < entry.epoch:
             raise ApiError(ErrorCode.invalid_producer_epoch,
                            f"marker of producer {producer_id} at epoch {epoch} is older than {entry.epoch}")
+        if entry is not None and coordinator_epoch < entry.coordinator_epoch:
+            raise ApiError(ErrorCode.transaction_coordinator_fenced,
+                           f"marker of producer {producer_id} from coordinator epoch {coordinator_epoch}, "
+                           f"older than {entry.coordinator_epoch}")
 
-    def mark(self, producer_id: int, epoch: int, timestamp: int) -> None:
+    def mark(self, producer_id: int, epoch: int, timestamp: int, coordinator_epoch: int = -1) -> None:
         """A marker of ``producer_id`` was written at ``epoch`` (also at replay)."""
         entry = self.entries.get(producer_id)
         if entry is None:
@@ -136,6 +143,7 @@ class ProducerStateTable:
             entry.epoch = epoch
             entry.batches.clear()
         entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
 
     def replay(self, producer_id: int, epoch: int, first_seq: int, last_seq: int,
                first_offset: int, last_offset: int, timestamp: int) -> None:

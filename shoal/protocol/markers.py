@@ -13,7 +13,7 @@ import struct
 
 from .batch import build_batch, decode_records
 
-__all__ = ["ABORT", "COMMIT", "build_marker", "marker_type"]
+__all__ = ["ABORT", "COMMIT", "build_marker", "marker_type", "marker_of"]
 
 ABORT = 0
 COMMIT = 1
@@ -33,8 +33,19 @@ def build_marker(commit: bool, producer_id: int, producer_epoch: int, coordinato
 def marker_type(batch: bytes | bytearray | memoryview) -> int | None:
     """ABORT or COMMIT for the control batch at the start of ``batch``; None if its first
     record is not a marker Kafka defines (an unknown control type, which readers skip)."""
+    found = marker_of(batch)
+    return None if found is None else found[0]
+
+
+def marker_of(batch: bytes | bytearray | memoryview) -> tuple[int, int] | None:
+    """(ABORT or COMMIT, coordinator epoch) of the control batch at the start of ``batch``
+    (epoch -1 if its value is missing); None if it is not a marker Kafka defines."""
     records = decode_records(batch)
     if not records or records[0].key is None or len(records[0].key) < _KEY.size:
         return None
     _version, kind = _KEY.unpack_from(records[0].key, 0)
-    return kind if kind in (ABORT, COMMIT) else None
+    if kind not in (ABORT, COMMIT):
+        return None
+    value = records[0].value
+    epoch = _VALUE.unpack_from(value, 0)[1] if value is not None and len(value) >= _VALUE.size else -1
+    return kind, epoch

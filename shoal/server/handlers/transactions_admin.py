@@ -57,7 +57,7 @@ def handle_describe_producers(ctx: Any, request: Any) -> Any:
             ongoing = plog.txns.ongoing
             producers = tuple(
                 make(scls, producer_id=e.producer_id, producer_epoch=e.epoch, last_sequence=e.last_seq,
-                     last_timestamp=e.last_timestamp, coordinator_epoch=-1,
+                     last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
                      current_txn_start_offset=ongoing.get(e.producer_id, -1))
                 for e in sorted(plog.producers.entries.values(), key=lambda e: e.producer_id))
             parts.append(make(pcls, partition_index=p, error_code=ErrorCode.none, active_producers=producers))

@@ -157,3 +157,17 @@ def test_segments_get_kafkas_txnindex_files(tmp_path):
     # retention deletes a segment's index with it
     again.delete_records(again.segments[1].base_offset)
     assert not first.txn_index_path.exists()
+
+
+def test_markers_from_an_older_coordinator_are_fenced_and_the_epoch_survives_a_restart(tmp_path):
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig())
+    log.append(txn_batch(1, pid=5, epoch=0, seq=0), 0)
+    log.append_marker(5, 0, commit=True, coordinator_epoch=3, now_ms=1)
+    log.append(txn_batch(1, pid=5, epoch=0, seq=1), 0)
+    with pytest.raises(ApiError) as e:
+        log.append_marker(5, 0, commit=False, coordinator_epoch=2, now_ms=1)
+    assert e.value.error_code == ErrorCode.transaction_coordinator_fenced
+    assert log.producers.entries[5].coordinator_epoch == 3
+    log.close()
+    again = PartitionLog.open(tmp_path / "t-0", LogConfig())
+    assert again.producers.entries[5].coordinator_epoch == 3 and again.txns.ongoing == {5: 2}
