@@ -84,3 +84,41 @@ def test_read_committed_share_consumers_never_get_aborted_or_open_records(broker
     p.commit_transaction(15)
     got = _collect(bs, "rc", topic_name, 2, lambda g: b"open" in g, 30)
     assert got == [b"open"]
+
+
+def test_read_committed_start_offset_moves_past_markers_and_aborted_records(broker: BrokerProcess,
+                                                                           topic_name: str) -> None:
+    """KIP-932: the records of aborted transactions and the markers are archived as gaps, so
+    the share-partition start offset moves past them even when nothing follows them."""
+    import subprocess
+    import sys
+
+    bs = broker.bootstrap
+    create_topic(bs, topic_name, partitions=1)
+    set_group_configs(bs, "rc-end", share_auto_offset_reset="earliest", share_isolation_level="read_committed")
+    p = Producer(rdkafka_conf(bs, **{"transactional.id": "tx-share-end", "linger.ms": 5}))
+    p.init_transactions(15)
+    for values, commit in (([b"c0", b"c1", b"c2"], True), ([b"a0", b"a1"], False)):
+        p.begin_transaction()
+        for v in values:
+            p.produce(topic_name, v, partition=0)
+        p.flush(15)
+        if commit:
+            p.commit_transaction(15)
+        else:
+            p.abort_transaction(15)
+    # offsets: c0-c2 0-2, commit marker 3, a0-a1 4-5, abort marker 6: the log ends at 7
+    got = _collect(bs, "rc-end", topic_name, 1, lambda g: len(g) >= 3, 30)
+    assert sorted(got) == [b"c0", b"c1", b"c2"]
+
+    def start_offset() -> int:
+        out = subprocess.run([sys.executable, "-m", "shoal", "share-groups", "--bootstrap-server", bs, "--describe",
+                              "--group", "rc-end", "--offsets"], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        rows = [line.split() for line in out.stdout.splitlines() if line.startswith("rc-end ")]
+        return int(rows[0][3])
+
+    deadline = time.monotonic() + 20
+    while start_offset() != 7:
+        assert time.monotonic() < deadline, f"the start offset stayed at {start_offset()}"
+        time.sleep(0.5)
