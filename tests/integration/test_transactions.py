@@ -241,3 +241,18 @@ def test_idle_transactional_ids_expire(start_broker: Callable[..., BrokerProcess
             time.sleep(0.3)
         code, again, epoch = _init(conn, "tx-idle", 5000, 4)
         assert code == ErrorCode.none and again != pid and epoch == 0
+
+
+def test_compressed_transactional_batches_keep_their_transaction(broker: BrokerProcess, topic_name: str) -> None:
+    """lz4 batches into a zstd topic are recompressed in a worker thread: they stay
+    transactional batches of their producer, so aborts still hide them."""
+    create_topic(broker.bootstrap, topic_name, partitions=2, config={"compression.type": "zstd"})
+    p = txn_producer(broker.bootstrap, "tx-lz4", **{"compression.type": "lz4", "linger.ms": 20})
+    p.init_transactions(15)
+    committed = [b"c%d" % i for i in range(200)]
+    aborted = [b"a%d" % i for i in range(200)]
+    produce_txn(p, topic_name, committed[:100], 2, commit=True)
+    produce_txn(p, topic_name, aborted, 2, commit=False)
+    produce_txn(p, topic_name, committed[100:], 2, commit=True)
+    assert sorted(read_all(broker.bootstrap, topic_name, 2, "read_committed", 200)) == sorted(committed)
+    assert sorted(read_all(broker.bootstrap, topic_name, 2, "read_uncommitted", 400)) == sorted(committed + aborted)
