@@ -422,7 +422,22 @@ _DEFS: list[Definition] = [
                "Incremental fetch sessions the broker keeps.", check=_ge(0)),
     # --- idempotent producers --------------------------------------------------
     Definition("transactional.id.expiration.ms", int, 7 * DAY_MS, Scope.BROKER,
-               "Forget idle producer ids after this long.", check=_ge(1)),
+               "The transaction coordinator forgets a transactional id with no open transaction after "
+               "this long without a change.", check=_ge(1)),
+    # --- transaction coordinator ------------------------------------------------
+    Definition("transaction.state.log.num.partitions", int, 50, Scope.BROKER,
+               "Partitions of __transaction_state when it is created; an existing topic keeps its count "
+               "(which decides the partition, and so the coordinator, of every transactional id).",
+               check=_ge(1), dynamic=False),
+    Definition("transaction.state.log.segment.bytes", int, 100 * MIB, Scope.BROKER,
+               "segment.bytes of __transaction_state (compacted; applied to the topic at every start).",
+               check=_ge(14), dynamic=False),
+    Definition("transaction.remove.expired.transaction.cleanup.interval.ms", int, 3_600_000, Scope.BROKER,
+               "How often the transaction coordinator looks for transactional ids to forget "
+               "(transactional.id.expiration.ms).", check=_ge(1)),
+    Definition("transaction.max.timeout.ms", int, 900000, Scope.BROKER,
+               "Largest transaction.timeout.ms a transactional producer may ask for (InitProducerId "
+               "answers INVALID_TRANSACTION_TIMEOUT above it).", check=_ge(1)),
     # --- group coordinator (classic and consumer) -------------------------------
     Definition("offsets.topic.num.partitions", int, 50, Scope.BROKER,
                "Partitions of __consumer_offsets when it is created; an existing topic keeps its count "
@@ -544,7 +559,9 @@ _DEFS: list[Definition] = [
                "Where a share group starts on a partition it has no state for: latest, earliest, "
                "or by_duration:<ISO-8601 duration>."),
     Definition("share.isolation.level", str, "read_uncommitted", Scope.GROUP,
-               "read_uncommitted (read_committed needs transactions).",
+               "read_committed: share consumers get only records below the last stable offset, "
+               "never those of aborted transactions (archived without delivery); read_uncommitted: "
+               "every record.",
                choices=("read_uncommitted", "read_committed")),
     Definition("share.record.lock.duration.ms", int, None, Scope.GROUP, "Acquisition lock duration of this group.",
                broker_synonym="group.share.record.lock.duration.ms"),

@@ -26,7 +26,7 @@ def _load_commands() -> None:
     from . import serve  # noqa: F401
 
     for optional in ("topics", "configs", "console", "consumer_groups", "share_groups", "dev_cluster",
-                     "reassign_partitions", "users", "acls"):
+                     "reassign_partitions", "users", "acls", "transactions"):
         try:
             __import__(f"{__package__}.{optional}")
         except ModuleNotFoundError as e:

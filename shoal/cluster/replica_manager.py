@@ -72,7 +72,7 @@ PROBE_MIN_S, PROBE_MAX_S = 1.0, 30.0
 within RELAPSE_S of coming back, twice as long (at most PROBE_MAX_S)."""
 RELAPSE_S = 60.0
 PROBE_FILE = ".log-dir-probe"
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__share_group_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__share_group_state", "__transaction_state"})
 EPOCH_FILE = "leader-epoch-checkpoint"
 _I64 = struct.Struct(">q")
 

@@ -39,7 +39,14 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from shoal.coordinator.schemas import CONSUMER_OFFSETS, RECORD_SCHEMAS, SHARE_GROUP_STATE, Field, Schema
+from shoal.coordinator.schemas import (
+    CONSUMER_OFFSETS,
+    RECORD_SCHEMAS,
+    SHARE_GROUP_STATE,
+    TRANSACTION_STATE,
+    Field,
+    Schema,
+)
 
 __all__ = [
     "RecordType",
@@ -47,6 +54,7 @@ __all__ = [
     "CoordinatorRecord",
     "CONSUMER_OFFSETS",
     "SHARE_GROUP_STATE",
+    "TRANSACTION_STATE",
     "encode_key",
     "decode_key",
     "encode_value",

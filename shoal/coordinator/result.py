@@ -40,6 +40,12 @@ class Result(Generic[R]):
     """Absolute times (ms) at which the shell should call ``expire``."""
     after: Any = None
     """Optional callback-free payload for the shell (e.g. members to notify)."""
+    producer_id: int = -1
+    """>= 0: the records belong to this producer's transaction (TxnOffsetCommit). They are
+    appended as a transactional batch of ``producer_id`` / ``producer_epoch`` and replayed
+    with ``replay_transactional(record, producer_id)``: pending until the transaction's
+    commit marker (``replay_marker``)."""
+    producer_epoch: int = -1
 
     @classmethod
     def of(cls, response: R, records: list[CoordinatorRecord] | None = None) -> Result[R]:

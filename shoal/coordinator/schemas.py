@@ -2,7 +2,8 @@
 
 Theory of operation
 -------------------
-Apache Kafka describes each record of ``__consumer_offsets`` and ``__share_group_state``
+Apache Kafka describes each record of ``__consumer_offsets``, ``__share_group_state`` and
+``__transaction_state``
 with a pair of JSON message specs (``group-coordinator/src/main/resources/common/message``
 and ``share-coordinator/src/main/resources/common/message`` in its repository): a key spec
 and a value spec. This module restates them as :class:`Schema` objects, one per spec,
@@ -55,12 +56,14 @@ __all__ = [
     "Schema",
     "CONSUMER_OFFSETS",
     "SHARE_GROUP_STATE",
+    "TRANSACTION_STATE",
     "RECORD_SCHEMAS",
     "snake",
 ]
 
 CONSUMER_OFFSETS = "__consumer_offsets"
 SHARE_GROUP_STATE = "__share_group_state"
+TRANSACTION_STATE = "__transaction_state"
 
 _MAX_VERSION = 0x7FFF
 
@@ -319,5 +322,23 @@ RECORD_SCHEMAS: dict[str, dict[int, tuple[Schema, Schema]]] = {
             f("DeliveryCompleteCount", "int32", tag=0, tagged="0+", default=-1),
             f("StateBatches", "[]StateBatch", fields=_STATE_BATCH),
         ])),
+    },
+    TRANSACTION_STATE: {
+        # TransactionLogKey (version 0) and TransactionLogValue (transaction-coordinator
+        # module): version 0 is what a broker without transaction version 2 writes.
+        0: (_key("TransactionLogKey", 0, f("TransactionalId", "string", "0")),
+            schema("TransactionLogValue", "0-1", "1+", [
+                f("ProducerId", "int64"),
+                f("PreviousProducerId", "int64", "1+", tag=0, tagged="1+", default=-1),
+                f("NextProducerId", "int64", "1+", tag=1, tagged="1+", default=-1),
+                f("ProducerEpoch", "int16"),
+                f("TransactionTimeoutMs", "int32"),
+                f("TransactionStatus", "int8"),
+                f("TransactionPartitions", "[]PartitionsSchema", nullable="0+", fields=(
+                    f("Topic", "string"), f("PartitionIds", "[]int32"))),
+                f("TransactionLastUpdateTimestampMs", "int64"),
+                f("TransactionStartTimestampMs", "int64"),
+                f("ClientTransactionVersion", "int16", "1+", tag=2, tagged="1+", default=0),
+            ], write_version=0)),
     },
 }

@@ -402,6 +402,42 @@ class GroupCoordinatorShard:
         )
         return self._finish(build_response(cls, fields), Effects(records=records), None, now_ms)
 
+    # ------------------------------------------------------------ TxnOffsetCommit
+    def handle_txn_offset_commit(self, request: Any, now_ms: int) -> Result:
+        """Offsets committed inside a transaction: OFFSET_COMMIT records appended as a
+        transactional batch of the producer, pending until its commit marker. The group
+        checks member and generation as for OffsetCommit; a request without them
+        (generation -1 and no member id: versions before 3) is not checked, as Kafka does."""
+        cls = response_class(request)
+        topics = [(t.name, [CommitPartition(int(p.partition_index), int(p.committed_offset),
+                                            int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata)
+                            for p in t.partitions])
+                  for t in request.topics]
+        generation = int(getattr(request, "generation_id", -1))
+        member_id = getattr(request, "member_id", "") or ""
+        group = self.groups.get(request.group_id)
+        records, fields = self.offsets.commit(
+            request.group_id, group if (generation >= 0 or member_id) else None, member_id=member_id,
+            group_instance_id=getattr(request, "group_instance_id", None), generation_id=generation,
+            api_version=8, topics=topics, retention_ms=-1, now_ms=now_ms)
+        result = self._finish(build_response(cls, fields), Effects(records=records), None, now_ms)
+        result.producer_id = int(request.producer_id)
+        result.producer_epoch = int(request.producer_epoch)
+        return result
+
+    def replay_transactional(self, record: CoordinatorRecord, producer_id: int) -> None:
+        """A record of a transactional batch: offsets stay pending until the marker."""
+        if record.record_type in (RecordType.OFFSET_COMMIT, RecordType.OFFSET_COMMIT_LEGACY):
+            self.offsets.replay_pending(record, producer_id)
+        else:
+            self.replay(record)
+
+    def replay_marker(self, producer_id: int, commit: bool) -> None:
+        """A commit or abort marker of ``producer_id`` in this partition."""
+        for group_id in self.offsets.complete_transaction(producer_id, commit):
+            if group_id not in self.groups and self.offsets.has_offsets(group_id):
+                self.groups[group_id] = ClassicGroup(group_id, self.classic_config, None)
+
     # ------------------------------------------------------------- OffsetFetch
     def handle_offset_fetch(self, request: Any, now_ms: int) -> Result:
         cls = response_class(request)

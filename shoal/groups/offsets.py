@@ -24,6 +24,13 @@ consumer-protocol or share, or None when the group does not exist) answers:
 A commit with generation -1 to a group that does not exist is accepted (admin tools and
 ``assign()`` consumers); replaying it creates a "simple" classic group (the manager does
 that). Pure: no clock, no I/O; event loop only.
+
+Transactional offsets (TxnOffsetCommit): the same OFFSET_COMMIT records, appended in a
+transactional batch of the producer, are replayed into ``pending[producer_id]`` and are
+not visible to OffsetFetch; the transaction's commit marker moves them into
+``offsets`` (:meth:`OffsetStore.complete_transaction`), an abort marker drops them.
+While any are pending for a partition, an OffsetFetch with ``require_stable`` answers
+UNSTABLE_OFFSET_COMMIT for it (KIP-447).
 """
 
 from __future__ import annotations
@@ -65,6 +72,25 @@ class OffsetStore:
     def __init__(self, metadata_max_bytes: int = OFFSET_METADATA_MAX_BYTES) -> None:
         self.offsets: dict[str, dict[str, dict[int, OffsetValue]]] = {}
         self.metadata_max_bytes = metadata_max_bytes
+        self.pending: dict[int, dict[tuple[str, str, int], CoordinatorRecord]] = {}
+        """Producer id -> (group, topic, partition) -> its transactional OFFSET_COMMIT record."""
+
+    def pending_for(self, group_id: str, topic: str, partition: int) -> bool:
+        return any((group_id, topic, partition) in by_key for by_key in self.pending.values())
+
+    def replay_pending(self, rec: CoordinatorRecord, producer_id: int) -> str:
+        """A transactional OFFSET_COMMIT record of ``producer_id``: pending until its marker."""
+        group_id, topic, partition, _value = decode_offset_commit(rec)
+        self.pending.setdefault(producer_id, {})[(group_id, topic, partition)] = rec
+        return group_id
+
+    def complete_transaction(self, producer_id: int, commit: bool) -> list[str]:
+        """The marker of ``producer_id``'s transaction: apply (commit) or drop its pending
+        offsets; returns the group ids whose offsets were applied."""
+        by_key = self.pending.pop(producer_id, None)
+        if not by_key or not commit:
+            return []
+        return [self.replay(rec) for rec in by_key.values()]
 
     # ------------------------------------------------------------------ reads
     def get(self, group_id: str, topic: str, partition: int) -> OffsetValue | None:
@@ -132,9 +158,9 @@ class OffsetStore:
     ) -> dict[str, Any]:
         """One group's answer: {group_id, error_code, topics}; -1 for partitions without offsets.
 
-        ``topics`` None means every committed partition of the group. ``require_stable``
-        would report UNSTABLE_OFFSET_COMMIT for partitions with pending transactional
-        offsets; shoal has none yet, so it changes nothing.
+        ``topics`` None means every committed partition of the group. With
+        ``require_stable``, a partition with pending transactional offsets answers
+        UNSTABLE_OFFSET_COMMIT (offset -1) instead.
         """
         if group is not None:
             err = group.validate_offset_fetch(member_id, member_epoch)
@@ -148,6 +174,10 @@ class OffsetStore:
             rows = []
             for p in parts:
                 v = stored.get(name, {}).get(p)
+                if require_stable and self.pending and self.pending_for(group_id, name, p):
+                    rows.append({"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
+                                 "metadata": "", "error_code": ErrorCode.unstable_offset_commit})
+                    continue
                 rows.append(
                     {
                         "partition_index": p,

@@ -8,7 +8,10 @@ One pass (:func:`compact`):
 2. For each closed segment eligible by ``min.compaction.lag.ms`` (:func:`plan_compaction`),
    decide record by record with :func:`keep_record` (pure, in policy.py): the latest
    record of a key stays; a latest tombstone stays until ``delete.retention.ms`` after
-   its timestamp; keyless records and control batches stay.
+   its timestamp; keyless records and control batches stay. Transactions: the records of
+   an aborted transaction are removed and never count as a key's latest record, and those
+   of a transaction still open stay but do not count either (it may yet abort), so an
+   aborted or undecided write never takes the place of a committed one.
 3. A batch whose records all stay is copied byte for byte; a batch that loses some is
    rebuilt uncompressed with the kept records at their original offsets (same base offset,
    producer fields and last offset delta, so offsets never move); an emptied batch is
@@ -89,13 +92,38 @@ def plan_groups(segments: Sequence[tuple[int, int, int]], *, max_bytes: int) -> 
     return groups
 
 
-def _latest_offsets(log, damaged: set[int]) -> dict[bytes, int]:
+def _txn_fate(log):
+    """``fate(header)``: "aborted" for a batch of an aborted transaction, "open" for one of a
+    transaction still open, None otherwise (not transactional, or committed)."""
+    txns = getattr(log, "txns", None)
+    aborted: dict[int, list[tuple[int, int]]] = {}
+    ongoing: dict[int, int] = {}
+    if txns is not None:
+        for a in txns.aborted:
+            aborted.setdefault(a.producer_id, []).append((a.first_offset, a.last_offset))
+        ongoing = dict(txns.ongoing)
+
+    def fate(h) -> str | None:
+        if not h.is_transactional or h.is_control or h.producer_id < 0:
+            return None
+        first = ongoing.get(h.producer_id)
+        if first is not None and h.base_offset >= first:
+            return "open"
+        for lo, hi in aborted.get(h.producer_id, ()):
+            if lo <= h.base_offset < hi:
+                return "aborted"
+        return None
+
+    return fate
+
+
+def _latest_offsets(log, damaged: set[int], fate=None) -> dict[bytes, int]:
     latest: dict[bytes, int] = {}
     for j, seg in enumerate(log.segments):
         if j in damaged:  # (a key whose latest record is there keeps an older one: nothing good is lost)
             continue
         for h in seg.batch_headers():
-            if h.is_control:
+            if h.is_control or (fate is not None and fate(h) is not None):
                 continue
             for r in decode_records(seg.read_at(h.position, h.size)):
                 if r.key is not None:
@@ -103,7 +131,7 @@ def _latest_offsets(log, damaged: set[int]) -> dict[bytes, int]:
     return latest
 
 
-def _clean(seg: Segment, latest: dict[bytes, int], now_ms: int, delete_retention_ms: int):
+def _clean(seg: Segment, latest: dict[bytes, int], now_ms: int, delete_retention_ms: int, fate=None):
     """The segment's content after cleaning: (bytes, changed, records removed, next tombstone expiry)."""
     out = bytearray()
     changed = False
@@ -112,7 +140,8 @@ def _clean(seg: Segment, latest: dict[bytes, int], now_ms: int, delete_retention
     headers = list(seg.batch_headers())
     for j, h in enumerate(headers):
         raw = seg.read_at(h.position, h.size)
-        if h.is_control:
+        kind = fate(h) if fate is not None else None
+        if h.is_control or kind == "open":
             out += raw
             continue
         recs = decode_records(raw)
@@ -122,6 +151,8 @@ def _clean(seg: Segment, latest: dict[bytes, int], now_ms: int, delete_retention
         kept = []
         for r in recs:
             tomb = r.value is None
+            if kind == "aborted":
+                continue
             if keep_record(key=r.key, offset=r.offset, is_tombstone=tomb, timestamp=r.timestamp, latest=latest,
                            now_ms=now_ms, delete_retention_ms=delete_retention_ms):
                 kept.append(r)
@@ -174,7 +205,8 @@ def compact(log, now_ms: int) -> CompactionStats:
         segs = log.segments[:n]
         if n == 0:
             return CompactionStats(0, 0, 0, 0)
-    latest = _latest_offsets(log, damaged)
+    fate = _txn_fate(log)
+    latest = _latest_offsets(log, damaged, fate)
     end = segs[-1].next_offset
     kept: list[Segment] = []
     rewritten = merged = removed = before = after = 0
@@ -183,7 +215,7 @@ def compact(log, now_ms: int) -> CompactionStats:
     try:
         # 1. clean each segment on its own
         for seg in segs:
-            data, changed, gone, due_ms = _clean(seg, latest, now_ms, cfg.delete_retention_ms)
+            data, changed, gone, due_ms = _clean(seg, latest, now_ms, cfg.delete_retention_ms, fate)
             if due_ms is not None:
                 expiries.append(due_ms)
             if changed:
@@ -212,6 +244,8 @@ def compact(log, now_ms: int) -> CompactionStats:
     finally:
         log.replace_segments(n, _unique(kept) + segs[i:])  # segments not reached (an error) stay
     log.compaction_state = (end, min(expiries) if expiries else None, cfg)
+    if getattr(log, "txns", None) is not None and log.txns.aborted and (rewritten or merged):
+        log.write_txn_indexes()  # a merged segment holds the aborted transactions of those it took in
     return CompactionStats(rewritten, removed, before, after, merged)
 
 

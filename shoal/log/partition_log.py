@@ -55,7 +55,20 @@ segment below the recovery point whose last header says it reaches into the next
 validated first (a damaged header must not make it look like it holds the next segment).  The log end offset is the last segment's, so
 the next append gets an offset past every surviving record.  A log start offset
 checkpoint beyond the log end is ignored (logged), never a reason to delete.  Producer
-state is rebuilt from the batch headers.
+state and transactions (open ones, the aborted-transaction list) are rebuilt from the
+batch headers (and the markers' records).
+
+Transactions: a transactional batch opens its producer's transaction in the partition;
+:meth:`PartitionLog.append_marker` (the transaction coordinator, or WriteTxnMarkers)
+appends a commit or abort marker that closes it. :attr:`PartitionLog.last_stable_offset`
+is the first offset of the oldest open transaction, or the high watermark; a
+read_committed reader gets batches below it and :meth:`PartitionLog.aborted_transactions`
+of the range. The aborted-transaction list is kept in memory and rebuilt at every open,
+as the producer state is (the log's headers are walked at open anyway). Each segment's
+part of it is also written, in Kafka's ``.txnindex`` layout (34-byte entries: version 0,
+producer id, first offset, marker offset, last stable offset), for Kafka's tools: when
+the segment is sealed, at close, and after opening, a truncation or compaction when it
+differs from what the file holds. The files are never read back: the log is the truth.
 
 Concurrency: event loop only; never awaits.  ``append`` and ``flush`` block on the disk.
 """
@@ -65,13 +78,14 @@ from __future__ import annotations
 import logging
 import os
 import re
+import struct
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 
 from shoal.errors import ApiError, ErrorCode, FsyncError
 from shoal.log.policy import LogConfig, SegmentSummary, plan_retention, should_roll
-from shoal.log.producer_state import ProducerStateTable
+from shoal.log.producer_state import AbortedTxn, ProducerStateTable, TxnState
 from shoal.log.segment import FileSlice, OpenSegments, Segment, default_open_segments
 from shoal.protocol.batch import (
     TimestampType,
@@ -82,6 +96,7 @@ from shoal.protocol.batch import (
     set_partition_leader_epoch,
     validate_batches,
 )
+from shoal.protocol.markers import COMMIT, build_marker, marker_of
 
 __all__ = ["PartitionLog", "AppendResult", "atomic_write"]
 
@@ -90,6 +105,7 @@ _log = logging.getLogger("shoal.log")
 _SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
 _CHECKPOINT_RE = re.compile(r"^\d{1,19}$")
 _NO_LIMIT = 1 << 63
+_TXN_ENTRY = struct.Struct(">hqqqq")
 LOG_START_FILE = "log-start-offset"
 RECOVERY_POINT_FILE = "recovery-point"
 
@@ -209,6 +225,7 @@ class PartitionLog:
         self._bases: list[int] = []
         self.log_start_offset = 0
         self.producers = ProducerStateTable()
+        self.txns = TxnState()
         self._unflushed_messages = 0
         self._last_flush_ms = -1
         self.recovered_truncation = False
@@ -361,10 +378,62 @@ class PartitionLog:
         for seg in log.segments:
             for h in seg.walk_headers():
                 if h.producer_id >= 0:
-                    log.producers.replay(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
-                                         h.base_offset, h.last_offset, h.max_timestamp)
+                    log._replay_producer(h, seg)
                 if h.partition_leader_epoch >= 0 and (not epochs or h.partition_leader_epoch > epochs[-1][0]):
                     epochs.append((h.partition_leader_epoch, h.base_offset))
+        if log.txns.aborted or any(p.endswith(".txnindex") for p in names):
+            log.write_txn_indexes()
+
+    def _replay_producer(self, h, seg=None, data=None) -> None:
+        """Rebuild producer and transaction state from one batch (at open, after a truncation,
+        or as a follower): ``data`` holds the batch, else it is read from ``seg``."""
+        if h.is_control:
+            if data is None:
+                data = seg.read_at(h.position, h.size)
+            try:
+                found = marker_of(data)
+            except ApiError:
+                found = None
+            if found is None:
+                return
+            kind, coordinator_epoch = found
+            self.producers.mark(h.producer_id, h.producer_epoch, h.max_timestamp, coordinator_epoch)
+            entry = self.txns.on_marker(h.producer_id, kind == COMMIT, h.base_offset)
+            if entry is not None and entry.last_offset < self.log_start_offset:
+                self.txns.aborted.pop()
+            return
+        self.producers.replay(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
+                              h.base_offset, h.last_offset, h.max_timestamp)
+        if h.is_transactional:
+            self.txns.on_batch(h.producer_id, h.base_offset)
+
+    def txn_index_bytes(self, seg: Segment) -> bytes:
+        """The ``.txnindex`` content of ``seg``: the aborted transactions whose marker it holds."""
+        return b"".join(_TXN_ENTRY.pack(0, a.producer_id, a.first_offset, a.last_offset, a.last_stable_offset)
+                        for a in self.txns.aborted if seg.base_offset <= a.last_offset < seg.next_offset)
+
+    def write_txn_indexes(self, segments: list | None = None) -> None:
+        """Write the ``.txnindex`` file of each of ``segments`` (default: all) whose content
+        differs from what it should be (none when it has no aborted transaction). A file
+        that cannot be written is skipped (logged): nothing reads it back."""
+        for seg in self.segments if segments is None else segments:
+            want = self.txn_index_bytes(seg)
+            path = seg.txn_index_path
+            try:
+                have = path.read_bytes()
+            except FileNotFoundError:
+                have = None
+            except OSError:
+                have = b"?"
+            if (have or b"") == want and (have is not None or not want):
+                continue
+            try:
+                if want:
+                    atomic_write(path, want)
+                else:
+                    path.unlink(missing_ok=True)
+            except OSError as exc:
+                _log.warning("partition %s: cannot write %s: %s", self.dir.name, path.name, exc)
 
     def _report_damage(self, seg: Segment, damage, torn: bool, limit: int | None) -> int:
         """Log what recovery cut from ``seg`` (at WARN for a write torn at the end of the
@@ -410,6 +479,46 @@ class PartitionLog:
         hw = self.replicated_high_watermark
         leo = self.segments[-1].next_offset
         return leo if hw is None or hw > leo else hw
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest open transaction, or the high watermark if lower
+        (or if no transaction is open): read_committed readers read below it."""
+        hw = self.high_watermark
+        first = self.txns.first_unstable_offset()
+        return hw if first is None or first > hw else first
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions with records in offsets [start, end)."""
+        return self.txns.aborted_between(start, end)
+
+    def without_aborted(self, headers: list) -> list:
+        """``headers`` (consecutive batches below the last stable offset) without the batches
+        of aborted transactions: what a read_committed reader may be given."""
+        if not any(h.is_transactional and not h.is_control for h in headers):
+            return headers
+        by_pid: dict[int, list[AbortedTxn]] = {}
+        for a in self.txns.aborted_between(headers[0].base_offset, headers[-1].next_offset):
+            by_pid.setdefault(a.producer_id, []).append(a)
+        if not by_pid:
+            return headers
+        return [h for h in headers if not (h.is_transactional and not h.is_control and any(
+            a.first_offset <= h.base_offset <= a.last_offset for a in by_pid.get(h.producer_id, ())))]
+
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                      now_ms: int, *, leader_epoch: int | None = None, defer_flush: bool = False) -> AppendResult:
+        """Append a commit or abort marker for ``producer_id``'s transaction.
+
+        Raises ApiError(INVALID_PRODUCER_EPOCH) if the producer's epoch here is newer, and
+        what :meth:`append` raises; nothing is appended then.
+        """
+        self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        batch = bytearray(build_marker(commit, producer_id, producer_epoch, coordinator_epoch, now_ms))
+        result = self.append(batch, now_ms, check_producer=False, timestamp_type=TimestampType.CREATE_TIME,
+                             leader_epoch=leader_epoch, crc_checked=True, defer_flush=defer_flush)
+        self.producers.mark(producer_id, producer_epoch, now_ms, coordinator_epoch)
+        self.txns.on_marker(producer_id, commit, result.base_offset)
+        return result
 
     @property
     def size_bytes(self) -> int:
@@ -505,6 +614,9 @@ class PartitionLog:
             if h.producer_id >= 0 and h.base_sequence >= 0:
                 self.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
                                       base, nxt - 1, h.max_timestamp)
+            if h.producer_id >= 0 and h.is_transactional and not h.is_control:
+                # (a coordinator's transactional batch, TxnOffsetCommit, has no sequence)
+                self.txns.on_batch(h.producer_id, base)
         self._unflushed_messages += records
         durable = False
         if not defer_flush and self.flush_due(now_ms):
@@ -543,9 +655,8 @@ class PartitionLog:
         except OSError as exc:
             raise ApiError(ErrorCode.kafka_storage_error, f"append failed: {exc}") from exc
         for h in headers:
-            if h.producer_id >= 0 and h.base_sequence >= 0:
-                self.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
-                                      h.base_offset, h.last_offset, h.max_timestamp)
+            if h.producer_id >= 0 and (h.base_sequence >= 0 or h.is_transactional):
+                self._replay_producer(h, data=memoryview(batches)[h.position:h.end])
             self._unflushed_messages += h.records_count
         return [(h.partition_leader_epoch, h.base_offset) for h in headers]
 
@@ -567,12 +678,15 @@ class PartitionLog:
             seg.truncate_to_position(pos)
         atomic_write(self.dir / RECOVERY_POINT_FILE, str(seg.base_offset).encode())
         self._recovery_point = seg.base_offset
+        had_aborted = bool(self.txns.aborted)
         self.producers = ProducerStateTable()
+        self.txns = TxnState()
         for s in self.segments:
             for h in s.walk_headers():
                 if h.producer_id >= 0:
-                    self.producers.replay(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
-                                          h.base_offset, h.last_offset, h.max_timestamp)
+                    self._replay_producer(h, s)
+        if had_aborted:
+            self.write_txn_indexes([self.segments[-1]])
         if self.replicated_high_watermark is not None:
             self.replicated_high_watermark = min(self.replicated_high_watermark, self.log_end_offset)
         self._truncations += 1
@@ -596,6 +710,8 @@ class PartitionLog:
         except FsyncError as exc:
             self.fsync_failed(exc)
             raise
+        if self.txns.aborted:
+            self.write_txn_indexes([old])
         seg = None
         try:
             old.write_indexes(fsync=True)
@@ -780,6 +896,7 @@ class PartitionLog:
                 raise ApiError(ErrorCode.kafka_storage_error, f"cannot write {LOG_START_FILE}: {exc}") from exc
             self.log_start_offset = before_offset
             self._delete_oldest(self._count_below_start())
+            self.txns.forget_below(before_offset)
         return self.log_start_offset
 
     def _count_below_start(self) -> int:
@@ -799,6 +916,7 @@ class PartitionLog:
         new_start = self.segments[0].base_offset
         if new_start > self.log_start_offset:
             self.log_start_offset = new_start
+            self.txns.forget_below(new_start)
             try:
                 atomic_write(self.dir / LOG_START_FILE, str(new_start).encode())
             except OSError:
@@ -846,6 +964,8 @@ class PartitionLog:
         try:
             active = self.segments[-1]
             active.flush()
+            if self.txns.aborted:
+                self.write_txn_indexes([active])
             rp = self._recovery_point
             if (rp is None and len(self.segments) > 1) or (rp is not None and rp < active.base_offset):
                 try:

@@ -20,6 +20,17 @@ a producer id (``producer_id >= 0``) is checked (Kafka's ``ProducerAppendInfo``)
 :meth:`ProducerStateTable.check` plans without changing anything; :meth:`update` applies
 an appended batch; :meth:`replay` rebuilds from batch headers at recovery (same as
 update, no checks).  No snapshots: recovery replays the headers of the log.
+
+Transactions (:class:`TxnState`): a partition also remembers, per producer id, the offset
+of the first batch of its open transaction (Kafka's ``currentTxnFirstOffset``), and the
+list of aborted transactions (Kafka's aborted-transaction index): producer id, first
+offset, the offset of the abort marker, and the last stable offset when it was written.
+A transactional batch opens (or continues) its producer's transaction; a control batch
+(commit or abort marker) closes it. The *first unstable offset* is the smallest first
+offset of an open transaction; the last stable offset is that, or the high watermark.
+A marker also moves the producer's epoch (the coordinator may have bumped it when it
+fenced the producer): its retained batches are then forgotten, so the new epoch starts
+over at any sequence.
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ from dataclasses import dataclass, field
 
 from shoal.errors import ApiError, ErrorCode
 
-__all__ = ["BatchMetadata", "ProducerEntry", "ProducerStateTable", "BATCHES_TO_RETAIN"]
+__all__ = ["AbortedTxn", "BatchMetadata", "ProducerEntry", "ProducerStateTable", "TxnState", "BATCHES_TO_RETAIN"]
 
 BATCHES_TO_RETAIN = 5
 _SEQ_MOD = 0x80000000
@@ -50,6 +61,8 @@ class ProducerEntry:
     epoch: int
     batches: deque = field(default_factory=lambda: deque(maxlen=BATCHES_TO_RETAIN))
     last_timestamp: int = -1
+    coordinator_epoch: int = -1
+    """The transaction coordinator's epoch in the last marker written for this producer."""
 
     @property
     def last_seq(self) -> int:
@@ -108,6 +121,30 @@ class ProducerStateTable:
         entry.batches.append(BatchMetadata(first_seq, last_seq, first_offset, last_offset, timestamp))
         entry.last_timestamp = max(entry.last_timestamp, timestamp)
 
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int = -1) -> None:
+        """A commit or abort marker of ``producer_id`` at ``epoch`` may be written: not older than
+        the producer's epoch, nor from an older coordinator than the last marker's (Kafka's
+        checks). Raises ApiError(INVALID_PRODUCER_EPOCH | TRANSACTION_COORDINATOR_FENCED)."""
+        entry = self.entries.get(producer_id)
+        if entry is not None and epoch < entry.epoch:
+            raise ApiError(ErrorCode.invalid_producer_epoch,
+                           f"marker of producer {producer_id} at epoch {epoch} is older than {entry.epoch}")
+        if entry is not None and coordinator_epoch < entry.coordinator_epoch:
+            raise ApiError(ErrorCode.transaction_coordinator_fenced,
+                           f"marker of producer {producer_id} from coordinator epoch {coordinator_epoch}, "
+                           f"older than {entry.coordinator_epoch}")
+
+    def mark(self, producer_id: int, epoch: int, timestamp: int, coordinator_epoch: int = -1) -> None:
+        """A marker of ``producer_id`` was written at ``epoch`` (also at replay)."""
+        entry = self.entries.get(producer_id)
+        if entry is None:
+            entry = self.entries[producer_id] = ProducerEntry(producer_id, epoch)
+        elif epoch > entry.epoch:
+            entry.epoch = epoch
+            entry.batches.clear()
+        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
+
     def replay(self, producer_id: int, epoch: int, first_seq: int, last_seq: int,
                first_offset: int, last_offset: int, timestamp: int) -> None:
         if producer_id < 0:
@@ -123,3 +160,54 @@ class ProducerStateTable:
         for pid in gone:
             del self.entries[pid]
         return gone
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """One aborted transaction of a partition (an entry of Kafka's ``.txnindex``)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    """The offset of the abort marker."""
+    last_stable_offset: int
+
+
+class TxnState:
+    """Open and aborted transactions of one partition."""
+
+    def __init__(self) -> None:
+        self.ongoing: dict[int, int] = {}
+        """Producer id -> offset of the first batch of its open transaction."""
+        self.aborted: list[AbortedTxn] = []
+        """In marker order (so by ``last_offset``)."""
+
+    def on_batch(self, producer_id: int, base_offset: int) -> None:
+        """A transactional data batch of ``producer_id`` was appended at ``base_offset``."""
+        self.ongoing.setdefault(producer_id, base_offset)
+
+    def first_unstable_offset(self) -> int | None:
+        return min(self.ongoing.values()) if self.ongoing else None
+
+    def on_marker(self, producer_id: int, commit: bool, offset: int) -> AbortedTxn | None:
+        """A marker of ``producer_id`` was appended at ``offset``; returns the aborted entry it adds.
+
+        A marker for a producer with no open transaction here (the coordinator writes one
+        to every partition of the transaction) changes nothing."""
+        first = self.ongoing.pop(producer_id, None)
+        if first is None or commit:
+            return None
+        fu = self.first_unstable_offset()
+        entry = AbortedTxn(producer_id, first, offset, offset + 1 if fu is None else fu)
+        self.aborted.append(entry)
+        return entry
+
+    def aborted_between(self, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions a reader of offsets [start, end) must know of (Kafka's
+        ``collectAbortedTransactions``): those ending at or after ``start`` and starting before ``end``."""
+        return [a for a in self.aborted if a.last_offset >= start and a.first_offset < end]
+
+    def forget_below(self, log_start_offset: int) -> None:
+        """Drop what retention deleted: aborted transactions whose marker is below the log start."""
+        if self.aborted and self.aborted[0].last_offset < log_start_offset:
+            self.aborted = [a for a in self.aborted if a.last_offset >= log_start_offset]

@@ -442,6 +442,11 @@ class Segment:
     def time_index_path(self) -> Path:
         return self.dir / (segment_name(self.base_offset) + ".timeindex")
 
+    @property
+    def txn_index_path(self) -> Path:
+        """Kafka's aborted-transaction index of the segment (written by the partition log)."""
+        return self.dir / (segment_name(self.base_offset) + ".txnindex")
+
     # --- open / recover -------------------------------------------------------------
     @classmethod
     def open(cls, directory: Path, base_offset: int, index_interval: int, *, recover: bool,
@@ -1057,7 +1062,7 @@ class Segment:
     def delete(self) -> None:
         """Close and remove the files (index files first, so no stray log is left without them)."""
         self.close()
-        for p in (self.index_path, self.time_index_path, self.log_path):
+        for p in (self.index_path, self.time_index_path, self.txn_index_path, self.log_path):
             try:
                 p.unlink()
             except FileNotFoundError:

@@ -36,9 +36,13 @@ _PART_OUT = struct.Struct(">ihqqqb")  # ..., then null aborted transactions (uva
 _I32 = struct.Struct(">i")
 _NO_PREFERRED_REPLICA = _I32.pack(-1)
 
-PartitionAnswer = tuple[int, int, int, int, int, object]
+_ABORTED_OUT = struct.Struct(">qqb")  # producer id, first offset, tagged fields
+
+PartitionAnswer = tuple
 """(partition index, error code, high watermark, last stable offset, log start offset,
-records: bytes-like or a FileSlice, anything with a length)."""
+records: bytes-like or a FileSlice, anything with a length), optionally followed by the
+aborted transactions, (producer id, first offset) pairs (absent or None: null, as for
+read_uncommitted)."""
 
 
 @dataclass(slots=True)
@@ -97,7 +101,8 @@ def write_fetch_response(version: int, error_code: int, session_id: int,
     """A Fetch response body (v12-v17, throttle time 0, no tagged fields) as pieces.
 
     ``topics``: (name, for v12; the 16 bytes of the topic id, from v13) with its
-    partitions. Every partition has no aborted transactions and no preferred read replica.
+    partitions. No partition has a preferred read replica; a partition's aborted
+    transactions are null unless its answer carries them (read_committed).
     Small fields are joined into bytes pieces; each partition's records stay a piece.
     """
     if not 12 <= version <= 17:
@@ -114,8 +119,15 @@ def write_fetch_response(version: int, error_code: int, session_id: int,
             head += uvarint(len(raw) + 1)
             head += raw
         head += uvarint(len(parts) + 1)
-        for index, code, hw, lso, log_start, records in parts:
-            head += _PART_OUT.pack(index, code, hw, lso, log_start, 0)
+        for index, code, hw, lso, log_start, records, *rest in parts:
+            aborted = rest[0] if rest else None
+            if aborted is None:
+                head += _PART_OUT.pack(index, code, hw, lso, log_start, 0)
+            else:
+                head += _PART.pack(index, code, hw, lso, log_start)
+                head += uvarint(len(aborted) + 1)
+                for producer_id, first_offset in aborted:
+                    head += _ABORTED_OUT.pack(producer_id, first_offset, 0)
             head += _NO_PREFERRED_REPLICA
             n = len(records)  # type: ignore[arg-type]
             head += uvarint(n + 1)

@@ -95,7 +95,7 @@ __all__ = ["GroupCoordinatorService", "group_service", "client_host"]
 log = logging.getLogger("shoal.groups")
 
 OFFSETS_TOPIC = "__consumer_offsets"
-_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__share_group_state"})
+_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__share_group_state", "__transaction_state"})
 _SHARD_CONFIG_KEYS = (
     "offsets.retention.minutes", "offsets.retention.check.interval.ms", "group.initial.rebalance.delay.ms",
     "group.min.session.timeout.ms", "group.max.session.timeout.ms", "group.max.size",

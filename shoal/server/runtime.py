@@ -39,6 +39,12 @@ COORDINATOR_NOT_AVAILABLE, so nobody is told of a success), the error is logged,
 ``broker.halt_on_storage_error`` stops the process without a clean shutdown. A restart
 replays only what is on disk; no client was told that anything beyond it succeeded.
 
+Transactions (the group coordinator's TxnOffsetCommit): a result with a ``producer_id``
+is appended as a transactional batch of that producer and replayed with the shard's
+``replay_transactional(record, producer_id)``; a commit or abort marker found in the
+partition at load is replayed with ``replay_marker(producer_id, commit)`` (the
+transaction coordinator calls the same method when it appends one live).
+
 At start, ``load`` creates the topic if needed (compacted unless ``topic_configs`` says
 otherwise, Kafka's partition count key) and replays every record at or above the log
 start offset of every partition into a fresh shard, batch by batch. With
@@ -80,6 +86,7 @@ from ..coordinator.result import Result
 from ..errors import ApiError, ErrorCode
 from ..log.compaction import rewrite_records
 from ..protocol.batch import build_batch, decode_records
+from ..protocol.markers import COMMIT, marker_type
 
 log = logging.getLogger("shoal.runtime")
 
@@ -149,9 +156,18 @@ class CoordinatorRuntime(Generic[S]):
         plog = store.partition(self.topic, i)
         legacy = 0
         upgraded = getattr(shard, "upgraded", None)
+        replay_marker = getattr(shard, "replay_marker", None)
         for header, data in plog.read_batches(plog.log_start_offset):
             if header.is_control:
+                if replay_marker is not None and header.producer_id >= 0:
+                    try:
+                        kind = marker_type(data)
+                    except ApiError:
+                        kind = None
+                    if kind is not None:
+                        replay_marker(header.producer_id, kind == COMMIT)
                 continue
+            transactional = header.is_transactional and header.producer_id >= 0
             for rec in decode_records(data, header):
                 if rec.key is None or rec.offset < plog.log_start_offset:
                     continue
@@ -163,7 +179,9 @@ class CoordinatorRuntime(Generic[S]):
                     continue
                 if json_form or (upgraded is not None and upgraded(record) is not None):
                     legacy += 1
-                if self.replay_offsets:
+                if transactional:
+                    shard.replay_transactional(record, header.producer_id)  # type: ignore[attr-defined]
+                elif self.replay_offsets:
                     shard.replay(record, rec.offset)  # type: ignore[attr-defined]
                 else:
                     shard.replay(record)  # type: ignore[attr-defined]
@@ -414,7 +432,11 @@ class CoordinatorRuntime(Generic[S]):
         self._check(partition)
         now_ms = self.broker.clock.now_ms()
         pairs = [r.to_bytes() for r in result.records]
-        batch = build_batch([(k, v, (), now_ms) for k, v in pairs])
+        if result.producer_id >= 0:
+            batch = build_batch([(k, v, (), now_ms) for k, v in pairs], producer_id=result.producer_id,
+                                producer_epoch=result.producer_epoch, transactional=True)
+        else:
+            batch = build_batch([(k, v, (), now_ms) for k, v in pairs])
         plog = self.broker.store.partition(self.topic, partition)
         replica = None
         if self.owned is not None:
@@ -441,7 +463,9 @@ class CoordinatorRuntime(Generic[S]):
     def _replay(self, partition: int, result: Result[Any], base_offset: int) -> None:
         shard = self.shards[partition]
         for i, record in enumerate(result.records):
-            if self.replay_offsets:
+            if result.producer_id >= 0:
+                shard.replay_transactional(record, result.producer_id)  # type: ignore[attr-defined]
+            elif self.replay_offsets:
                 shard.replay(record, base_offset + i)  # type: ignore[attr-defined]
             else:
                 shard.replay(record)  # type: ignore[attr-defined]

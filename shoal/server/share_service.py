@@ -357,6 +357,10 @@ class ShareService:
         """share.renew.acknowledge.enable of the group: whether RENEW acknowledgements are taken."""
         return bool(self._group_value(group_id, "share.renew.acknowledge.enable"))
 
+    def read_committed(self, group_id: str) -> bool:
+        """Whether the group's ``share.isolation.level`` is read_committed."""
+        return str(self._group_value(group_id, "share.isolation.level")) == "read_committed"
+
     def record_lock_duration_ms(self, group_id: str) -> int:
         return int(self._group_value(group_id, "share.record.lock.duration.ms"))
 

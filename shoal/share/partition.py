@@ -504,6 +504,21 @@ class SharePartition:
             self._advance_start()
         return out
 
+    def archive_gap(self, first_offset: int, last_offset: int) -> bool:
+        """Offsets ``[first_offset, last_offset]`` right at SPEO hold nothing to deliver
+        (a read_committed share group: markers, aborted transactions' records): archive
+        them, as :meth:`acquire` archives a gap before a fetched batch, so that SPSO can
+        move past them. Returns whether anything changed (nothing unless ``first_offset``
+        is SPEO)."""
+        if first_offset != self.end_offset or last_offset < first_offset:
+            return False
+        self._batches.append(InFlightBatch(first_offset, last_offset, InFlightState(RecordState.ARCHIVED)))
+        self._changed.append((first_offset, last_offset))
+        self.end_offset = last_offset + 1
+        self._dirty = True
+        self._advance_start()
+        return True
+
     # ------------------------------------------------------------------ acknowledge
     def acknowledge(
         self,

@@ -496,15 +496,14 @@ def test_share_configs_outside_their_ranges_are_invalid_config(shared_broker: Br
     assert _alter(bs, ResourceType.BROKER, "0", group_share_delivery_count_limit="5") is None
 
 
-def test_share_isolation_level_read_committed_is_refused_naming_transactions(shared_broker: BrokerProcess) -> None:
-    """KIP-932's share.isolation.level: read_uncommitted is served; read_committed needs
-    transactions, which do not exist yet, and the refusal says so."""
+def test_share_isolation_level_takes_kafkas_two_values(shared_broker: BrokerProcess) -> None:
+    """KIP-932's share.isolation.level: read_uncommitted and read_committed are served;
+    anything else is INVALID_CONFIG."""
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import ResourceType
 
     bs = shared_broker.bootstrap
-    err = _alter(bs, ResourceType.GROUP, "iso", share_isolation_level="read_committed")
-    assert err is not None and err.code() == KafkaError.INVALID_CONFIG and "transactions" in err.str(), err
+    assert _alter(bs, ResourceType.GROUP, "iso", share_isolation_level="read_committed") is None
     err = _alter(bs, ResourceType.GROUP, "iso", share_isolation_level="serializable")
     assert err is not None and err.code() == KafkaError.INVALID_CONFIG, err
     assert _alter(bs, ResourceType.GROUP, "iso", share_isolation_level="read_uncommitted") is None

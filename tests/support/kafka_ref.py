@@ -61,6 +61,7 @@ TOOLS = {
     "kafka-delete-records": "org.apache.kafka.tools.DeleteRecordsCommand",
     "kafka-broker-api-versions": "org.apache.kafka.tools.BrokerApiVersionsCommand",
     "kafka-dump-log": "org.apache.kafka.tools.DumpLogSegments",
+    "kafka-transactions": "org.apache.kafka.tools.TransactionsCommand",
     "kafka-storage": "kafka.tools.StorageTool",
     "kafka-server-start": "kafka.Kafka",
 }

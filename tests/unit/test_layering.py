@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[2] / "shoal"
 PURE = [
     "protocol",
     "coordinator",
+    "transactions",
     "groups",
     "share",
     "log/index.py",

@@ -124,6 +124,8 @@ async def handle_find_coordinator(ctx: Any, request: Any) -> Any:
     clustered = b.cluster.clustered and key_type in (GROUP, TRANSACTION, SHARE)
     if clustered and any(_coordinator_error(ctx, key_type, k)[0] is ErrorCode.none for k in keys):
         await ensure_internal_topic(b, topic)
+    elif key_type == TRANSACTION and (txns := b.extensions.get("transactions")) is not None:
+        txns.ensure_loaded()  # one broker: __transaction_state is created on first use, as in Kafka
 
     def coordinator_of(key: str) -> Any:
         coord = _coordinator(b, topic, key_type, key) if clustered else b.cluster.coordinator()

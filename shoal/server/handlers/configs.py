@@ -193,8 +193,6 @@ def check_group_config(broker: Any, name: str, value: str) -> None:
             except ValueError:
                 raise ApiError(ErrorCode.invalid_config,
                                "share.auto.offset.reset must be latest, earliest or by_duration:<ISO-8601>") from None
-    if name == "share.isolation.level" and parsed == "read_committed":
-        raise ApiError(ErrorCode.invalid_config, "read_committed needs transactions, which shoal does not support yet")
 
 
 def _check_group_configs_together(broker: Any, overrides: dict[str, str | None]) -> None:

@@ -86,9 +86,11 @@ def _unreadable(ctx: Any, request: Any, partitions: Any) -> frozenset[tuple[str,
 
 
 def _read(store: Any, key: tuple[str, int], sp: SessionPartition, budget: int,
-          cluster: Any = None, min_slice: int | None = None) -> dict[str, Any]:
+          cluster: Any = None, min_slice: int | None = None, committed: bool = False) -> dict[str, Any]:
     """One partition's answer; its records may be a FileSlice (read when the answer is
-    sent) when ``min_slice`` is given, the connection being able to send one."""
+    sent) when ``min_slice`` is given, the connection being able to send one.
+    ``committed`` (isolation level read_committed): only batches below the last stable
+    offset, with the aborted transactions of the range."""
     name, index = key
     meta = store.get_topic(name)
     if meta is None or not 0 <= index < meta.num_partitions:
@@ -98,16 +100,30 @@ def _read(store: Any, key: tuple[str, int], sp: SessionPartition, budget: int,
         return _read_replicated(store, key, sp, budget, *cluster, min_slice=min_slice)
     plog = store.partition(name, index)
     hw = plog.high_watermark
-    out: dict[str, Any] = {"high_watermark": hw, "last_stable_offset": hw, "log_start_offset": plog.log_start_offset}
+    lso = plog.last_stable_offset
+    out: dict[str, Any] = {"high_watermark": hw, "last_stable_offset": lso, "log_start_offset": plog.log_start_offset}
+    if committed:
+        out["aborted_transactions"] = _aborted(plog, sp.fetch_offset, lso)
+        if lso < hw and lso <= sp.fetch_offset <= hw:
+            out["records"] = b""  # nothing stable to read yet
+            return out
     if sp.fetch_offset == hw or budget <= 0:
         out["records"] = b""
         return out
     try:
-        out["records"] = plog.read(sp.fetch_offset, min(sp.max_bytes, budget), min_slice)
+        data = plog.read(sp.fetch_offset, min(sp.max_bytes, budget), min_slice)
+        if committed and lso < hw:
+            data = _slice_below(data, lso) if type(data) is FileSlice else _below(data, lso)
+        out["records"] = data
     except ApiError as e:
         out["error_code"] = e.error_code
         out["records"] = b""
     return out
+
+
+def _aborted(plog: Any, start: int, end: int) -> list[tuple[int, int]]:
+    """(producer id, first offset) of the aborted transactions in [start, end)."""
+    return [(a.producer_id, a.first_offset) for a in plog.aborted_transactions(start, end)]
 
 
 def _read_replicated(store: Any, key: tuple[str, int], sp: SessionPartition, budget: int, replicas: Any,
@@ -136,7 +152,8 @@ def _read_replicated(store: Any, key: tuple[str, int], sp: SessionPartition, bud
     else:
         end = plog.high_watermark
     hw = plog.high_watermark
-    out: dict[str, Any] = {"high_watermark": hw, "last_stable_offset": hw, "log_start_offset": plog.log_start_offset}
+    out: dict[str, Any] = {"high_watermark": hw, "last_stable_offset": plog.last_stable_offset,
+                           "log_start_offset": plog.log_start_offset}
     if sp.fetch_offset == end or budget <= 0 or (sp.fetch_offset > end and replica_id < 0
                                                  and sp.fetch_offset <= plog.log_end_offset):
         out["records"] = b""
@@ -208,6 +225,7 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
                     broker.config["fetch.max.bytes"])
     deadline = broker.clock.now_ms() + max_wait_ms
     min_slice = LARGE_VALUE if getattr(ctx.connection, "sends_file_slices", False) else None
+    committed = getattr(request, "isolation_level", 0) == 1
     cluster = None
     if broker.replicas is not None:
         replica_id = getattr(request, "replica_id", -1)
@@ -224,7 +242,8 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
         total = 0
         any_error = bool(unknown)
         for key, sp in partitions.items():
-            r = _read(store, key, sp, budget, cluster, min_slice) if key not in refused else dict(_REFUSED)
+            r = (_read(store, key, sp, budget, cluster, min_slice, committed) if key not in refused
+                 else dict(_REFUSED))
             n = len(r["records"])
             total += n
             budget -= n
@@ -277,12 +296,18 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
         return EncodedPieces(write_fetch_response(ctx.api_version, ErrorCode.none, session_id, [
             (topic_key(name, plist).bytes if use_ids else name,
              [(index, r["error_code"], r["high_watermark"], r["last_stable_offset"], r["log_start_offset"],
-               r["records"]) for index, r in plist])
+               r["records"], r.get("aborted_transactions")) for index, r in plist])
             for name, plist in answered.items()]))
     topics = []
+    acls = sub(cls, "AbortedTransaction")
+
+    def aborted(r: dict[str, Any]) -> Any:
+        a = r.pop("aborted_transactions", None)
+        return None if a is None else tuple(make(acls, producer_id=pid, first_offset=first) for pid, first in a)
+
     for name, plist in answered.items():
-        parts = tuple(make(pcls, partition_index=index, aborted_transactions=None, preferred_read_replica=-1, **r)
-                      for index, r in plist)
+        parts = tuple(make(pcls, partition_index=index, preferred_read_replica=-1, aborted_transactions=aborted(r),
+                           **r) for index, r in plist)
         if use_ids:
             topics.append(make(tcls, topic_id=topic_key(name, plist), partitions=parts))
         else:

@@ -1,4 +1,8 @@
-"""ListOffsets (key 2), v1-v10: earliest, latest, max-timestamp, or the first offset at a time."""
+"""ListOffsets (key 2), v1-v10: earliest, latest, max-timestamp, or the first offset at a time.
+
+The latest offset is the high watermark, or for isolation level read_committed (v2+) the
+last stable offset.
+"""
 
 from __future__ import annotations
 
@@ -16,10 +20,11 @@ EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 
 
-def lookup(plog: Any, timestamp: int) -> tuple[int, int]:
-    """(offset, timestamp) for a ListOffsets timestamp spec; (-1, -1) when there is none."""
+def lookup(plog: Any, timestamp: int, committed: bool = False) -> tuple[int, int]:
+    """(offset, timestamp) for a ListOffsets timestamp spec; (-1, -1) when there is none.
+    ``committed`` (isolation level read_committed): the latest offset is the last stable offset."""
     if timestamp == LATEST:
-        return plog.high_watermark, -1
+        return (plog.last_stable_offset if committed else plog.high_watermark), -1
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return plog.log_start_offset, -1
     if timestamp == LATEST_TIERED:
@@ -65,7 +70,8 @@ def _list_offsets(ctx: Any, request: Any) -> Any:
                     parts.append(make(pcls, partition_index=p.partition_index, error_code=e.error_code,
                                       timestamp=-1, offset=-1, leader_epoch=-1))
                     continue
-            offset, ts = lookup(store.partition(t.name, p.partition_index), p.timestamp)
+            offset, ts = lookup(store.partition(t.name, p.partition_index), p.timestamp,
+                                getattr(request, "isolation_level", 0) == 1)
             parts.append(make(pcls, partition_index=p.partition_index, error_code=ErrorCode.none,
                               timestamp=ts, offset=offset, leader_epoch=epoch if offset >= 0 else -1))
         topics.append(make(tcls, name=t.name, partitions=tuple(parts)))

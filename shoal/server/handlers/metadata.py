@@ -57,7 +57,7 @@ from ...security.authz import (
 from ...security.serving import client_endpoint, listener_name, own_endpoint
 from ..dispatch import api
 
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__share_group_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__share_group_state", "__transaction_state"})
 
 _NOT_COMPUTED = -2147483648  # authorized operations: Kafka's "not requested" sentinel
 _I32 = struct.Struct(">i")

@@ -2,8 +2,10 @@
 
 A request without a transactional id that holds a batch with the transactional bit is
 refused as a whole, every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka
-does; one with a transactional id is refused the same way per partition (transactions
-are not supported yet).
+does. With a transactional id, a transactional batch is appended only while its
+producer's transaction is open and holds the partition (the transaction coordinator
+checks producer id and epoch: INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE otherwise); in
+cluster mode a transactional id is refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
 
 Per partition: the topic and partition must exist and not be internal; the records are
 validated as Kafka's LogValidator does (``protocol/records.py``: one batch, every record
@@ -50,6 +52,7 @@ from ...protocol.produce_response import write_produce_response
 from ...protocol.records import codec_of_compression_type, needs_worker, validate_produce_batch
 from ...security.authz import WRITE, topic_allowed
 from ..dispatch import api
+from ..txn_service import check_transactional_produce
 from .leader_hints import leader_hints
 from .metadata import INTERNAL_TOPICS
 
@@ -180,8 +183,7 @@ def handle_produce(ctx: Any, request: Any) -> Any:
                 if not 0 <= pd.index < meta.num_partitions:
                     raise ApiError(ErrorCode.unknown_topic_or_partition)
                 if request.transactional_id is not None:
-                    raise ApiError(ErrorCode.transactional_id_authorization_failed,
-                                   "transactions are not supported yet")
+                    check_transactional_produce(broker, request.transactional_id, name, pd.index, pd.records)
                 plog = store.partition(name, pd.index)
                 records = pd.records
                 if not records:

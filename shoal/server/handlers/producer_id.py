@@ -1,7 +1,11 @@
-"""InitProducerId (22), v0-v5: producer ids for idempotent producers (no transactions yet).
+"""InitProducerId (22), v0-v5: producer ids for idempotent and transactional producers.
 
 One broker reserves ids in blocks in its data directory; in cluster mode the blocks come
-from etcd, so no two brokers hand out the same id.
+from etcd, so no two brokers hand out the same id. With a transactional id the
+transaction coordinator answers (``txn_service.py``: the id's producer id, a bumped
+epoch, fencing of an earlier instance); PRODUCER_FENCED goes to versions before 4 as
+INVALID_PRODUCER_EPOCH, as Kafka does. In cluster mode transactional ids are refused
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED): transactions are served by one broker only.
 """
 
 from __future__ import annotations
@@ -13,14 +17,27 @@ from ...protocol.entities import make
 from ...security.acls import CLUSTER_NAME, Operation, ResourceType
 from ...security.authz import allowed, allowed_on_any
 from ..dispatch import api
+from ..txn_service import transaction_service
 
 
 @api(22, 0, 5)
 def handle_init_producer_id(ctx: Any, request: Any) -> Any:
     cls = ctx.response_type
     if request.transactional_id is not None:
-        return make(cls, throttle_time=0, error_code=ErrorCode.transactional_id_authorization_failed,
-                    producer_id=-1, producer_epoch=-1)
+        if not allowed(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+            return make(cls, throttle_time=0, error_code=ErrorCode.transactional_id_authorization_failed,
+                        producer_id=-1, producer_epoch=-1)
+        svc = transaction_service(ctx.broker)
+        if svc is None:
+            return make(cls, throttle_time=0, error_code=ErrorCode.transactional_id_authorization_failed,
+                        producer_id=-1, producer_epoch=-1)
+        timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
+        code, pid, epoch = svc.init_producer_id(request.transactional_id, timeout_ms,
+                                                getattr(request, "producer_id", -1),
+                                                getattr(request, "producer_epoch", -1))
+        if code == ErrorCode.producer_fenced and ctx.api_version < 4:
+            code = ErrorCode.invalid_producer_epoch
+        return make(cls, throttle_time=0, error_code=code, producer_id=pid, producer_epoch=epoch)
     if not (allowed(ctx, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME, log_denied=False)
             or allowed_on_any(ctx, Operation.WRITE, ResourceType.TOPIC)):
         # Kafka: an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic

@@ -213,7 +213,12 @@ def _acquire_one(ctx: Any, svc: ShareService, group_id: str, member_id: str, top
     chunk = max(8192, max_records * 128)
     acquired: list[Any] = []
     parts: dict[int, bytes] = {}
-    while max_records > 0 and budget > 0 and offset < plog.high_watermark:
+    # share.isolation.level read_committed: nothing at or above the last stable offset, and
+    # aborted transactions' batches are left out (acquire archives what it is not offered)
+    committed = svc.read_committed(group_id)
+    end = plog.last_stable_offset if committed else plog.high_watermark
+    skipped_from: int | None = None  # read_committed: where the trailing batches with nothing to deliver begin
+    while max_records > 0 and budget > 0 and offset < end:
         try:
             data = plog.read(offset, min(budget, chunk, PARTITION_MAX_READ_BYTES))
         except ApiError as e:
@@ -229,8 +234,19 @@ def _acquire_one(ctx: Any, svc: ShareService, group_id: str, member_id: str, top
         if not data:
             break
         headers = list(iter_batches(data))
+        if committed:
+            headers = [h for h in headers if h.next_offset <= end]
+            if not headers:
+                break
         offset = headers[-1].next_offset
+        first_read = headers[0].base_offset
         headers = [h for h in headers if not h.is_control]
+        if committed:
+            headers = plog.without_aborted(headers)
+            if headers:
+                skipped_from = headers[-1].next_offset if headers[-1].next_offset < offset else None
+            elif skipped_from is None:
+                skipped_from = first_read
         got = sp.acquire(member_id, [(h.base_offset, h.last_offset) for h in headers], ctx.now_ms(),
                          max_records, acquire_mode=mode, batch_size=batch_size)
         j = 0
@@ -245,6 +261,8 @@ def _acquire_one(ctx: Any, svc: ShareService, group_id: str, member_id: str, top
         chunk *= 4
         if sp.next_fetch_offset() is None:
             break
+    if skipped_from is not None and offset > skipped_from:
+        sp.archive_gap(skipped_from, offset - 1)  # markers and aborted records up to the LSO
     if sp.needs_write:
         svc.schedule_persist(sp)
     if acquired:

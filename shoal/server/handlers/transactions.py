@@ -1,0 +1,139 @@
+"""AddPartitionsToTxn (24) v0-v3, AddOffsetsToTxn (25) v0-v4, EndTxn (26) v0-v4,
+TxnOffsetCommit (28) v0-v3.
+
+The transaction coordinator's APIs for a transactional producer (transaction version 1:
+EndTxn v5 and AddPartitionsToTxn v4+, KIP-890's forms, are not served). The work is
+done by :mod:`shoal.server.txn_service`; InitProducerId is in ``producer_id.py``.
+PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH to versions older than 2, which
+predate it (KIP-588), as Kafka does. In cluster mode transactions are not served yet:
+every request is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ...errors import ApiError, ErrorCode
+from ...protocol.entities import make, sub
+from ..dispatch import api
+from ..group_service import group_service
+from ..internal_topics import OFFSETS_TOPIC
+from ..txn_service import transaction_service
+
+NOT_SERVED = ErrorCode.transactional_id_authorization_failed
+
+
+def fenced_code(code: ErrorCode, version: int, first: int = 2) -> ErrorCode:
+    """PRODUCER_FENCED for clients that know it (from ``first``), else INVALID_PRODUCER_EPOCH."""
+    if code == ErrorCode.producer_fenced and version < first:
+        return ErrorCode.invalid_producer_epoch
+    return code
+
+
+@api(24, 0, 3)
+async def handle_add_partitions_to_txn(ctx: Any, request: Any) -> Any:
+    cls = ctx.response_type
+    tcls = sub(cls, "AddPartitionsToTxnTopicResult")
+    pcls = sub(cls, "AddPartitionsToTxnPartitionResult")
+    svc = transaction_service(ctx.broker)
+    store = ctx.broker.store
+    topics = request.v3_and_below_topics
+    wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
+    unknown = set()
+    for name, p in wanted:
+        meta = store.get_topic(name)
+        if meta is None or not 0 <= p < meta.num_partitions:
+            unknown.add((name, p))
+    if svc is None:
+        code_of = {k: NOT_SERVED for k in wanted}
+    elif unknown:
+        code_of = {k: ErrorCode.unknown_topic_or_partition if k in unknown else ErrorCode.operation_not_attempted
+                   for k in wanted}
+    else:
+        code = await svc.add_partitions(request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+                                        request.v3_and_below_producer_epoch, wanted)
+        code = fenced_code(code, ctx.api_version)
+        code_of = {k: code for k in wanted}
+    results = tuple(make(tcls, name=t.name, results_by_partition=tuple(
+        make(pcls, partition_index=p, partition_error_code=code_of[(t.name, int(p))]) for p in t.partitions))
+        for t in topics)
+    return make(cls, throttle_time=0, results_by_topic_v3_and_below=results)
+
+
+@api(25, 0, 4)
+async def handle_add_offsets_to_txn(ctx: Any, request: Any) -> Any:
+    cls = ctx.response_type
+    svc = transaction_service(ctx.broker)
+    if svc is None:
+        return make(cls, throttle_time=0, error_code=NOT_SERVED)
+    if not request.group_id:
+        return make(cls, throttle_time=0, error_code=ErrorCode.invalid_group_id)
+    groups = ctx.broker.extensions.get("groups")
+    if groups is None:
+        return make(cls, throttle_time=0, error_code=ErrorCode.coordinator_not_available)
+    partition = groups.runtime.partition_for_group(request.group_id)
+    code = await svc.add_partitions(request.transactional_id, request.producer_id, request.producer_epoch,
+                                    [(OFFSETS_TOPIC, partition)])
+    return make(cls, throttle_time=0, error_code=fenced_code(code, ctx.api_version))
+
+
+@api(26, 0, 4)
+async def handle_end_txn(ctx: Any, request: Any) -> Any:
+    cls = ctx.response_type
+    svc = transaction_service(ctx.broker)
+    if svc is None:
+        return make(cls, throttle_time=0, error_code=NOT_SERVED)
+    code = await svc.end_txn(request.transactional_id, request.producer_id, request.producer_epoch,
+                             bool(request.committed))
+    return make(cls, throttle_time=0, error_code=fenced_code(code, ctx.api_version))
+
+
+@api(28, 0, 3)
+async def handle_txn_offset_commit(ctx: Any, request: Any) -> Any:
+    """Offsets committed in a transaction: pending in the group coordinator until the
+    transaction's marker reaches the group's ``__consumer_offsets`` partition. The
+    producer's transaction must be open and hold that partition (AddOffsetsToTxn)."""
+    cls = ctx.response_type
+    tcls = sub(cls, "TxnOffsetCommitResponseTopic")
+    pcls = sub(cls, "TxnOffsetCommitResponsePartition")
+    store = ctx.broker.store
+
+    def answer(code_of: Any) -> Any:
+        return make(cls, throttle_time=0, topics=tuple(
+            make(tcls, name=t.name, partitions=tuple(
+                make(pcls, partition_index=x.partition_index, error_code=code_of(t.name, x.partition_index))
+                for x in t.partitions)) for t in request.topics))
+
+    svc = transaction_service(ctx.broker)
+    if svc is None:
+        return answer(lambda t, p: NOT_SERVED)
+    if not request.group_id:
+        return answer(lambda t, p: ErrorCode.invalid_group_id)
+    groups = group_service(ctx.broker)
+    partition = groups.runtime.partition_for_group(request.group_id)
+    code = svc.verify(request.transactional_id, request.producer_id, request.producer_epoch, OFFSETS_TOPIC,
+                      partition)
+    if code == ErrorCode.invalid_producer_epoch:
+        code = fenced_code(ErrorCode.producer_fenced, ctx.api_version, first=3)
+    if code != ErrorCode.none:
+        return answer(lambda t, p: code)
+    unknown = set()
+    for t in request.topics:
+        meta = store.get_topic(t.name)
+        for x in t.partitions:
+            if meta is None or not 0 <= x.partition_index < meta.num_partitions:
+                unknown.add((t.name, x.partition_index))
+    known = dataclasses.replace(request, topics=tuple(
+        dataclasses.replace(t, partitions=kept) for t in request.topics
+        if (kept := tuple(x for x in t.partitions if (t.name, x.partition_index) not in unknown))))
+    if not known.topics:
+        return answer(lambda t, p: ErrorCode.unknown_topic_or_partition)
+    try:
+        result = await groups.apply_durable(partition, groups.shard(partition).handle_txn_offset_commit(
+            known, ctx.now_ms()))
+    except ApiError as e:
+        failed = e.error_code
+        return answer(lambda t, p: failed)
+    codes = {(t.name, x.partition_index): x.error_code for t in result.response.topics for x in t.partitions}
+    return answer(lambda t, p: ErrorCode.unknown_topic_or_partition if (t, p) in unknown else codes[(t, p)])

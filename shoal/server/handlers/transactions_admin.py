@@ -1,0 +1,170 @@
+"""Transactions for operators: DescribeProducers (61), DescribeTransactions (65),
+ListTransactions (66) v0-v2, WriteTxnMarkers (27) v1-v2.
+
+DescribeProducers reports each partition's producer state (epoch, last sequence and
+timestamp, the first offset of the open transaction); DescribeTransactions and
+ListTransactions report the transaction coordinator's state (Kafka's state names), and
+WriteTxnMarkers appends commit or abort markers to this broker's partitions: the
+transaction coordinator of another broker would send it, and Kafka's admin client sends
+it to abort a hanging transaction (``kafka-transactions abort``). In cluster mode, where
+the transaction coordinator is not served, DescribeTransactions answers
+COORDINATOR_NOT_AVAILABLE and ListTransactions lists nothing.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from typing import Any
+
+from ...errors import ApiError, ErrorCode
+from ...protocol.entities import make, sub
+from ...transactions.coordinator import TxnState
+from ..dispatch import api
+from ..internal_topics import OFFSETS_TOPIC
+from ..txn_service import transaction_service
+
+_STATES = {s.kafka_name: s for s in TxnState}
+
+
+def _partition_error(ctx: Any, topic: str, partition: int) -> ErrorCode:
+    meta = ctx.broker.store.get_topic(topic)
+    if meta is None or not 0 <= partition < meta.num_partitions:
+        return ErrorCode.unknown_topic_or_partition
+    replicas = ctx.broker.replicas
+    if replicas is not None:
+        try:
+            replicas.leader_replica(topic, partition)
+        except ApiError as e:
+            return e.error_code
+    return ErrorCode.none
+
+
+@api(61, 0, 0)
+def handle_describe_producers(ctx: Any, request: Any) -> Any:
+    cls = ctx.response_type
+    tcls, pcls, scls = sub(cls, "TopicResponse"), sub(cls, "PartitionResponse"), sub(cls, "ProducerState")
+    store = ctx.broker.store
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partition_indexes:
+            code = _partition_error(ctx, t.name, p)
+            if code != ErrorCode.none:
+                parts.append(make(pcls, partition_index=p, error_code=code, active_producers=()))
+                continue
+            plog = store.partition(t.name, p)
+            ongoing = plog.txns.ongoing
+            producers = tuple(
+                make(scls, producer_id=e.producer_id, producer_epoch=e.epoch, last_sequence=e.last_seq,
+                     last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
+                     current_txn_start_offset=ongoing.get(e.producer_id, -1))
+                for e in sorted(plog.producers.entries.values(), key=lambda e: e.producer_id))
+            parts.append(make(pcls, partition_index=p, error_code=ErrorCode.none, active_producers=producers))
+        topics.append(make(tcls, name=t.name, partitions=tuple(parts)))
+    return make(cls, throttle_time=0, topics=tuple(topics))
+
+
+def _ms_time(ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+
+
+@api(65, 0, 0)
+def handle_describe_transactions(ctx: Any, request: Any) -> Any:
+    cls = ctx.response_type
+    scls, tcls = sub(cls, "TransactionState"), sub(cls, "TopicData")
+    svc = transaction_service(ctx.broker)
+    out = []
+    for txn_id in request.transactional_ids:
+        m = None if svc is None else svc.find(txn_id)
+        if m is None:
+            code = ErrorCode.coordinator_not_available if svc is None else ErrorCode.transactional_id_not_found
+            out.append(make(scls, error_code=code, transactional_id=txn_id, transaction_state="",
+                            transaction_timeout=0, transaction_start_time=_ms_time(0), producer_id=-1,
+                            producer_epoch=-1, topics=()))
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in sorted(m.partitions):
+            by_topic.setdefault(topic, []).append(p)
+        out.append(make(scls, error_code=ErrorCode.none, transactional_id=txn_id,
+                        transaction_state=m.state.kafka_name, transaction_timeout=m.timeout_ms,
+                        transaction_start_time=_ms_time(m.start_ms), producer_id=m.producer_id,
+                        producer_epoch=m.producer_epoch,
+                        topics=tuple(make(tcls, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items())))
+    return make(cls, throttle_time=0, transaction_states=tuple(out))
+
+
+@api(66, 0, 2)
+def handle_list_transactions(ctx: Any, request: Any) -> Any:
+    cls = ctx.response_type
+    scls = sub(cls, "TransactionState")
+    svc = transaction_service(ctx.broker)
+    states = list(request.state_filters or ())
+    unknown = tuple(s for s in states if s not in _STATES)
+    wanted = {_STATES[s] for s in states if s in _STATES}
+    pids = set(request.producer_id_filters or ())
+    duration = int(getattr(request, "duration_filter", -1))
+    pattern = getattr(request, "transactional_id_pattern", None)
+    regex = None
+    if pattern:
+        try:
+            regex = re.compile(pattern)
+        except re.error:
+            return make(cls, throttle_time=0, error_code=ErrorCode.invalid_regular_expression,
+                        unknown_state_filters=unknown, transaction_states=())
+    now = ctx.now_ms()
+    out = []
+    if svc is not None and not (states and not wanted):
+        for shard in svc.runtime.shards:
+            for m in shard.txns.values():
+                if wanted and m.state not in wanted:
+                    continue
+                if pids and m.producer_id not in pids:
+                    continue
+                if duration >= 0 and (m.start_ms < 0 or now - m.start_ms < duration):
+                    continue
+                if regex is not None and not regex.fullmatch(m.transactional_id):
+                    continue
+                out.append(make(scls, transactional_id=m.transactional_id, producer_id=m.producer_id,
+                                transaction_state=m.state.kafka_name))
+    return make(cls, throttle_time=0, error_code=ErrorCode.none, unknown_state_filters=unknown,
+                transaction_states=tuple(out))
+
+
+@api(27, 1, 2)
+def handle_write_txn_markers(ctx: Any, request: Any) -> Any:
+    cls = ctx.response_type
+    mcls, tcls, pcls = (sub(cls, "WritableTxnMarkerResult"), sub(cls, "WritableTxnMarkerTopicResult"),
+                        sub(cls, "WritableTxnMarkerPartitionResult"))
+    broker = ctx.broker
+    now = ctx.now_ms()
+    out = []
+    for marker in request.markers:
+        topics = []
+        for t in marker.topics:
+            parts = []
+            for p in t.partition_indexes:
+                code = _partition_error(ctx, t.name, p)
+                if code == ErrorCode.none:
+                    plog = broker.store.partition(t.name, p)
+                    try:
+                        replica = None if broker.replicas is None else broker.replicas.leader_replica(t.name, p)
+                        plog.append_marker(marker.producer_id, marker.producer_epoch, bool(marker.transaction_result),
+                                           marker.coordinator_epoch, now,
+                                           leader_epoch=None if replica is None else replica.leader_epoch)
+                        if replica is not None:
+                            broker.replicas.maybe_advance_hw(replica)
+                        broker.append_waiters.notify(t.name, p)
+                        if t.name == OFFSETS_TOPIC:
+                            groups = broker.extensions.get("groups")
+                            if groups is not None:
+                                groups.runtime.shards[p].replay_marker(marker.producer_id,
+                                                                       bool(marker.transaction_result))
+                    except ApiError as e:
+                        code = e.error_code
+                    except OSError:
+                        code = ErrorCode.kafka_storage_error
+                parts.append(make(pcls, partition_index=p, error_code=code))
+            topics.append(make(tcls, name=t.name, partitions=tuple(parts)))
+        out.append(make(mcls, producer_id=marker.producer_id, topics=tuple(topics)))
+    return make(cls, markers=tuple(out))

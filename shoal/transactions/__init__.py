@@ -1,0 +1,1 @@
+"""Transactions: the transaction coordinator's pure state machine (``coordinator``)."""

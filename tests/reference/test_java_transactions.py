@@ -1,0 +1,44 @@
+"""Apache Kafka's Java clients with transactions against shoal (tests/reference/java/TxnDriver.java).
+
+* consume-transform-produce: a KafkaConsumer (read_committed, classic and KIP-848 groups)
+  and a transactional KafkaProducer with sendOffsetsToTransaction and random aborts; a
+  read_committed consumer of the output sees every input exactly once;
+* a zombie producer with the same transactional.id is fenced: its send or commit fails,
+  and nothing it wrote becomes visible.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from tests.support.kafka_ref import run_tool
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
+
+
+def _lines(stdout: str, tag: str) -> list[str]:
+    return [line[len(tag) + 1:] for line in stdout.splitlines() if line.startswith(tag + " ")]
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_consume_transform_produce_exactly_once(shoal, java, protocol: str) -> None:
+    src, dst, n = f"jtx-in-{protocol}", f"jtx-out-{protocol}", 1000
+    for t in (src, dst):
+        run_tool("kafka-topics", "--bootstrap-server", shoal.bootstrap, "--create", "--topic", t, "--partitions", "2")
+    proc = java("TxnDriver").run("ctp", shoal.bootstrap, src, dst, str(n), protocol)
+    info = dict(line.split(" ", 1) for line in _lines(proc.stdout, "I"))
+    assert int(info["done"]) == n and int(info["aborts"]) > 0, proc.stdout[-2000:]
+    got = Counter(_lines(proc.stdout, "R"))
+    assert got == Counter(f"out-{i}" for i in range(n)), proc.stderr[-3000:]
+
+
+def test_a_zombie_java_producer_is_fenced(shoal, java) -> None:
+    dst = "jtx-zombie"
+    run_tool("kafka-topics", "--bootstrap-server", shoal.bootstrap, "--create", "--topic", dst)
+    proc = java("TxnDriver").run("zombie", shoal.bootstrap, "-", dst, "0")
+    errors = _lines(proc.stdout, "E")
+    assert len(errors) == 1 and errors[0].split()[1] in ("ProducerFencedException", "InvalidProducerEpochException"), \
+        proc.stdout
+    assert _lines(proc.stdout, "R") == ["fresh"]
