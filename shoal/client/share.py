@@ -159,6 +159,8 @@ class FetchResult:
     """(topic id, partition) -> acquired offset ranges, inclusive."""
     errors: dict[tuple[uuid.UUID, int], ErrorCode]
     acknowledge_errors: dict[tuple[uuid.UUID, int], ErrorCode]
+    raw: list[tuple[tuple[uuid.UUID, int], bytes, list[tuple[int, int, int]]]] = field(default_factory=list)
+    """With ``decode=False``: (topic id, partition), its records data, acquired (first, last, delivery count)."""
 
 
 def coalesce(offsets: Iterable[int]) -> list[tuple[int, int]]:
@@ -190,13 +192,14 @@ class ShareSession:
     def fetch(self, partitions: Iterable[tuple[uuid.UUID, int]], *, max_wait_ms: int = 500, min_bytes: int = 1,
               max_bytes: int = 16 << 20, max_records: int = 500,
               acknowledgements: Mapping[tuple[uuid.UUID, int], Sequence[tuple[int, int, int]]] | None = None,
-              forget: Iterable[tuple[uuid.UUID, int]] = (),
+              forget: Iterable[tuple[uuid.UUID, int]] = (), decode: bool = True,
               ) -> FetchResult:
         """ShareFetch the given partitions (added to the session if new), optionally acknowledging.
 
         ``acknowledgements``: (topic id, partition) -> [(first, last, type)]. ``forget``:
         partitions to drop from the session (their leader moved). Returns only the
-        records inside the acquired ranges. Raises KafkaProtocolError on a top-level error
+        records inside the acquired ranges; with ``decode=False`` it leaves the records
+        data undecoded in :attr:`FetchResult.raw` (see :func:`shoal.protocol.batch.decode_columns`). Raises KafkaProtocolError on a top-level error
         (the session epoch is then unchanged).
         """
         acks = dict(acknowledgements or {})
@@ -240,6 +243,9 @@ class ShareSession:
                 out.acquired.setdefault(key, []).extend((a, b) for a, b, _ in ranges)
                 data = p.records
                 if not data:
+                    continue
+                if not decode:
+                    out.raw.append((key, data, ranges))
                     continue
                 mv = memoryview(data)
                 for h in iter_batches(mv):

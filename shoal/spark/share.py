@@ -117,6 +117,7 @@ from ..client.share import (
     ShareSession,
     share_group_lag,
 )
+from ..protocol.batch import decode_columns, iter_batches
 from .options import Options, to_arrow_batch
 
 log = logging.getLogger("shoal.spark.share")
@@ -125,7 +126,9 @@ __all__ = ["ShareStreamReader", "ShareTask", "note_dispositions", "default_state
 
 _SESSION_GONE = (ErrorCode.invalid_share_session_epoch, ErrorCode.share_session_not_found)
 _KINDS = {"accept": ACCEPT, "release": RELEASE, "reject": REJECT}
-ARROW_ROWS = 8192
+FETCH_RECORDS = 2048
+"""Records asked for per ShareFetch: each answer becomes an Arrow batch that Spark takes on
+while the task fetches the next."""
 
 
 def default_state_dir() -> str:
@@ -171,11 +174,12 @@ class MemberState:
         return self
 
     def save(self) -> None:
+        """Replace the file atomically. No fsync: the file must outlive a process, not the
+        host, since a host that goes down takes its connections, and with them the records
+        they acquired, along."""
         tmp = self.path + ".tmp"
         with open(tmp, "w") as f:
             json.dump({"epochs": self.epochs, "pending": self.pending}, f)
-            f.flush()
-            os.fsync(f.fileno())
         os.replace(tmp, self.path)
 
     def add(self, batch: int, node: int, acquired: Mapping[tuple[uuid.UUID, int], Sequence[tuple[int, int]]]) -> None:
@@ -365,7 +369,7 @@ def read_share_task(opts: Options, task: ShareTask, arrow_schema: Any) -> Iterat
     brokers = _brokers(opts.bootstrap, group, task.member_id)
     for node, address in task.nodes.items():
         brokers.nodes.setdefault(int(node), tuple(address))  # type: ignore[arg-type]
-    batches = []
+    marked = False
     with brokers.lock, MemberState(state_dir, group, task.member_id) as st:
         # what earlier batches acquired (committed, or the driver could not see it): ACCEPT;
         # what a failed attempt of this batch acquired: RELEASE
@@ -411,13 +415,15 @@ def read_share_task(opts: Options, task: ShareTask, arrow_schema: Any) -> Iterat
                         session = sessions[node] = ShareSession(brokers.to(node), group, task.member_id,
                                                                 epoch=st.epochs.get(str(node), 0))
                     try:
-                        res = session.fetch(parts, max_wait_ms=wait, max_records=task.max_records - total,
-                                            forget=forget.pop(node, ()))
+                        res = session.fetch(parts, max_wait_ms=wait,
+                                            max_records=min(FETCH_RECORDS, task.max_records - total),
+                                            forget=forget.pop(node, ()), decode=False)
                     except KafkaProtocolError as e:
                         if e.code not in _SESSION_GONE or session.epoch == 0:
                             raise
                         session.epoch = 0  # the broker lost the session (a restart): open a new one
-                        res = session.fetch(parts, max_wait_ms=wait, max_records=task.max_records - total)
+                        res = session.fetch(parts, max_wait_ms=wait,
+                                            max_records=min(FETCH_RECORDS, task.max_records - total), decode=False)
                 except (OSError, ConnectionError) as e:
                     log.info("member %s: broker %d unreachable (%s); finding the new leaders", task.member_id,
                              node, e)
@@ -435,34 +441,44 @@ def read_share_task(opts: Options, task: ShareTask, arrow_schema: Any) -> Iterat
                 if res.acquired:
                     st.add(task.batch, node, res.acquired)
                 st.save()  # before any row leaves this task
-                for r in res.records:
-                    rec = r.record
-                    cols["key"].append(rec.key)
-                    cols["value"].append(rec.value)
-                    cols["topic"].append(names.get(r.topic_id, str(r.topic_id)))
-                    cols["partition"].append(r.partition)
-                    cols["offset"].append(rec.offset)
-                    cols["timestamp"].append(rec.timestamp if rec.timestamp >= 0 else None)
-                    cols["timestampType"].append(1 if rec.attributes & 0x08 else 0)
-                    if "headers" in cols:
-                        cols["headers"].append([{"key": k, "value": v} for k, v in rec.headers])
-                    cols["deliveryCount"].append(r.delivery_count)
                 got = sum(b - a + 1 for rs in res.acquired.values() for a, b in rs)
                 total += got
                 got_now += got
-                if len(cols["offset"]) >= ARROW_ROWS:
-                    batches.append(to_arrow_batch(cols, arrow_schema))
+                if got and task.reader_id and not marked:
+                    _touch(os.path.join(_group_dir(state_dir, group), "acquired", f"{task.reader_id}.{task.batch}"))
+                    marked = True
+                for (tid, p), data, ranges in res.raw:
+                    _columns(cols, memoryview(data), ranges, names.get(tid, str(tid)), p)
+                if cols["offset"]:
+                    yield to_arrow_batch(cols, arrow_schema)
                     cols = {n: [] for n in arrow_schema.names}
             first = False
             if got_now == 0:
                 if not homeless or total:
                     break  # nothing more to get; a partition without a leader waits for the next batch
                 time.sleep(0.3)
-        if cols["offset"]:
-            batches.append(to_arrow_batch(cols, arrow_schema))
-        if total and task.reader_id:
-            _touch(os.path.join(_group_dir(state_dir, group), "acquired", f"{task.reader_id}.{task.batch}"))
-    yield from batches
+
+
+def _columns(cols: dict[str, list[Any]], data: memoryview, ranges: Sequence[tuple[int, int, int]], topic: str,
+             partition: int) -> None:
+    """Append the records of one partition's ShareFetch data that lie in the acquired ``ranges``
+    to the row columns, a batch at a time."""
+    headers: list[Any] | None = [] if "headers" in cols else None
+    for h in iter_batches(data):
+        if h.is_control:
+            continue
+        for a, b, dc in ranges:
+            if a > h.last_offset or h.base_offset > b:
+                continue
+            n = decode_columns(data, h, cols["offset"], cols["timestamp"], cols["key"], cols["value"], headers,
+                               lo=a, hi=b)
+            cols["deliveryCount"].extend([dc] * n)
+            cols["timestampType"].extend([h.timestamp_type] * n)
+            cols["partition"].extend([partition] * n)
+            cols["topic"].extend([topic] * n)
+            if headers:
+                cols["headers"].extend([{"key": k, "value": v} for k, v in hs] for hs in headers)
+                headers.clear()
 
 
 def _place(brokers: Brokers, homeless: set[tuple[uuid.UUID, int]], leaders: dict[int, list[tuple[uuid.UUID, int]]],
@@ -761,6 +777,10 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return os.path.exists(marker)
 
     def reportLatestOffset(self) -> dict | None:
+        """What query progress shows as this source's ``latestOffset``: the newest batch and the
+        group's lag per partition (records not yet delivered completely, from the coordinator;
+        -1 where unknown). pyspark's Python data sources have no metrics hook (Spark's
+        ``ReportsSourceMetrics``), so this is where progress can carry the lag."""
         lag = self._last_lag
         out: dict[str, Any] = {"batch": self._planned}
         if lag is not None:

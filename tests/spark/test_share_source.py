@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -53,8 +54,12 @@ def test_four_tasks_on_one_partition_exactly_once(spark, spark_broker, topic_nam
         _fill(bs, topic_name, 500, start=1500)  # arriving while the query runs
         _run_until(spark, q, out, 2000)
         time.sleep(3)  # a few more (empty) batches: nothing comes back
+        latest = q.lastProgress["sources"][0]["latestOffset"]
     finally:
         q.stop()
+    # the group's lag per partition in query progress (Python sources have no metrics)
+    lag = (json.loads(latest) if isinstance(latest, str) else latest)["lag"]
+    assert list(lag) == [f"{topic_name}-0"] and 0 <= lag[f"{topic_name}-0"] <= 2000
     rows = spark.read.parquet(out).collect()
     assert sorted(int(r.value) for r in rows) == list(range(2000))  # each exactly once
     assert {r.deliveryCount for r in rows} == {1}
