@@ -6,6 +6,7 @@ share source), with the ratio.
 
     python benchmarks/spark_bench.py [--records 200000] [--value-bytes 1000] [--master local[2]]
                                      [--bootstrap HOST:PORT] [--only write,read,share]
+                                     [--share-partitions 1,8]
 
 Prints MB/s and records/s per case. Times include Spark's job overhead (a few hundred ms per
 job), so small runs understate the steady state.
@@ -102,6 +103,7 @@ def main() -> int:
     ap.add_argument("--bootstrap")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--only", default="write,read,share", help="the cases to run, comma-separated")
+    ap.add_argument("--share-partitions", default="1,8", help="partition counts of the share-group cases")
     args = ap.parse_args()
     cases = set(args.only.split(","))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -154,16 +156,18 @@ def main() -> int:
         if "share" not in cases:
             spark.stop()
             return 0
-        if read_topic is None:
+        share_parts = [int(x) for x in args.share_partitions.split(",")]
+        if read_topic is None and 1 in share_parts:
             read_topic = f"bench-p1-{stamp}"
             _topic(bootstrap, read_topic)
             _plain_produce(bootstrap, read_topic, n, size)
 
         # the share-group source, default options, beside a plain ShareConsumer on the same topic
         eight = f"bench-p8-{stamp}"
-        _topic(bootstrap, eight, 8)
-        _plain_produce(bootstrap, eight, n, size)
-        for topic, parts in ((read_topic, 1), (eight, 8)):
+        if 8 in share_parts:
+            _topic(bootstrap, eight, 8)
+            _plain_produce(bootstrap, eight, n, size)
+        for topic, parts in [(t, p) for t, p in ((read_topic, 1), (eight, 8)) if p in share_parts]:
             t = time.perf_counter()
             got = _plain_share_consume(bootstrap, topic, f"bench-plain-{parts}-{stamp}", n)
             plain = got / (time.perf_counter() - t)

@@ -16,10 +16,14 @@ its next epoch.
   k with ShareFetch, up to ``maxRecordsPerTask`` records (by default the partitions'
   record-lock cap, 2000 each, divided among the tasks; the first fetch waits up to
   ``maxWaitMs`` only when the driver could not learn the group's lag, since a batch is
-  planned only when records are waiting), keeps only the offsets inside the AcquiredRecords ranges and yields them
-  with their ``deliveryCount``. It does not close the session nor the connection: the
-  connection stays in a module-level cache of the Python worker, keyed by (bootstrap,
-  group, member), so the acquired records stay acquired after the task ends.
+  planned only when records are waiting; later fetches never wait), at most
+  ``FETCH_RECORDS`` per ShareFetch. It decodes each answer straight into columns
+  (:func:`shoal.protocol.batch.decode_columns`), only the offsets inside the
+  AcquiredRecords ranges, with their ``deliveryCount``, and yields it as one Arrow batch
+  before it fetches again, so Spark works on rows while the task fetches. It does not
+  close the session nor the connection: the connections stay in a module-level cache of
+  the Python worker, keyed by (bootstrap, group, member), so the acquired records stay
+  acquired after the task ends.
 * **Brokers.** In a cluster a share group has a coordinator (heartbeats, lag) and each
   partition a leader (ShareFetch, ShareAcknowledge), usually on different brokers. The
   source finds them as KafkaShareConsumer does (:class:`shoal.client.brokers.Brokers`:

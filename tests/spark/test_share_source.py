@@ -163,6 +163,29 @@ def _wait_idle(q, n: int, timeout_s: float = 120.0) -> None:  # type: ignore[no-
     raise AssertionError(f"this run read fewer than {n} rows after {timeout_s}s")
 
 
+def _set_group_config(bs: str, group: str, name: str, value: str) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    admin = admin_client(bs)
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)])
+    for fut in admin.incremental_alter_configs([res]).values():
+        fut.result(15)
+
+
+def _group_lag(bs: str, group: str, topic: str) -> int | None:
+    from shoal.client.brokers import Brokers
+    from shoal.client.share import share_group_lag
+
+    b = Brokers(bs)
+    try:
+        info = b.refresh([topic])[topic]
+        lag = share_group_lag(b.coordinator(group), group, {topic: info.partitions})
+        return None if lag is None or any(v < 0 for v in lag.values()) else sum(lag.values())
+    finally:
+        b.close()
+
+
 def _ran_empty(progress: list[dict]) -> list[int]:
     """Batch ids of micro-batches that ran (a sink was called) and read nothing."""
     return [p["batchId"] for p in progress if p["numInputRows"] == 0 and "addBatch" in p.get("durationMs", {})]
@@ -214,18 +237,19 @@ def test_available_now_reads_what_is_there_and_acknowledges_it(spark, spark_brok
 
 def test_a_slow_micro_batch_keeps_its_locks(spark, spark_broker, topic_name, state_dir,  # type: ignore[no-untyped-def]
                                             tmp_path: Path) -> None:
-    # the test broker's lock lasts 15 s; the first micro-batch takes 20 s
+    # the group's lock lasts 6 s; the first micro-batch takes 10 s
     bs = spark_broker.bootstrap
     group = "g-" + topic_name
     create_topic(bs, topic_name, partitions=1)
     _fill(bs, topic_name, 200)
+    _set_group_config(bs, group, "share.record.lock.duration.ms", "6000")
     seen: list[tuple[int, int]] = []
 
     def handle(batch, batch_id: int) -> None:  # type: ignore[no-untyped-def]
         rows = batch.select("value", "deliveryCount").collect()
         seen.extend((int(r.value), r.deliveryCount) for r in rows)
         if rows and len(seen) == len(rows):
-            time.sleep(20)
+            time.sleep(10)
 
     q = _share_stream(spark, bs, topic_name, group, state_dir, tasks=2).writeStream.foreachBatch(handle) \
         .option("checkpointLocation", str(tmp_path / "cp")).trigger(processingTime="1 second").start()
@@ -234,7 +258,9 @@ def test_a_slow_micro_batch_keeps_its_locks(spark, spark_broker, topic_name, sta
         while time.monotonic() < deadline and len(seen) < 200:
             assert q.exception() is None, q.exception()
             time.sleep(0.5)
-        time.sleep(3)  # anything released by an expired lock would come back now
+        # The group's lag reaches 0 once the records are accepted: at the slow batch's commit
+        # if their locks held, else only after a later batch got them again and committed.
+        wait_until("the group's lag at 0", lambda: _group_lag(bs, group, topic_name) == 0, timeout_s=60)
     finally:
         q.stop()
     assert sorted(v for v, _ in seen) == list(range(200))
