@@ -667,6 +667,7 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._settled = 0  # batches <= this one are acknowledged
         self._planned = 0  # the newest batch handed to tasks
         self._available_now = False
+        self._record_locks = RECORD_LOCKS  # the brokers' in-flight cap per share-partition
         self._last_lag: dict[tuple[str, int], int] | None = None
         self._offset_readers = {self.reader_id}  # reader ids in the offsets of the batches planned here
         _stop_on_sigterm()
@@ -684,6 +685,7 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             _set_group_reset(self.opts, self.opts.starting_offsets)
         self._members = [ShareMembership(self.group, mid, topics=self.opts.subscribe) for mid in self.member_ids]
         lock_ms = _group_lock_duration_ms(self.opts)
+        self._record_locks = _broker_record_locks(self.opts, self._cluster())
         self._hb = _Heartbeats(self.opts.bootstrap, self._members, state_dir=self.state_dir, group=self.group,
                                renew_ms=max(500, lock_ms // 3) if lock_ms else None)
         self._hb.start()
@@ -811,7 +813,8 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._offset_readers.add(end["reader"])  # a batch planned by an earlier run, retried
         # the driver saw records to deliver: a task that finds none returns at once, no long poll
         wait_ms = 0 if self._last_lag else self.opts.max_wait_ms
-        per_task = self.opts.max_records_per_task or _records_per_task(len(everything), len(self.member_ids))
+        per_task = self.opts.max_records_per_task or _records_per_task(len(everything), len(self.member_ids),
+                                                                       self._record_locks)
         leaders = {(str(i.topic_id), p): lead for i in topics.values() for p, lead in enumerate(i.leaders)}
         nodes = dict(self._cluster().nodes)
         tasks = []
@@ -880,9 +883,28 @@ RECORD_LOCKS = 2000
 """Kafka's default ``group.share.partition.max.record.locks``: records in flight per share-partition."""
 
 
-def _records_per_task(partitions: int, tasks: int) -> int:
+def _records_per_task(partitions: int, tasks: int, record_locks: int = RECORD_LOCKS) -> int:
     """A task's share of what the partitions can have in flight, so one micro-batch can fill the cap."""
-    return max(500, -(-RECORD_LOCKS * max(1, partitions) // max(1, tasks)))
+    return max(500, -(-record_locks * max(1, partitions) // max(1, tasks)))
+
+
+def _broker_record_locks(opts: Options, brokers: Brokers) -> int:
+    """The brokers' ``group.share.partition.max.record.locks`` (asked of one broker; Kafka's
+    default when it cannot be read), which sizes a micro-batch."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    try:
+        brokers.refresh(opts.subscribe)
+        node = min(brokers.nodes)
+        admin = AdminClient({"bootstrap.servers": opts.bootstrap, "broker.address.family": "v4"})
+        res = ConfigResource(ResourceType.BROKER, str(node))
+        for fut in admin.describe_configs([res]).values():
+            entry = fut.result(timeout=15).get("group.share.partition.max.record.locks")
+            if entry is not None and entry.value is not None:
+                return int(entry.value)
+    except Exception as e:  # noqa: BLE001 - any failure: the default cap
+        log.info("share group %s: record-lock cap unknown (%s); assuming %d", opts.share_group, e, RECORD_LOCKS)
+    return RECORD_LOCKS
 
 
 def _stop_on_sigterm() -> None:

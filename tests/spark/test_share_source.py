@@ -370,3 +370,20 @@ def test_on_a_three_broker_cluster_each_partition_is_read_from_its_leader_throug
     assert {r.deliveryCount for r in rows} == {1}
     assert {(int(r.value) % 3, r.partition) for r in rows} == {(k, k) for k in range(3)}
     assert sorted(int(r.value) for r in copied) == list(range(600))
+
+
+def test_micro_batches_are_sized_from_the_brokers_record_lock_cap(tmp_path: Path, state_dir: str) -> None:
+    from shoal.spark.options import parse_options
+    from shoal.spark.share import ShareStreamReader
+    from tests.support.broker import BrokerProcess
+
+    with BrokerProcess(tmp_path / "broker", {"group.share.partition.max.record.locks": "5000"}) as b:
+        create_topic(b.bootstrap, "capped", partitions=2)
+        opts = parse_options({"kafka.bootstrap.servers": b.bootstrap, "subscribe": "capped", "shareGroup": "g-capped",
+                              "numTasks": "4", "stateDir": state_dir})
+        r = ShareStreamReader(opts, None)
+        try:
+            tasks = r.partitions(r.initialOffset(), {**r.initialOffset(), "batch": 1})
+        finally:
+            r.stop()
+    assert [t.max_records for t in tasks] == [2500] * 4  # 5000 in flight x 2 partitions, over 4 tasks
