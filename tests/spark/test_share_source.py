@@ -316,6 +316,7 @@ def test_on_a_three_broker_cluster_each_partition_is_read_from_its_leader_throug
     from confluent_kafka.admin import NewTopic
 
     from shoal.client.brokers import Brokers
+    from shoal.client.connection import KafkaProtocolError
     from tests.support.cluster import LocalCluster, partition_states
 
     topic, copy, group = "spark-share-cluster", "spark-share-cluster-copy", "g-spark-share-cluster"
@@ -333,7 +334,14 @@ def test_on_a_three_broker_cluster_each_partition_is_read_from_its_leader_throug
             leaders = wait_until("a leader for every partition", all_led, timeout_s=30)
             assert sorted(v[0] for v in leaders.values()) == [1, 2, 3]  # each broker leads one partition
             b = Brokers(c.bootstrap)
-            coordinator = b.coordinator_node(group)
+
+            def find_coordinator() -> int | None:
+                try:
+                    return b.coordinator_node(group)
+                except KafkaProtocolError:  # COORDINATOR_NOT_AVAILABLE while __consumer_offsets is created
+                    return None
+
+            coordinator = wait_until("the group's coordinator", find_coordinator, timeout_s=30)
             b.close()
             p = producer(c.bootstrap)
             produce_all(p, topic, ({"value": b"%d" % i, "partition": i % 3} for i in range(300)))
