@@ -371,8 +371,8 @@ def read_share_task(opts: Options, task: ShareTask, arrow_schema: Any) -> Iterat
     names = {uuid.UUID(t): name for t, name, _ in task.partitions}
     overrides = {(uuid.UUID(t), p, o): k for (t, p, o), k in task.overrides.items()}
     brokers = _brokers(opts.bootstrap, group, task.member_id)
-    for node, address in task.nodes.items():
-        brokers.nodes.setdefault(int(node), tuple(address))  # type: ignore[arg-type]
+    for node, address in task.nodes.items():  # the driver's metadata is the newer: a broker may have moved
+        brokers.nodes[int(node)] = tuple(address)  # type: ignore[assignment]
     marked = False
     with brokers.lock, MemberState(state_dir, group, task.member_id) as st:
         # what earlier batches acquired (committed, or the driver could not see it): ACCEPT;
