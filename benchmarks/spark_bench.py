@@ -5,7 +5,8 @@ idempotent confluent-kafka Producer for the sink, a confluent-kafka ShareConsume
 share source), with the ratio.
 
     python benchmarks/spark_bench.py [--records 200000] [--value-bytes 1000] [--master local[2]]
-                                     [--bootstrap HOST:PORT]
+                                     [--bootstrap HOST:PORT] [--only write,read,share]
+                                     [--share-partitions 1,8]
 
 Prints MB/s and records/s per case. Times include Spark's job overhead (a few hundred ms per
 job), so small runs understate the steady state.
@@ -81,13 +82,30 @@ def _line(what: str, n: int, nbytes: int, seconds: float) -> None:
           flush=True)
 
 
+def _steady(batches: list[dict]) -> tuple[int, float] | None:
+    """Records of the micro-batches after the first, and the seconds from the first one's end to the last one's."""
+    from datetime import datetime
+
+    if len(batches) < 2:
+        return None
+
+    def end(p: dict) -> float:
+        start = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+        return start + p["durationMs"].get("triggerExecution", 0) / 1000
+
+    return sum(p["numInputRows"] for p in batches[1:]), end(batches[-1]) - end(batches[0])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--value-bytes", type=int, default=1000)
     ap.add_argument("--bootstrap")
     ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--only", default="write,read,share", help="the cases to run, comma-separated")
+    ap.add_argument("--share-partitions", default="1,8", help="partition counts of the share-group cases")
     args = ap.parse_args()
+    cases = set(args.only.split(","))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     work = tempfile.mkdtemp(prefix="shoal-spark-bench-")
@@ -113,7 +131,7 @@ def main() -> int:
         nbytes = n * (size // 3 * 3)
         read_topic = None
         write_s = {}
-        for tasks in (1, 2, 4):
+        for tasks in (1, 2, 4) if cases & {"write", "read"} else ():
             topic = f"bench-w{tasks}-{stamp}"
             _topic(bootstrap, topic)
             t = time.perf_counter()
@@ -122,24 +140,34 @@ def main() -> int:
             write_s[tasks] = time.perf_counter() - t
             _line(f"batch write, {tasks} task(s)", n, nbytes, write_s[tasks])
             read_topic = read_topic or topic
-        for tasks in (1, 2, 4):
+        for tasks in (1, 2, 4) if "read" in cases else ():
             df = spark.read.format("shoal").option("kafka.bootstrap.servers", bootstrap) \
                 .option("subscribe", read_topic).option("minPartitions", str(tasks)).load()
             t = time.perf_counter()
             got = df.select(F.sum(F.length("value"))).collect()[0][0]
             _line(f"batch read, {tasks} task(s)", n, got, time.perf_counter() - t)
 
-        t = time.perf_counter()
-        _plain_produce(bootstrap, f"bench-plain-{stamp}", n, size)
-        plain_write = time.perf_counter() - t
-        _line("plain idempotent Producer", n, nbytes, plain_write)
-        print(f"    sink with 1 task / plain Producer = {plain_write / write_s[1]:.2f}", flush=True)
+        if "write" in cases:
+            t = time.perf_counter()
+            _plain_produce(bootstrap, f"bench-plain-{stamp}", n, size)
+            plain_write = time.perf_counter() - t
+            _line("plain idempotent Producer", n, nbytes, plain_write)
+            print(f"    sink with 1 task / plain Producer = {plain_write / write_s[1]:.2f}", flush=True)
+        if "share" not in cases:
+            spark.stop()
+            return 0
+        share_parts = [int(x) for x in args.share_partitions.split(",")]
+        if read_topic is None and 1 in share_parts:
+            read_topic = f"bench-p1-{stamp}"
+            _topic(bootstrap, read_topic)
+            _plain_produce(bootstrap, read_topic, n, size)
 
         # the share-group source, default options, beside a plain ShareConsumer on the same topic
         eight = f"bench-p8-{stamp}"
-        _topic(bootstrap, eight, 8)
-        _plain_produce(bootstrap, eight, n, size)
-        for topic, parts in ((read_topic, 1), (eight, 8)):
+        if 8 in share_parts:
+            _topic(bootstrap, eight, 8)
+            _plain_produce(bootstrap, eight, n, size)
+        for topic, parts in [(t, p) for t, p in ((read_topic, 1), (eight, 8)) if p in share_parts]:
             t = time.perf_counter()
             got = _plain_share_consume(bootstrap, topic, f"bench-plain-{parts}-{stamp}", n)
             plain = got / (time.perf_counter() - t)
@@ -161,6 +189,10 @@ def main() -> int:
             finally:
                 q.stop()
             _line(f"share-group stream, {parts} partition(s)", rows, rows * (size // 3 * 3), elapsed)
+            steady = _steady(batches)
+            if steady:
+                print(f"    after the first micro-batch (Spark's and the Python workers' start-up): "
+                      f"{steady[0]} records in {steady[1]:.2f} s = {steady[0] / steady[1]:.0f} rec/s", flush=True)
             per_batch = sum(p["numInputRows"] for p in batches) / max(1, len(batches))
             batch_s = sum(p["durationMs"].get("triggerExecution", 0) for p in batches) / max(1, len(batches)) / 1000
             print(f"    {len(batches)} micro-batches, {per_batch:.0f} records and {batch_s * 1000:.0f} ms each; "

@@ -159,6 +159,8 @@ class FetchResult:
     """(topic id, partition) -> acquired offset ranges, inclusive."""
     errors: dict[tuple[uuid.UUID, int], ErrorCode]
     acknowledge_errors: dict[tuple[uuid.UUID, int], ErrorCode]
+    raw: list[tuple[tuple[uuid.UUID, int], bytes, list[tuple[int, int, int]]]] = field(default_factory=list)
+    """With ``decode=False``: (topic id, partition), its records data, acquired (first, last, delivery count)."""
 
 
 def coalesce(offsets: Iterable[int]) -> list[tuple[int, int]]:
@@ -190,11 +192,14 @@ class ShareSession:
     def fetch(self, partitions: Iterable[tuple[uuid.UUID, int]], *, max_wait_ms: int = 500, min_bytes: int = 1,
               max_bytes: int = 16 << 20, max_records: int = 500,
               acknowledgements: Mapping[tuple[uuid.UUID, int], Sequence[tuple[int, int, int]]] | None = None,
+              forget: Iterable[tuple[uuid.UUID, int]] = (), decode: bool = True,
               ) -> FetchResult:
         """ShareFetch the given partitions (added to the session if new), optionally acknowledging.
 
-        ``acknowledgements``: (topic id, partition) -> [(first, last, type)]. Returns only the
-        records inside the acquired ranges. Raises KafkaProtocolError on a top-level error
+        ``acknowledgements``: (topic id, partition) -> [(first, last, type)]. ``forget``:
+        partitions to drop from the session (their leader moved). Returns only the
+        records inside the acquired ranges; with ``decode=False`` it leaves the records
+        data undecoded in :attr:`FetchResult.raw` (see :func:`shoal.protocol.batch.decode_columns`). Raises KafkaProtocolError on a top-level error
         (the session epoch is then unchanged).
         """
         acks = dict(acknowledgements or {})
@@ -209,13 +214,20 @@ class ShareSession:
             by_topic.setdefault(tid, []).append(make(part_cls, partition_index=p,
                                                      acknowledgement_batches=_ack_batches(ack_cls, acks.get((tid, p), ()))))
         topics = tuple(make(topic_cls, topic_id=tid, partitions=tuple(ps)) for tid, ps in by_topic.items())
+        gone = (set(forget) & self.partitions) - send if self.epoch != 0 else set()
+        forgotten: dict[uuid.UUID, list[int]] = {}
+        for tid, p in sorted(gone, key=lambda x: (str(x[0]), x[1])):
+            forgotten.setdefault(tid, []).append(p)
+        forgot_cls = sub(req_type, "ForgottenTopic")
         req = make(req_type, group_id=self.group_id, member_id=self.member_id, share_session_epoch=self.epoch,
                    max_wait=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, max_records=max_records,
-                   batch_size=max_records, topics=topics, forgotten_topics_data=())
+                   batch_size=max_records, topics=topics,
+                   forgotten_topics_data=tuple(make(forgot_cls, topic_id=t, partitions=tuple(ps))
+                                               for t, ps in forgotten.items()))
         resp = self.conn.send(req)
         if resp.error_code != ErrorCode.none:
             raise KafkaProtocolError(resp.error_code, resp.error_message or "ShareFetch")
-        self.partitions |= send
+        self.partitions = (self.partitions | send) - gone
         self.epoch = next_epoch(self.epoch)
         out = FetchResult([], {}, {}, {})
         for t in resp.responses:
@@ -231,6 +243,9 @@ class ShareSession:
                 out.acquired.setdefault(key, []).extend((a, b) for a, b, _ in ranges)
                 data = p.records
                 if not data:
+                    continue
+                if not decode:
+                    out.raw.append((key, data, ranges))
                     continue
                 mv = memoryview(data)
                 for h in iter_batches(mv):

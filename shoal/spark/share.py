@@ -16,13 +16,29 @@ its next epoch.
   k with ShareFetch, up to ``maxRecordsPerTask`` records (by default the partitions'
   record-lock cap, 2000 each, divided among the tasks; the first fetch waits up to
   ``maxWaitMs`` only when the driver could not learn the group's lag, since a batch is
-  planned only when records are waiting), keeps only the offsets inside the AcquiredRecords ranges and yields them
-  with their ``deliveryCount``. It does not close the session nor the connection: the
-  connection stays in a module-level cache of the Python worker, keyed by (bootstrap,
-  group, member), so the acquired records stay acquired after the task ends.
+  planned only when records are waiting; later fetches never wait), at most
+  ``FETCH_RECORDS`` per ShareFetch. It decodes each answer straight into columns
+  (:func:`shoal.protocol.batch.decode_columns`), only the offsets inside the
+  AcquiredRecords ranges, with their ``deliveryCount``, and yields it as one Arrow batch
+  before it fetches again, so Spark works on rows while the task fetches. It does not
+  close the session nor the connection: the connections stay in a module-level cache of
+  the Python worker, keyed by (bootstrap, group, member), so the acquired records stay
+  acquired after the task ends.
+* **Brokers.** In a cluster a share group has a coordinator (heartbeats, lag) and each
+  partition a leader (ShareFetch, ShareAcknowledge), usually on different brokers. The
+  source finds them as KafkaShareConsumer does (:class:`shoal.client.brokers.Brokers`:
+  FindCoordinator, Metadata) and keeps one share session per member *and leader*. A task
+  fetches each partition from its leader; a partition answered NOT_LEADER_OR_FOLLOWER (or
+  whose broker went away) is dropped from that session and fetched from the leader that
+  Metadata names next (a task with no records yet waits up to ``LEADER_WAIT_S`` for one).
+  Acknowledgements go to the broker that delivered the records; a broker that stopped or
+  no longer leads has released them already, and they come again from the new leader.
+  Heartbeats and lag requests find the coordinator again after NOT_COORDINATOR or a
+  broken connection.
 * **Member state file.** ``<stateDir>/<group>/<member>.json`` (under an ``flock``) holds the
-  session's next epoch and the ranges acquired per micro-batch and not yet acknowledged.
-  A task writes the ranges it acquired before it yields a single row.
+  next epoch of the member's session on each broker and the ranges acquired per
+  micro-batch and broker and not yet acknowledged. A task writes the ranges it acquired
+  before it yields a single row.
 * **Acknowledgement after commit.** Spark asks a source for its next offset only after the
   previous micro-batch is in the query's commit log. So ``latestOffset(start)`` first
   acknowledges what the batches up to ``start`` acquired: for each member it continues the
@@ -94,7 +110,8 @@ except ImportError:  # pragma: no cover - Spark 4.0/4.1: no Trigger.AvailableNow
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         pass
 
-from ..client.connection import Connection, KafkaProtocolError
+from ..client.brokers import COORDINATOR_MOVED, LEADER_MOVED, Brokers
+from ..client.connection import KafkaProtocolError
 from ..client.share import (
     ACCEPT,
     REJECT,
@@ -103,8 +120,8 @@ from ..client.share import (
     ShareMembership,
     ShareSession,
     share_group_lag,
-    topic_metadata,
 )
+from ..protocol.batch import decode_columns, iter_batches
 from .options import Options, to_arrow_batch
 
 log = logging.getLogger("shoal.spark.share")
@@ -113,7 +130,9 @@ __all__ = ["ShareStreamReader", "ShareTask", "note_dispositions", "default_state
 
 _SESSION_GONE = (ErrorCode.invalid_share_session_epoch, ErrorCode.share_session_not_found)
 _KINDS = {"accept": ACCEPT, "release": RELEASE, "reject": REJECT}
-ARROW_ROWS = 8192
+FETCH_RECORDS = 2048
+"""Records asked for per ShareFetch: each answer becomes an Arrow batch that Spark takes on
+while the task fetches the next."""
 
 
 def default_state_dir() -> str:
@@ -130,39 +149,99 @@ def _group_dir(state_dir: str, group: str) -> str:
 # --- member state files ----------------------------------------------------------------------
 
 class MemberState:
-    """The state file of one member, read and written under an exclusive flock."""
+    """The state file of one member, read and written under an exclusive flock.
+
+    ``epochs``: broker node id (a string) -> the next epoch of the member's share session
+    on that broker (0: none). ``pending``: what batches acquired and nobody acknowledged
+    yet, one entry per batch and broker: ``{"batch": n, "node": id, "ranges": {"tid:p": [[a, b], ...]}}``.
+    """
 
     def __init__(self, state_dir: str, group: str, member_id: str) -> None:
         self.path = os.path.join(_group_dir(state_dir, group), f"{member_id}.json")
-        self.epoch = 0
-        self.pending: list[dict[str, Any]] = []  # [{"batch": n, "ranges": {"tid:p": [[a, b], ...]}}]
+        self.epochs: dict[str, int] = {}
+        self.pending: list[dict[str, Any]] = []
         self._fd: int | None = None
+
+    def load(self) -> None:
+        try:
+            with open(self.path) as f:
+                data = json.load(f)
+            self.epochs = {str(k): int(v) for k, v in dict(data.get("epochs", {})).items()}
+            self.pending = list(data.get("pending", []))
+        except (FileNotFoundError, ValueError):
+            self.epochs, self.pending = {}, []
 
     def __enter__(self) -> MemberState:
         self._fd = os.open(self.path + ".lock", os.O_CREAT | os.O_RDWR, 0o644)
         fcntl.flock(self._fd, fcntl.LOCK_EX)
-        try:
-            with open(self.path) as f:
-                data = json.load(f)
-            self.epoch = int(data.get("epoch", 0))
-            self.pending = list(data.get("pending", []))
-        except FileNotFoundError:
-            pass
+        self.load()
         return self
 
     def save(self) -> None:
+        """Replace the file atomically. No fsync: the file must outlive a process, not the
+        host, since a host that goes down takes its connections, and with them the records
+        they acquired, along."""
         tmp = self.path + ".tmp"
         with open(tmp, "w") as f:
-            json.dump({"epoch": self.epoch, "pending": self.pending}, f)
-            f.flush()
-            os.fsync(f.fileno())
+            json.dump({"epochs": self.epochs, "pending": self.pending}, f)
         os.replace(tmp, self.path)
+
+    def add(self, batch: int, node: int, acquired: Mapping[tuple[uuid.UUID, int], Sequence[tuple[int, int]]]) -> None:
+        """Note ranges that batch ``batch`` acquired from broker ``node``."""
+        entry = next((e for e in self.pending if e["batch"] == batch and e.get("node", -1) == node), None)
+        if entry is None:
+            entry = {"batch": batch, "node": node, "ranges": {}}
+            self.pending.append(entry)
+        for (tid, p), ranges in acquired.items():
+            entry["ranges"].setdefault(_key(tid, p), []).extend([a, b] for a, b in ranges)
 
     def __exit__(self, *exc: object) -> None:
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+def _by_node(entries: Sequence[Mapping[str, Any]]) -> dict[int, list[Mapping[str, Any]]]:
+    out: dict[int, list[Mapping[str, Any]]] = {}
+    for e in entries:
+        out.setdefault(int(e.get("node", -1)), []).append(e)
+    return out
+
+
+def _acknowledge(brokers: Brokers, group: str, member_id: str, st: MemberState,
+                 acks_by_node: Mapping[int, Mapping[tuple[uuid.UUID, int], Sequence[tuple[int, int, int]]]], *,
+                 renew: bool = False) -> None:
+    """Send each broker's acknowledgements on the member's share session there.
+
+    Acknowledgements go to the broker that delivered the records, whoever leads the
+    partition now. A session that is gone, or a broker that cannot be reached (it stopped, or
+    no longer leads: then it released what it held), leaves nothing to acknowledge there:
+    its epoch becomes 0. Renewals (``renew``) that fail are only logged.
+    """
+    for node, acks in acks_by_node.items():
+        epoch = st.epochs.get(str(node), 0)
+        if not acks or epoch == 0:
+            continue
+        try:
+            session = ShareSession(brokers.to(node), group, member_id, epoch=epoch)
+            failed = session.acknowledge(acks)
+            if failed:
+                log.info("member %s: acknowledgements refused by broker %d: %s", member_id, node, failed)
+            st.epochs[str(node)] = session.epoch
+        except KafkaProtocolError as e:
+            if e.code not in _SESSION_GONE:
+                if renew:
+                    log.warning("member %s: renewing locks on broker %d: %s", member_id, node, e)
+                    continue
+                raise
+            st.epochs[str(node)] = 0  # the session is gone: the broker released those records
+            if renew:
+                st.pending = [x for x in st.pending if int(x.get("node", -1)) != node]
+        except (OSError, ConnectionError) as e:
+            log.info("member %s: broker %d unreachable (%s)", member_id, node, e)
+            if not renew:
+                st.epochs[str(node)] = 0
 
 
 def _key(tid: uuid.UUID, p: int) -> str:
@@ -235,29 +314,44 @@ def _load_dispositions(state_dir: str, group: str, ids: Mapping[str, uuid.UUID]
     return out, files
 
 
+def _acks_by_node(entries: Sequence[Mapping[str, Any]], kind: int,
+                  overrides: Mapping[tuple[uuid.UUID, int, int], int],
+                  into: dict[int, dict[tuple[uuid.UUID, int], list[tuple[int, int, int]]]] | None = None,
+                  ) -> dict[int, dict[tuple[uuid.UUID, int], list[tuple[int, int, int]]]]:
+    out = {} if into is None else into
+    for node, es in _by_node(entries).items():
+        acks = out.setdefault(node, {})
+        for k, v in _acks(es, kind, overrides).items():
+            acks.setdefault(k, []).extend(v)
+    return out
+
+
 # --- executor side -----------------------------------------------------------------------------
 
-_CONNECTIONS: dict[tuple[str, str, str], Connection] = {}
-_CONNECTIONS_LOCK = threading.Lock()
+_BROKERS: dict[tuple[str, str, str], Brokers] = {}
+_BROKERS_LOCK = threading.Lock()
+LEADER_WAIT_S = 20.0
+"""How long a task that has no records yet waits for partitions whose leader moved to get a new one."""
 
 
-def _connection(bootstrap: str, group: str, member_id: str) -> Connection:
-    """The worker process's connection for this member (kept open across tasks)."""
+def _brokers(bootstrap: str, group: str, member_id: str) -> Brokers:
+    """The worker process's connections for this member, one per broker (kept open across
+    tasks: closing one would release what the member acquired through it)."""
     key = (bootstrap, group, member_id)
-    with _CONNECTIONS_LOCK:
-        conn = _CONNECTIONS.get(key)
-        if conn is None or not conn.connected:
-            conn = Connection.to(bootstrap, client_id=f"shoal-spark-{member_id[:8]}")
-            _CONNECTIONS[key] = conn
-        return conn
+    with _BROKERS_LOCK:
+        b = _BROKERS.get(key)
+        if b is None:
+            b = _BROKERS[key] = Brokers(bootstrap, client_id=f"shoal-spark-{member_id[:8]}")
+        return b
 
 
 class ShareTask(InputPartition):
-    """Task k of micro-batch ``batch``: fetch as ``member_id`` from ``partitions``."""
+    """Task k of micro-batch ``batch``: fetch as ``member_id`` from ``partitions``, each from its leader."""
 
     def __init__(self, batch: int, index: int, member_id: str, partitions: list[tuple[str, str, int]],
                  overrides: dict[tuple[str, int, int], int], *, reader_id: str = "", wait_ms: int | None = None,
-                 max_records: int = 1000) -> None:
+                 max_records: int = 1000, leaders: dict[tuple[str, int], int] | None = None,
+                 nodes: dict[int, tuple[str, int]] | None = None) -> None:
         super().__init__((batch, index))
         self.batch = batch
         self.index = index
@@ -267,81 +361,143 @@ class ShareTask(InputPartition):
         self.reader_id = reader_id
         self.wait_ms = wait_ms  # the first ShareFetch's long poll (None: the option maxWaitMs)
         self.max_records = max_records  # records to acquire at most
+        self.leaders = leaders or {}  # (topic id, partition) -> leader's node id, when planned
+        self.nodes = nodes or {}  # node id -> (host, port)
 
 
 def read_share_task(opts: Options, task: ShareTask, arrow_schema: Any) -> Iterator[Any]:
     group = opts.share_group or ""
     state_dir = opts.state_dir or default_state_dir()
     names = {uuid.UUID(t): name for t, name, _ in task.partitions}
-    wanted = [(uuid.UUID(t), p) for t, _, p in task.partitions]
     overrides = {(uuid.UUID(t), p, o): k for (t, p, o), k in task.overrides.items()}
-    batches = []
-    with MemberState(state_dir, group, task.member_id) as st:
-        conn = _connection(opts.bootstrap, group, task.member_id)
-        session = ShareSession(conn, group, task.member_id, epoch=st.epoch)
-        older = [e for e in st.pending if e["batch"] < task.batch]
-        mine = [e for e in st.pending if e["batch"] >= task.batch]  # a failed attempt of this batch
-        acks = _acks(older, ACCEPT, overrides)
-        for k, v in _acks(mine, RELEASE, {}).items():
-            acks.setdefault(k, []).extend(v)
-        if acks and session.epoch != 0:
-            try:
-                failed = session.acknowledge(acks)
-                if failed:
-                    log.info("member %s: acknowledgements refused: %s", task.member_id, failed)
-            except KafkaProtocolError as e:
-                if e.code not in _SESSION_GONE:
-                    raise
-                session.epoch = 0  # the session is gone: the broker released those records
+    brokers = _brokers(opts.bootstrap, group, task.member_id)
+    for node, address in task.nodes.items():  # the driver's metadata is the newer: a broker may have moved
+        brokers.nodes[int(node)] = tuple(address)  # type: ignore[assignment]
+    marked = False
+    with brokers.lock, MemberState(state_dir, group, task.member_id) as st:
+        # what earlier batches acquired (committed, or the driver could not see it): ACCEPT;
+        # what a failed attempt of this batch acquired: RELEASE
+        acks = _acks_by_node([e for e in st.pending if e["batch"] < task.batch], ACCEPT, overrides)
+        _acks_by_node([e for e in st.pending if e["batch"] >= task.batch], RELEASE, {}, into=acks)
+        _acknowledge(brokers, group, task.member_id, st, acks)
         st.pending = []
-        st.epoch = session.epoch
         st.save()
 
+        leaders: dict[int, list[tuple[uuid.UUID, int]]] = {}  # node -> partitions to fetch there
+        for t, _, p in task.partitions:
+            node = task.leaders.get((t, p), -1)
+            leaders.setdefault(node, []).append((uuid.UUID(t), p))
+        homeless: set[tuple[uuid.UUID, int]] = set(leaders.pop(-1, []))  # leader unknown or moved
+        forget: dict[int, set[tuple[uuid.UUID, int]]] = {}
+        sessions: dict[int, ShareSession] = {}
         cols: dict[str, list[Any]] = {n: [] for n in arrow_schema.names}
-        acquired: dict[str, list[list[int]]] = {}
         total = 0
         first = True
         first_wait = opts.max_wait_ms if task.wait_ms is None else task.wait_ms
+        deadline = time.monotonic() + LEADER_WAIT_S
         while total < task.max_records:
-            try:
-                res = session.fetch(wanted, max_wait_ms=first_wait if first else 0,
-                                    max_records=task.max_records - total)
-            except KafkaProtocolError as e:
-                if e.code in _SESSION_GONE and session.epoch != 0:
-                    session.epoch = 0
+            if homeless:
+                if time.monotonic() >= deadline:
+                    log.warning("member %s: no leader for %s within %.0f s", task.member_id, sorted(homeless),
+                                LEADER_WAIT_S)
+                    break
+                _place(brokers, homeless, leaders, names, opts.subscribe or [])
+            if not any(leaders.values()):
+                if homeless:
+                    time.sleep(0.5)
                     continue
-                raise
-            first = False
-            for (tid, p), ranges in res.acquired.items():
-                acquired.setdefault(_key(tid, p), []).extend([a, b] for a, b in ranges)
-            st.epoch = session.epoch
-            if acquired:
-                st.pending = [{"batch": task.batch, "ranges": acquired}]
-            st.save()  # before any row leaves this task
-            for r in res.records:
-                rec = r.record
-                cols["key"].append(rec.key)
-                cols["value"].append(rec.value)
-                cols["topic"].append(names.get(r.topic_id, str(r.topic_id)))
-                cols["partition"].append(r.partition)
-                cols["offset"].append(rec.offset)
-                cols["timestamp"].append(rec.timestamp if rec.timestamp >= 0 else None)
-                cols["timestampType"].append(1 if rec.attributes & 0x08 else 0)
-                if "headers" in cols:
-                    cols["headers"].append([{"key": k, "value": v} for k, v in rec.headers])
-                cols["deliveryCount"].append(r.delivery_count)
-            got = sum(b - a + 1 for rs in res.acquired.values() for a, b in rs)
-            total += got
-            if len(cols["offset"]) >= ARROW_ROWS:
-                batches.append(to_arrow_batch(cols, arrow_schema))
-                cols = {n: [] for n in arrow_schema.names}
-            if got == 0:
                 break
-        if cols["offset"]:
-            batches.append(to_arrow_batch(cols, arrow_schema))
-        if total and task.reader_id:
-            _touch(os.path.join(_group_dir(state_dir, group), "acquired", f"{task.reader_id}.{task.batch}"))
-    yield from batches
+            got_now = 0
+            # one broker: it may long-poll; several: none does, so that one does not hold up the others
+            wait = first_wait if first and len([n for n, ps in leaders.items() if ps]) == 1 else 0
+            for node, parts in list(leaders.items()):
+                if not parts or total >= task.max_records:
+                    continue
+                session = sessions.get(node)
+                try:
+                    if session is None:
+                        session = sessions[node] = ShareSession(brokers.to(node), group, task.member_id,
+                                                                epoch=st.epochs.get(str(node), 0))
+                    try:
+                        res = session.fetch(parts, max_wait_ms=wait,
+                                            max_records=min(FETCH_RECORDS, task.max_records - total),
+                                            forget=forget.pop(node, ()), decode=False)
+                    except KafkaProtocolError as e:
+                        if e.code not in _SESSION_GONE or session.epoch == 0:
+                            raise
+                        session.epoch = 0  # the broker lost the session (a restart): open a new one
+                        res = session.fetch(parts, max_wait_ms=wait,
+                                            max_records=min(FETCH_RECORDS, task.max_records - total), decode=False)
+                except (OSError, ConnectionError) as e:
+                    log.info("member %s: broker %d unreachable (%s); finding the new leaders", task.member_id,
+                             node, e)
+                    homeless.update(leaders.pop(node))
+                    sessions.pop(node, None)
+                    st.epochs[str(node)] = 0
+                    st.save()
+                    continue
+                st.epochs[str(node)] = session.epoch
+                moved = [tp for tp, code in res.errors.items() if code in LEADER_MOVED]
+                if moved:
+                    leaders[node] = [tp for tp in parts if tp not in moved]
+                    forget.setdefault(node, set()).update(moved)
+                    homeless.update(moved)
+                if res.acquired:
+                    st.add(task.batch, node, res.acquired)
+                st.save()  # before any row leaves this task
+                got = sum(b - a + 1 for rs in res.acquired.values() for a, b in rs)
+                total += got
+                got_now += got
+                if got and task.reader_id and not marked:
+                    _touch(os.path.join(_group_dir(state_dir, group), "acquired", f"{task.reader_id}.{task.batch}"))
+                    marked = True
+                for (tid, p), data, ranges in res.raw:
+                    _columns(cols, memoryview(data), ranges, names.get(tid, str(tid)), p)
+                if cols["offset"]:
+                    yield to_arrow_batch(cols, arrow_schema)
+                    cols = {n: [] for n in arrow_schema.names}
+            first = False
+            if got_now == 0:
+                if not homeless or total:
+                    break  # nothing more to get; a partition without a leader waits for the next batch
+                time.sleep(0.3)
+
+
+def _columns(cols: dict[str, list[Any]], data: memoryview, ranges: Sequence[tuple[int, int, int]], topic: str,
+             partition: int) -> None:
+    """Append the records of one partition's ShareFetch data that lie in the acquired ``ranges``
+    to the row columns, a batch at a time."""
+    headers: list[Any] | None = [] if "headers" in cols else None
+    for h in iter_batches(data):
+        if h.is_control:
+            continue
+        for a, b, dc in ranges:
+            if a > h.last_offset or h.base_offset > b:
+                continue
+            n = decode_columns(data, h, cols["offset"], cols["timestamp"], cols["key"], cols["value"], headers,
+                               lo=a, hi=b)
+            cols["deliveryCount"].extend([dc] * n)
+            cols["timestampType"].extend([h.timestamp_type] * n)
+            cols["partition"].extend([partition] * n)
+            cols["topic"].extend([topic] * n)
+            if headers:
+                cols["headers"].extend([{"key": k, "value": v} for k, v in hs] for hs in headers)
+                headers.clear()
+
+
+def _place(brokers: Brokers, homeless: set[tuple[uuid.UUID, int]], leaders: dict[int, list[tuple[uuid.UUID, int]]],
+           names: Mapping[uuid.UUID, str], subscribe: Sequence[str]) -> None:
+    """Ask Metadata for the leaders of ``homeless`` partitions; move those that have one."""
+    try:
+        brokers.refresh(sorted(set(names.values()) | set(subscribe)))
+    except (OSError, ConnectionError) as e:
+        log.info("metadata: %s", e)
+        return
+    for tp in sorted(homeless, key=lambda x: (str(x[0]), x[1])):
+        node = brokers.leader(*tp)
+        if node >= 0 and node in brokers.nodes:
+            leaders.setdefault(node, []).append(tp)
+            homeless.discard(tp)
 
 
 def _touch(path: str) -> None:
@@ -409,13 +565,7 @@ class _MemberLock:
             os.close(st._fd)
             st._fd = None
             return False
-        try:
-            with open(st.path) as f:
-                data = json.load(f)
-            st.epoch = int(data.get("epoch", 0))
-            st.pending = list(data.get("pending", []))
-        except (FileNotFoundError, ValueError):
-            st.epoch, st.pending = 0, []
+        st.load()
         return True
 
 
@@ -431,36 +581,26 @@ class _Heartbeats(threading.Thread):
     def __init__(self, bootstrap: str, members: list[ShareMembership], *, state_dir: str, group: str,
                  renew_ms: int | None) -> None:
         super().__init__(name="shoal-share-heartbeat", daemon=True)
-        self.bootstrap = bootstrap
+        self.brokers = Brokers(bootstrap, client_id="shoal-spark-heartbeat")
         self.members = members
         self.state_dir = state_dir
         self.group = group
         self.renew_ms = renew_ms
         self.stopping = threading.Event()
         self.joined = threading.Event()
-        self.conn: Connection | None = None
         self.error: Exception | None = None
         self.leave_on_stop = True
 
     def _renew(self) -> None:
-        assert self.conn is not None
         for m in self.members:
             st = MemberState(self.state_dir, self.group, m.member_id)
             if not _MemberLock(st).try_enter():
                 continue
             try:
-                if not st.pending or st.epoch == 0:
+                if not st.pending:
                     continue
-                session = ShareSession(self.conn, self.group, m.member_id, epoch=st.epoch)
-                try:
-                    session.acknowledge(_acks(st.pending, RENEW, {}))
-                except KafkaProtocolError as e:
-                    if e.code not in _SESSION_GONE:
-                        log.warning("member %s: renewing locks: %s", m.member_id, e)
-                        continue
-                    session.epoch = 0  # the session is gone: the broker released those records
-                    st.pending = []
-                st.epoch = session.epoch
+                _acknowledge(self.brokers, self.group, m.member_id, st, _acks_by_node(st.pending, RENEW, {}),
+                             renew=True)
                 st.save()
             finally:
                 st.__exit__()
@@ -470,13 +610,13 @@ class _Heartbeats(threading.Thread):
         renew_due = time.monotonic() + (self.renew_ms or 0) / 1000
         while not self.stopping.is_set():
             try:
-                if self.conn is None or not self.conn.connected:
-                    self.conn = Connection.to(self.bootstrap, client_id="shoal-spark-heartbeat")
                 for m in self.members:
                     if time.monotonic() >= due[m.member_id]:
                         try:
-                            m.heartbeat(self.conn)
+                            m.heartbeat(self.brokers.coordinator(self.group))
                         except KafkaProtocolError as e:
+                            if e.code in COORDINATOR_MOVED:
+                                self.brokers.forget_coordinator(self.group)  # it moved: find it again
                             log.warning("heartbeat of %s: %s", m.member_id, e)
                         due[m.member_id] = time.monotonic() + max(0.1, m.interval_ms / 1000 * 0.8)
                 if all(m.member_epoch > 0 for m in self.members):
@@ -488,20 +628,18 @@ class _Heartbeats(threading.Thread):
             except (OSError, ConnectionError) as e:
                 self.error = e
                 log.warning("heartbeat connection: %s", e)
-                if self.conn is not None:
-                    self.conn.close()
+                self.brokers.forget_coordinator(self.group)
                 self.stopping.wait(1.0)
                 continue
             wake = min(due.values())
             if self.renew_ms:
                 wake = min(wake, renew_due)
             self.stopping.wait(max(0.05, wake - time.monotonic()))
-        if self.conn is not None:
-            if self.leave_on_stop:
-                for m in self.members:
-                    with contextlib.suppress(Exception):
-                        m.leave(self.conn)
-            self.conn.close()
+        if self.leave_on_stop:
+            for m in self.members:
+                with contextlib.suppress(Exception):
+                    m.leave(self.brokers.coordinator(self.group))
+        self.brokers.close()
 
 
 class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -524,18 +662,19 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.member_ids = [str(uuid.uuid4()) for _ in range(self.num_tasks)]
         self._members: list[ShareMembership] | None = None
         self._hb: _Heartbeats | None = None
-        self._conn: Connection | None = None
+        self._brokers: Brokers | None = None
         self._topics: dict[str, Any] = {}
         self._settled = 0  # batches <= this one are acknowledged
         self._planned = 0  # the newest batch handed to tasks
         self._available_now = False
+        self._record_locks = RECORD_LOCKS  # the brokers' in-flight cap per share-partition
         self._last_lag: dict[tuple[str, int], int] | None = None
         self._offset_readers = {self.reader_id}  # reader ids in the offsets of the batches planned here
         _stop_on_sigterm()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_members=None, _hb=None, _conn=None)
+        state.update(_members=None, _hb=None, _brokers=None)
         return state
 
     # -- setup -------------------------------------------------------------------------
@@ -546,19 +685,20 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             _set_group_reset(self.opts, self.opts.starting_offsets)
         self._members = [ShareMembership(self.group, mid, topics=self.opts.subscribe) for mid in self.member_ids]
         lock_ms = _group_lock_duration_ms(self.opts)
+        self._record_locks = _broker_record_locks(self.opts, self._cluster())
         self._hb = _Heartbeats(self.opts.bootstrap, self._members, state_dir=self.state_dir, group=self.group,
                                renew_ms=max(500, lock_ms // 3) if lock_ms else None)
         self._hb.start()
         if not self._hb.joined.wait(30.0):
             raise RuntimeError(f"share group {self.group}: members did not join within 30 s ({self._hb.error})")
 
-    def _driver_conn(self) -> Connection:
-        if self._conn is None or not self._conn.connected:
-            self._conn = Connection.to(self.opts.bootstrap, client_id="shoal-spark-driver")
-        return self._conn
+    def _cluster(self) -> Brokers:
+        if self._brokers is None:
+            self._brokers = Brokers(self.opts.bootstrap, client_id="shoal-spark-driver")
+        return self._brokers
 
     def _refresh_topics(self) -> dict[str, Any]:
-        self._topics = topic_metadata(self._driver_conn(), self.opts.subscribe)
+        self._topics = self._cluster().refresh(self.opts.subscribe)
         return self._topics
 
     def _offset(self, batch: int) -> dict:
@@ -569,27 +709,17 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """ACCEPT what batches <= ``committed`` acquired (RELEASE the later ones if asked)."""
         topics = self._topics or self._refresh_topics()
         overrides, files = _load_dispositions(self.state_dir, self.group, {t: i.topic_id for t, i in topics.items()})
-        conn = self._driver_conn()
+        brokers = self._cluster()
         for mid in self.member_ids:
             with MemberState(self.state_dir, self.group, mid) as st:
                 done = [e for e in st.pending if e["batch"] <= committed]
                 rest = [e for e in st.pending if e["batch"] > committed] if release_rest else []
-                if (not done and not rest) or st.epoch == 0:
-                    continue  # nothing to do, or no session to continue: the next task settles it
-                acks = _acks(done, ACCEPT, overrides)
-                for k, v in _acks(rest, RELEASE, {}).items():
-                    acks.setdefault(k, []).extend(v)
-                session = ShareSession(conn, self.group, mid, epoch=st.epoch)
-                try:
-                    failed = session.acknowledge(acks)
-                    if failed:
-                        log.info("member %s: acknowledgements refused: %s", mid, failed)
-                except KafkaProtocolError as e:
-                    if e.code not in _SESSION_GONE:
-                        raise
-                    session.epoch = 0  # another session replaced it: those records were released
+                if not done and not rest:
+                    continue
+                acks = _acks_by_node(done, ACCEPT, overrides)
+                _acks_by_node(rest, RELEASE, {}, into=acks)
+                _acknowledge(brokers, self.group, mid, st, acks)
                 st.pending = [e for e in st.pending if e["batch"] > committed and not release_rest]
-                st.epoch = session.epoch
                 st.save()
         for path in files:
             with contextlib.suppress(OSError):
@@ -598,9 +728,12 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _lag(self) -> dict[tuple[str, int], int] | None:
         topics = self._topics or self._refresh_topics()
+        brokers = self._cluster()
         try:
-            return share_group_lag(self._driver_conn(), self.group, {t: i.partitions for t, i in topics.items()})
+            return share_group_lag(brokers.coordinator(self.group), self.group,
+                                   {t: i.partitions for t, i in topics.items()})
         except (KafkaProtocolError, OSError, ConnectionError) as e:
+            brokers.forget_coordinator(self.group)
             log.info("share group %s: lag unknown: %s", self.group, e)
             return None
 
@@ -616,8 +749,8 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             try:
                 return fn(*args)
             except (OSError, ConnectionError) as e:
-                if self._conn is not None:
-                    self._conn.close()
+                if self._brokers is not None:
+                    self._brokers.close()
                 if time.monotonic() >= deadline:
                     raise
                 log.warning("share source %s: %s; connecting again", what, e)
@@ -650,6 +783,10 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return os.path.exists(marker)
 
     def reportLatestOffset(self) -> dict | None:
+        """What query progress shows as this source's ``latestOffset``: the newest batch and the
+        group's lag per partition (records not yet delivered completely, from the coordinator;
+        -1 where unknown). pyspark's Python data sources have no metrics hook (Spark's
+        ``ReportsSourceMetrics``), so this is where progress can carry the lag."""
         lag = self._last_lag
         out: dict[str, Any] = {"batch": self._planned}
         if lag is not None:
@@ -676,7 +813,10 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._offset_readers.add(end["reader"])  # a batch planned by an earlier run, retried
         # the driver saw records to deliver: a task that finds none returns at once, no long poll
         wait_ms = 0 if self._last_lag else self.opts.max_wait_ms
-        per_task = self.opts.max_records_per_task or _records_per_task(len(everything), len(self.member_ids))
+        per_task = self.opts.max_records_per_task or _records_per_task(len(everything), len(self.member_ids),
+                                                                       self._record_locks)
+        leaders = {(str(i.topic_id), p): lead for i in topics.values() for p, lead in enumerate(i.leaders)}
+        nodes = dict(self._cluster().nodes)
         tasks = []
         assert self._members is not None
         for k, m in enumerate(self._members):
@@ -684,7 +824,8 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         for p in ps if tid in by_id]
             tasks.append(ShareTask(n, k, m.member_id, assigned or everything,
                                    {(str(t), p, o): v for (t, p, o), v in overrides.items()},
-                                   reader_id=self.reader_id, wait_ms=wait_ms, max_records=per_task))
+                                   reader_id=self.reader_id, wait_ms=wait_ms, max_records=per_task,
+                                   leaders=leaders, nodes=nodes))
         return tasks
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -717,8 +858,8 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._hb is not None:
             self._hb.stopping.set()
             self._hb.join(10.0)
-        if self._conn is not None:
-            self._conn.close()
+        if self._brokers is not None:
+            self._brokers.close()
         self._clean_files()
 
     def _committed_by_listener(self) -> int:
@@ -742,9 +883,28 @@ RECORD_LOCKS = 2000
 """Kafka's default ``group.share.partition.max.record.locks``: records in flight per share-partition."""
 
 
-def _records_per_task(partitions: int, tasks: int) -> int:
+def _records_per_task(partitions: int, tasks: int, record_locks: int = RECORD_LOCKS) -> int:
     """A task's share of what the partitions can have in flight, so one micro-batch can fill the cap."""
-    return max(500, -(-RECORD_LOCKS * max(1, partitions) // max(1, tasks)))
+    return max(500, -(-record_locks * max(1, partitions) // max(1, tasks)))
+
+
+def _broker_record_locks(opts: Options, brokers: Brokers) -> int:
+    """The brokers' ``group.share.partition.max.record.locks`` (asked of one broker; Kafka's
+    default when it cannot be read), which sizes a micro-batch."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    try:
+        brokers.refresh(opts.subscribe)
+        node = min(brokers.nodes)
+        admin = AdminClient({"bootstrap.servers": opts.bootstrap, "broker.address.family": "v4"})
+        res = ConfigResource(ResourceType.BROKER, str(node))
+        for fut in admin.describe_configs([res]).values():
+            entry = fut.result(timeout=15).get("group.share.partition.max.record.locks")
+            if entry is not None and entry.value is not None:
+                return int(entry.value)
+    except Exception as e:  # noqa: BLE001 - any failure: the default cap
+        log.info("share group %s: record-lock cap unknown (%s); assuming %d", opts.share_group, e, RECORD_LOCKS)
+    return RECORD_LOCKS
 
 
 def _stop_on_sigterm() -> None:

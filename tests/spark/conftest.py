@@ -25,7 +25,8 @@ from tests.support.spark_kafka import connector_jars
 @pytest.fixture(scope="session")
 def spark_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     b = BrokerProcess(tmp_path_factory.mktemp("spark-broker") / "data",
-                      {"group.share.record.lock.duration.ms": "15000"})
+                      {"group.share.record.lock.duration.ms": "15000",
+                       "group.share.min.record.lock.duration.ms": "1000"})  # a test's group may lock for less
     b.start()
     yield b
     b.stop(check=False)

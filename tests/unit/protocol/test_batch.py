@@ -14,6 +14,7 @@ from shoal.protocol.batch import (
     TimestampType,
     build_batch,
     compute_crc,
+    decode_columns,
     decode_records,
     read_header,
     scan_valid_prefix,
@@ -143,3 +144,44 @@ def test_rewrite_compressed_batch_without_decompressing():
 def test_control_and_transactional_attributes():
     h = read_header(build_batch(RECS[:1], transactional=True, control=True))
     assert h.is_transactional and h.is_control
+
+
+def _columns(buf: bytes, **kw):  # type: ignore[no-untyped-def]
+    offsets, timestamps, keys, values, headers = [], [], [], [], []  # type: ignore[var-annotated]
+    n = decode_columns(buf, read_header(buf), offsets, timestamps, keys, values, headers, **kw)
+    assert n == len(offsets) == len(timestamps) == len(keys) == len(values) == len(headers)
+    return list(zip(offsets, timestamps, keys, values, headers, strict=True))
+
+
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.GZIP, Compression.ZSTD])
+@pytest.mark.parametrize("log_append", [False, True])
+def test_decode_columns_matches_decode_records(codec: int, log_append: bool) -> None:
+    # varints of one, two and more bytes: short and 200 B / 70 KiB values, keys and none,
+    # timestamp deltas small, large and negative, offset deltas past 64 and 8192
+    recs = [(None if i % 3 == 0 else b"k%d" % i, None if i % 7 == 0 else b"v" * (i * 37 % 300),
+             [("h%d" % i, b"x")] if i % 5 == 0 else [], 1_700_000_000_000 + (i * 977 % 5000) - 2000)
+            for i in range(120)]
+    recs.append((b"big", b"B" * 70_000, [("a", None)], 1_700_000_000_000))
+    deltas = [i * 90 for i in range(len(recs))]
+    ts_type = TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME
+    buf = build_batch(recs, base_offset=1000, offset_deltas=deltas, compression=codec, timestamp_type=ts_type)
+    want = [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in decode_records(buf)]
+    assert _columns(buf) == want
+    lo, hi = 1000 + 90 * 10, 1000 + 90 * 100 + 5  # only the offsets in [lo, hi]
+    assert _columns(buf, lo=lo, hi=hi) == [w for w in want if lo <= w[0] <= hi]
+    # without a headers list the headers are skipped
+    offsets, ts, keys, values = [], [], [], []  # type: ignore[var-annotated]
+    assert decode_columns(buf, read_header(buf), offsets, ts, keys, values) == len(want)
+    assert list(zip(offsets, ts, keys, values, strict=True)) == [w[:4] for w in want]
+
+
+def test_decode_columns_refuses_a_truncated_record() -> None:
+    buf = bytearray(build_batch(RECS))
+    h = read_header(buf)
+    buf[h.position + HEADER_SIZE] = 0x7E  # the first record claims 63 bytes
+    with pytest.raises(CorruptBatchError):
+        decode_columns(bytes(buf), h, [], [], [], [])
+    buf = bytearray(build_batch([(b"k", b"v" * 200, [], 5)]))
+    del buf[-150:]  # a record cut short inside its batch
+    with pytest.raises(CorruptBatchError):
+        decode_columns(bytes(buf), read_header(buf, whole=False), [], [], [], [])
