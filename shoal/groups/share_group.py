@@ -130,6 +130,10 @@ _RECORD_TYPES = frozenset(range(RecordType.SHARE_GROUP_PARTITION_METADATA,
                                 RecordType.SHARE_GROUP_STATE_PARTITION_METADATA + 1))
 
 
+class _WouldWrite(Exception):
+    """A heartbeat tried on the live group would write records: it is done again on a copy."""
+
+
 class ShareGroupState(enum.Enum):
     EMPTY = "Empty"
     STABLE = "Stable"
@@ -418,15 +422,35 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
                    client_id: str, client_host: str, session_ms: int, interval_ms: int,
                    limit: int) -> Result[hb_resp.ShareGroupHeartbeatResponse]:
         self._validate(r)
+        live = self._groups.get(r.group_id)
+        if live is None and r.member_epoch != 0:
+            raise ApiError(ErrorCode.unknown_member_id, f"Group {r.group_id} not found.")
+        if live is not None:
+            # Most heartbeats change nothing: they are tried on the live group itself, and
+            # only one that would write records is done again on a copy (its records change
+            # the live group when they are replayed, once written). A group of N members
+            # then costs a steady heartbeat no copy of N members.
+            try:
+                return self._heartbeat_in(live, False, r, now_ms, topics, client_id, client_host, session_ms,
+                                          interval_ms, limit)
+            except _WouldWrite:
+                pass
+        g = copy.deepcopy(live) if live is not None else ShareGroup(r.group_id)
+        return self._heartbeat_in(g, True, r, now_ms, topics, client_id, client_host, session_ms, interval_ms,
+                                  limit)
+
+    def _heartbeat_in(self, g: ShareGroup, writable: bool, r: hb_req.ShareGroupHeartbeatRequest, now_ms: int,
+                      topics: TopicsMetadata, client_id: str, client_host: str, session_ms: int,
+                      interval_ms: int, limit: int) -> Result[hb_resp.ShareGroupHeartbeatResponse]:
+        """The heartbeat on ``g``: the live group when not ``writable`` (then the first record
+        to emit raises _WouldWrite before anything changed), else a scratch copy."""
         gid, mid, epoch = r.group_id, r.member_id, r.member_epoch
-        live = self._groups.get(gid)
-        if live is None and epoch != 0:
-            raise ApiError(ErrorCode.unknown_member_id, f"Group {gid} not found.")
-        g = copy.deepcopy(live) if live is not None else ShareGroup(gid)
         records: list[CoordinatorRecord] = []
         effects = ShareEffects()
 
         def emit(rec: CoordinatorRecord) -> None:
+            if not writable:
+                raise _WouldWrite
             records.append(rec)
             g.apply(rec)
 

@@ -313,3 +313,35 @@ def test_delete_offsets_forgets_initialized_partitions():
     assert s.apply(s.groups.handle_delete_offsets("g", {FOO: [1]})).response == ErrorCode.none
     assert s.groups.initialized_partitions("g") == {FOO: frozenset({0})}
     assert s.groups.handle_delete_offsets("nope", {FOO: [0]}).response == ErrorCode.group_id_not_found
+
+
+def test_a_steady_heartbeat_copies_no_group(monkeypatch):
+    # A heartbeat that changes nothing is answered from the live group: copying a group of
+    # N members for each heartbeat made heartbeats cost O(N), and a round of them O(N^2).
+    import copy
+
+    from shoal.groups import share_group
+
+    s = Shell()
+    for m in ("m1", "m2", "m3"):
+        s.hb(m, 0)
+    g = s.groups.group("s")
+    epochs = {m: s.hb(m, g.members[m].member_epoch).member_epoch for m in ("m1", "m2", "m3")}
+    real = copy.deepcopy
+    copied = []
+    monkeypatch.setattr(share_group.copy, "deepcopy", lambda x, *a: copied.append(x) or real(x, *a))
+    before = real(s.groups.group("s"))
+    res = s.hb_result("m2", epochs["m2"], now=5_000, session_timeout_ms=45_000)
+    assert (res.response.error_code, res.response.member_epoch, res.response.assignment) == (
+        ErrorCode.none, epochs["m2"], None)
+    assert res.records == [] and res.deadlines == [50_000]
+    assert copied == []
+    assert s.groups.group("s") == before
+    # One that changes the group is done on a copy: the live group changes only by replay.
+    res = s.groups.handle_heartbeat(ShareGroupHeartbeatRequest(
+        group_id="s", member_id="m2", member_epoch=i32(epochs["m2"]), subscribed_topic_names=("foo", "bar")),
+        6_000, TOPICS)
+    assert res.response.error_code == ErrorCode.none and res.records and len(copied) == 1
+    assert s.groups.group("s") == before
+    s.apply(res)
+    assert s.groups.group("s").members["m2"].subscribed_topic_names == ("bar", "foo")
