@@ -40,4 +40,6 @@ bash reference/kafka/kit.sh fetch
 .venv/bin/python reference/spark/fetch.py >/dev/null
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
+# The pure core type-checks clean ([tool.mypy] in pyproject.toml lists it).
+.venv/bin/python -m mypy
 exec .venv/bin/python -m pytest -q "$@"

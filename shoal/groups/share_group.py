@@ -90,6 +90,7 @@ from kio.schema.share_group_describe.v1 import request as describe_req
 from kio.schema.share_group_describe.v1 import response as describe_resp
 from kio.schema.share_group_heartbeat.v1 import request as hb_req
 from kio.schema.share_group_heartbeat.v1 import response as hb_resp
+from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32
 
 from shoal.coordinator.records import CoordinatorRecord, RecordType, record, tombstone
@@ -465,7 +466,7 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
             return Result(records=records, response=response, after=effects)
 
         new_member = member is None
-        if new_member:
+        if member is None:
             if epoch != 0:
                 raise ApiError(ErrorCode.unknown_member_id, f"Member {mid} is not in group {gid}.")
             if len(g.members) >= limit:
@@ -773,7 +774,7 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
         if g is None:
             return describe_resp.DescribedGroup(
                 error_code=ErrorCode.group_id_not_found, error_message=f"Group {group_id} not found.",
-                group_id=group_id, group_state=ShareGroupState.DEAD.value, group_epoch=i32(0),
+                group_id=GroupId(group_id), group_state=ShareGroupState.DEAD.value, group_epoch=i32(0),
                 assignment_epoch=i32(0), assignor_name="", members=())
         names = dict(g.topic_names)
         names.update({tid: n for n, (tid, _) in g.subscribed_topics.items()})
@@ -781,14 +782,14 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
             describe_resp.Member(
                 member_id=m.member_id, rack_id=m.rack_id, member_epoch=i32(m.member_epoch),
                 client_id=m.client_id, client_host=m.client_host,
-                subscribed_topic_names=tuple(m.subscribed_topic_names),
+                subscribed_topic_names=tuple(TopicName(n) for n in m.subscribed_topic_names),
                 assignment=describe_resp.Assignment(topic_partitions=tuple(
-                    describe_resp.TopicPartitions(topic_id=t, topic_name=names.get(t, ""),
+                    describe_resp.TopicPartitions(topic_id=t, topic_name=TopicName(names.get(t, "")),
                                                   partitions=tuple(i32(p) for p in sorted(ps)))
                     for t, ps in sorted(m.assigned.items(), key=lambda kv: str(kv[0])))))
             for _, m in sorted(g.members.items()))
         return describe_resp.DescribedGroup(
-            error_code=ErrorCode.none, error_message=None, group_id=group_id, group_state=g.state.value,
+            error_code=ErrorCode.none, error_message=None, group_id=GroupId(group_id), group_state=g.state.value,
             group_epoch=i32(g.group_epoch), assignment_epoch=i32(g.assignment_epoch),
             assignor_name=ASSIGNOR_NAME, members=members)
 
