@@ -31,6 +31,7 @@ import argparse
 import datetime
 import os
 import selectors
+import signal
 import socket
 import statistics
 import struct
@@ -40,6 +41,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -111,22 +113,38 @@ def log_end(bootstrap: str) -> int:
 
 
 def join_share_members(bootstrap: str, n: int) -> list[tuple[RawConnection, bytes]]:
-    """``n`` members of a share group, each on its own connection, with their steady heartbeat."""
-    members = []
+    """``n`` members of a share group, each on its own connection, with their steady heartbeat.
+
+    The members join one after another (each new member bumps the group's epoch); while
+    they join, those that joined earlier heartbeat every 5 s, as clients do. Prints how
+    long the joins took."""
+    group = f"{GROUP}-{uuid.uuid4().hex[:8]}"
+    members: list[list[Any]] = []
+    t0 = time.perf_counter()
+
+    def beat(m: list[Any]) -> None:
+        r = m[0].request(ShareGroupHeartbeatRequest(group_id=group, member_id=m[1], member_epoch=i32(m[2])))
+        assert r.error_code.value == 0, r
+        m[2], m[3] = int(r.member_epoch), time.perf_counter()
+
     for _ in range(n):
-        conn = RawConnection(bootstrap)
+        conn = RawConnection(bootstrap, timeout_s=60)
         member_id = str(uuid.uuid4())
-        r = conn.request(ShareGroupHeartbeatRequest(group_id=GROUP, member_id=member_id, member_epoch=i32(0),
+        r = conn.request(ShareGroupHeartbeatRequest(group_id=group, member_id=member_id, member_epoch=i32(0),
                                                     subscribed_topic_names=(TOPIC,)))
         assert r.error_code.value == 0, r
-        members.append([conn, member_id, int(r.member_epoch)])
+        members.append([conn, member_id, int(r.member_epoch), time.perf_counter()])
+        for m in members:
+            if time.perf_counter() - m[3] > 5:
+                beat(m)
+    joined = time.perf_counter() - t0
     for _ in range(3):  # until every member has the group's last epoch
         for m in members:
-            r = m[0].request(ShareGroupHeartbeatRequest(group_id=GROUP, member_id=m[1], member_epoch=i32(m[2])))
-            assert r.error_code.value == 0, r
-            m[2] = int(r.member_epoch)
-    return [(conn, request_bytes(ShareGroupHeartbeatRequest(group_id=GROUP, member_id=mid, member_epoch=i32(epoch)),
-                                 0)) for conn, mid, epoch in members]
+            beat(m)
+    if n > 20:
+        print(f"  {n} members joined in {joined:.1f} s", flush=True)
+    return [(m[0], request_bytes(ShareGroupHeartbeatRequest(group_id=group, member_id=m[1], member_epoch=i32(m[2])),
+                                 0)) for m in members]
 
 
 def drive(socks: list[socket.socket], templates: list[bytes], rate: float, seconds: float) -> tuple[int, list[float]]:
@@ -233,6 +251,7 @@ def main() -> int:
         if k not in KINDS:
             ap.error(f"unknown kind {k}")
     trees = [os.path.abspath(t) for t in args.trees]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the brokers on the way out
     results: dict[tuple[str, int], list[tuple[float, ...]]] = {(k, i): [] for k in kinds for i in range(len(trees))}
     with tempfile.TemporaryDirectory(prefix="shoal-cost-") as tmp:
         brokers: list[tuple[subprocess.Popen[bytes], str]] = []

@@ -192,8 +192,25 @@ class ShareGroup:
     """Share-partitions whose state is being deleted (DeleteShareGroupState)."""
     topic_names: dict[uuid.UUID, str] = field(default_factory=dict)
     """Names of the topics in the three sets above (for describing and the shell)."""
+    _assigned: frozenset[tuple[uuid.UUID, int]] | None = field(default=None, compare=False, repr=False)
+    """Every partition of ``target`` (derived, None until asked for after a change)."""
+    _wanted: frozenset[str] | None = field(default=None, compare=False, repr=False)
+    """Every topic name some member subscribes to (derived, None until asked for after a change)."""
 
     group_type = GROUP_TYPE
+
+    def assigned_partitions(self) -> frozenset[tuple[uuid.UUID, int]]:
+        """The partitions the target assignment gives some member; kept until ``target``
+        changes, so that a heartbeat does not walk every member's target."""
+        if self._assigned is None:
+            self._assigned = frozenset().union(*(partitions_of(a) for a in self.target.values()))
+        return self._assigned
+
+    def wanted_topics(self) -> frozenset[str]:
+        """The topic names some member subscribes to; kept until a member changes."""
+        if self._wanted is None:
+            self._wanted = frozenset(n for m in self.members.values() for n in m.subscribed_topic_names)
+        return self._wanted
 
     @property
     def state(self) -> ShareGroupState:
@@ -201,6 +218,10 @@ class ShareGroup:
 
     def apply(self, rec: CoordinatorRecord) -> None:
         t, v = rec.record_type, rec.value
+        if t == RecordType.SHARE_GROUP_MEMBER_METADATA or t == RecordType.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT:
+            self._wanted = None
+        elif t == RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER:
+            self._assigned = None
         if t == RecordType.SHARE_GROUP_METADATA:
             self.group_epoch = 0 if v is None else int(v["epoch"])
         elif t == RecordType.SHARE_GROUP_PARTITION_METADATA:
@@ -523,7 +544,7 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
 
     def _maybe_update_metadata(self, g: ShareGroup, topics: TopicsMetadata,
                                emit: Callable[[CoordinatorRecord], None]) -> bool:
-        wanted = {n for m in g.members.values() for n in m.subscribed_topic_names}
+        wanted = g.wanted_topics()
         meta = {n: (topics[n][0], int(topics[n][1])) for n in sorted(wanted) if n in topics}
         if meta != g.subscribed_topics:
             emit(self._metadata_record(g.group_id, meta))
@@ -550,7 +571,7 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
         emit(record(RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA, _group_key(g.group_id),
                     {"assignment_epoch": g.group_epoch}))
         # Partitions assigned for the first time start their two-stage initialization.
-        assigned = set().union(*(partitions_of(a) for a in g.target.values())) if g.target else set()
+        assigned = g.assigned_partitions()
         fresh = assigned - partitions_of(g.initializing) - partitions_of(g.initialized)
         if fresh:
             names = dict(g.topic_names)
@@ -564,7 +585,7 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
                        effects: ShareEffects, topics: TopicsMetadata | None) -> None:
         for rec in _member_tombstones(g.group_id, member_id):
             emit(rec)
-        wanted = {n for m in g.members.values() for n in m.subscribed_topic_names}
+        wanted = g.wanted_topics()
         still = {n: v for n, v in g.subscribed_topics.items() if n in wanted}
         if still != g.subscribed_topics:
             emit(self._metadata_record(g.group_id, still))
@@ -677,7 +698,7 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
         effects = ShareEffects()
         if g is None:
             return Result(response=ErrorCode.group_id_not_found, after=effects)
-        assigned = set().union(*(partitions_of(a) for a in g.target.values())) if g.target else set()
+        assigned = g.assigned_partitions()
         fresh = assigned - partitions_of(g.initializing) - partitions_of(g.initialized)
         if not fresh:
             return Result(response=ErrorCode.none, after=effects)

@@ -345,3 +345,40 @@ def test_a_steady_heartbeat_copies_no_group(monkeypatch):
     assert s.groups.group("s") == before
     s.apply(res)
     assert s.groups.group("s").members["m2"].subscribed_topic_names == ("bar", "foo")
+
+
+def test_derived_partitions_and_topics_follow_every_change():
+    # A heartbeat reads the target's partitions and the subscribed topics from values kept
+    # on the group (walking every member for them made each heartbeat O(members)); they
+    # must follow joins, subscription changes, leaves and expiry.
+    from shoal.groups.assignors import partitions_of
+
+    s = Shell()
+
+    def check():
+        for g in s.groups.groups.values():
+            assert g.assigned_partitions() == frozenset().union(*(partitions_of(a) for a in g.target.values()))
+            assert g.wanted_topics() == {n for m in g.members.values() for n in m.subscribed_topic_names}
+
+    s.hb("m1", 0)
+    check()
+    s.hb("m2", 0, names=["foo", "bar"])
+    check()
+    g = s.groups.group("s")
+    kept = (g.assigned_partitions(), g.wanted_topics())
+    r = s.hb("m1", g.members["m1"].member_epoch)
+    assert r.error_code == ErrorCode.none
+    assert (g.assigned_partitions(), g.wanted_topics()) == kept and g.assigned_partitions() is kept[0]
+    s.hb("m1", g.members["m1"].member_epoch, names=["bar"])
+    check()
+    assert g.wanted_topics() == {"foo", "bar"}
+    s.hb("m2", -1)
+    check()
+    assert g.wanted_topics() == {"bar"} and {t for t, _ in g.assigned_partitions()} == {BAR}
+    s.apply(s.groups.expire(10**9))
+    check()
+    assert g.assigned_partitions() == frozenset() and g.wanted_topics() == frozenset()
+    fresh = ShareGroups()
+    for rec in s.log:
+        fresh.replay(rec)
+    assert dict(fresh.groups) == dict(s.groups.groups)
