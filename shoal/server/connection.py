@@ -307,10 +307,20 @@ class Connection(asyncio.Protocol):
             REQUEST_LISTENER.set(sec.listener.name)  # for the leader hints; an async handler's task keeps it
         try:
             response = (route.handler if sec is None else guarded_handler(sec, route))(ctx, request)
-            if sec is None and asyncio.iscoroutine(response):
-                response = _first_step(response)
         except ApiError as e:
             response = self._error_response(ctx, e)
+        if sec is None and asyncio.iscoroutine(response):
+            try:
+                response = _first_step(response)
+            except ApiError as e:
+                response = self._error_response(ctx, e)
+            except Exception as e:  # as when the handler's task fails (_answer_async)
+                _log_failure("connection %s from %s: %s v%d failed; closing", self.connection_id, self.peer,
+                             ctx.codec.request_type.__name__, ctx.api_version, exc=e)
+                if metrics is not None:
+                    metrics.request_failed(api_key)
+                self._abort(None)
+                return slot
         if asyncio.iscoroutine(response):
             # An async handler, or a synchronous one that must wait (Produce waiting for
             # its fsync): the slot is filled when the task ends.

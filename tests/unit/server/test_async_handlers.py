@@ -1,7 +1,7 @@
 """``async`` handlers: run up to their first wait as the request is served.
 
 A Connection on a real localhost socket (the harness of test_unencodable_responses.py)
-with async handlers that answer at once, wait, or are cancelled when the
+with async handlers that answer at once, wait, fail, or are cancelled when the
 connection closes. One that needs no wait is answered before the connection's
 ``data_received`` returns, with no task; one that waits goes on in a task from where it
 stopped, and answers still leave in request order.
@@ -39,6 +39,8 @@ async def metadata_handler(ctx: Any, request: Any) -> Any:
         except asyncio.CancelledError:
             ran.append(f"cancelled {what}")
             raise
+    elif what == "fail":
+        raise RuntimeError("a bug in a handler")
     ran.append(f"end {what}")
     return make(ctx.response_type, brokers=(), topics=(), controller_id=len(ran))
 
@@ -130,5 +132,22 @@ def test_metadata_v1_request_without_topics_still_parses() -> None:
         cid, _ = answer(await harness.read_frame(client))
         assert cid == 5 and ran == ["start now", "end now"]
         client.close()
+
+    asyncio.run(body())
+
+
+def test_a_handler_that_fails_before_its_first_wait_closes_only_its_connection() -> None:
+    async def body() -> None:
+        ran.clear()
+        _conn, client = await serve()
+        other, other_client = await serve()
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(client, metadata("fail", 1))
+        assert await harness.read_frame(client) is None  # closed, as when its task fails
+        await loop.sock_sendall(other_client, metadata("now", 2))
+        cid, _ = answer(await harness.read_frame(other_client))
+        assert cid == 2 and not other._closing
+        client.close()
+        other_client.close()
 
     asyncio.run(body())
