@@ -4,10 +4,16 @@
     consumer (assign, no group) reading the same records from the same broker.
 (b) A simulated 5 ms of processing per record: throughput as the number of
     ShareConsumers (threads) on ONE partition grows; the ideal is N x 200 records/s.
+(c) Queue work on ONE partition: ``--queue-consumers`` ShareConsumers (default 8, one
+    process each) acknowledge every record explicitly (ACCEPT) as fast as they can;
+    ``--records`` records of ``--queue-value-bytes`` (default 1 KiB) produced first.
+    Printed: records/s from the first record received to the last, the broker's CPU,
+    and the duplicates and missing offsets over all consumers (0 and 0 expected).
 
     python benchmarks/share_consume.py            # both
     python benchmarks/share_consume.py --only a --records 200000
     python benchmarks/share_consume.py --only b --consumers 1,2,4,8,16,32,64 --max-poll-records 20
+    python benchmarks/share_consume.py --only c --records 200000 --queue-consumers 8
 
 Each case also prints what the share coordinator wrote to ``__share_group_state`` meanwhile
 (read from its segment files): records, bytes, and bytes per write and per acknowledged
@@ -29,7 +35,7 @@ from typing import Any
 import time
 import uuid
 
-from confluent_kafka import Consumer, Producer, ShareConsumer, TopicPartition
+from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
 QUIET = {"log_level": 3}
@@ -259,10 +265,71 @@ def case_b(bs: str, pid: int, data_dir: str, consumers: list[int], seconds: floa
         # acknowledgement sends them with the next poll).
         print_state_writes(f"{n} consumers", state0, state1, done)
 
+def _queue_worker(bs: str, group: str, topic: str, count: int, done: Any, first: Any, out: Any) -> None:
+    """One ShareConsumer acknowledging (ACCEPT) every record until ``count`` are taken in all."""
+    c = ShareConsumer({"bootstrap.servers": bs, "group.id": group, "share.acknowledgement.mode": "explicit",
+                       **QUIET})
+    c.subscribe([topic])
+    offsets: list[int] = []
+    try:
+        while done.value < count:
+            messages = c.poll(0.2)
+            for m in messages:
+                if m.error() is None:
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+                    offsets.append(m.offset())
+            if offsets and not first.value:
+                first.value = time.perf_counter()
+            if messages:
+                with done.get_lock():
+                    done.value += sum(1 for m in messages if m.error() is None)
+                    if done.value >= count:
+                        out.put(("end", time.perf_counter()))
+        c.commit_sync()
+    finally:
+        c.close()
+        out.put(("offsets", offsets))
+
+
+def case_c(bs: str, pid: int, data_dir: str, consumers: int, count: int, value_size: int) -> None:
+    topic = f"c-{uuid.uuid4().hex[:8]}"
+    group = "bench-c"
+    setup(bs, topic, group, count, value_size, 500)
+    done = multiprocessing.Value("q", 0)
+    first = multiprocessing.Value("d", 0.0, lock=False)
+    out: Any = multiprocessing.Queue()
+    cpu0 = cpu_seconds(pid)
+    state0 = state_log_totals(data_dir)
+    procs = [multiprocessing.Process(target=_queue_worker, args=(bs, group, topic, count, done, first, out),
+                                     daemon=True) for _ in range(consumers)]
+    for w in procs:
+        w.start()
+    end = 0.0
+    taken: list[int] = []
+    reports = 0
+    while reports < consumers:
+        kind, value = out.get(timeout=600)
+        if kind == "end":
+            end = value
+            cpu1 = cpu_seconds(pid)
+        else:
+            taken += value
+            reports += 1
+    for w in procs:
+        w.join(30)
+    state1 = state_log_totals(data_dir)
+    distinct = set(taken)
+    rate = count / (end - first.value)
+    print(f"(c) one partition, {consumers} ShareConsumers acknowledging each record (explicit ACCEPT), "
+          f"{count} records of {value_size} B")
+    print(f"    {rate:10.0f} records/s   broker CPU {(cpu1 - cpu0) * 1e6 / count:6.1f} us/record   "
+          f"duplicates {len(taken) - len(distinct)}   missing {len(set(range(count)) - distinct)}")
+    print_state_writes("share state", state0, state1, count)
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", choices=("a", "b"))
+    ap.add_argument("--only", choices=("a", "b", "c"))
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--consumers", default="1,2,4,8,16,32,64")
     ap.add_argument("--seconds", type=float, default=5.0)
@@ -272,6 +339,8 @@ def main() -> int:
     ap.add_argument("--batch-records", type=int, default=500, help="(a) records per produced batch")
     ap.add_argument("--share-max-poll-records", type=int, default=2000,
                     help="(a) the ShareConsumer's max.poll.records (records per ShareFetch round trip)")
+    ap.add_argument("--queue-consumers", type=int, default=8, help="(c) ShareConsumers on the partition")
+    ap.add_argument("--queue-value-bytes", type=int, default=1024, help="(c) record value size")
     ap.add_argument("-o", "--override", action="append", default=[], help="broker KEY=VALUE, repeatable")
     args = ap.parse_args()
     data_dir = tempfile.mkdtemp(prefix="shoal-share-bench-")
@@ -283,6 +352,8 @@ def main() -> int:
         if args.only in (None, "b"):
             case_b(bs, proc.pid, data_dir, [int(x) for x in args.consumers.split(",")], args.seconds, args.work_ms,
                    args.max_poll_records)
+        if args.only in (None, "c"):
+            case_c(bs, proc.pid, data_dir, args.queue_consumers, args.records, args.queue_value_bytes)
     finally:
         proc.terminate()
         proc.wait(30)

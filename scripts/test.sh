@@ -40,6 +40,8 @@ bash reference/kafka/kit.sh fetch
 .venv/bin/python reference/spark/fetch.py >/dev/null
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
+# The pure core type-checks clean ([tool.mypy] in pyproject.toml lists it).
+.venv/bin/python -m mypy
 # Two workers (tests/conftest.py keeps Spark, the Kafka reference tests and each integration
 # module on one worker each); the slowest tests are listed at the end.
 exec .venv/bin/python -m pytest -q -n 2 --dist loadgroup --durations=15 "$@"

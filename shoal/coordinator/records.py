@@ -276,10 +276,10 @@ def _write_struct(out: bytearray, fields: tuple[Field, ...], data: dict[str, Any
     if flexible:
         tags.sort()
         _uvarint(out, len(tags))
-        for tag, buf in tags:
+        for tag, tagged in tags:
             _uvarint(out, tag)
-            _uvarint(out, len(buf))
-            out += buf
+            _uvarint(out, len(tagged))
+            out += tagged
 
 
 def _read_struct(r: _Reader, fields: tuple[Field, ...], version: int, flexible: bool) -> dict[str, Any]:
@@ -299,13 +299,13 @@ def _read_struct(r: _Reader, fields: tuple[Field, ...], version: int, flexible: 
             tag = r.uvarint()
             size = r.uvarint()
             end = r.pos + size
-            fd = by_tag.get(tag)
-            if fd is None:
+            known = by_tag.get(tag)
+            if known is None:
                 r.take(size)  # unknown tagged field: skipped, as Kafka's readers do
                 continue
-            out[fd.name] = _read_value(r, fd, version, True, tagged=True)
+            out[known.name] = _read_value(r, known, version, True, tagged=True)
             if r.pos != end:
-                raise ValueError(f"tagged field {fd.name} has the wrong size")
+                raise ValueError(f"tagged field {known.name} has the wrong size")
     return out
 
 

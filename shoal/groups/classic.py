@@ -247,7 +247,7 @@ class ClassicGroup:
 
     group_type = "classic"
 
-    def __init__(self, group_id: str, config: ClassicConfig, now_ms: int = 0) -> None:
+    def __init__(self, group_id: str, config: ClassicConfig, now_ms: int | None = 0) -> None:
         self.group_id = group_id
         self.config = config
         self.state = S.EMPTY

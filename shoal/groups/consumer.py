@@ -86,6 +86,7 @@ from kio.schema.consumer_group_describe.v1 import response as describe_resp
 from kio.schema.consumer_group_heartbeat.v1 import request as hb_req
 from kio.schema.consumer_group_heartbeat.v1 import response as hb_resp
 from kio.schema.errors import ErrorCode
+from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta
 
 from shoal.coordinator.records import CoordinatorRecord, RecordType, record, tombstone
@@ -1009,13 +1010,13 @@ class ConsumerGroups(GroupKindQueries[ConsumerGroup]):
         if g is None:
             return describe_resp.DescribedGroup(
                 error_code=ErrorCode.group_id_not_found, error_message=f"Group {group_id} not found.",
-                group_id=group_id, group_state=ConsumerGroupState.DEAD.value, group_epoch=i32(0),
+                group_id=GroupId(group_id), group_state=ConsumerGroupState.DEAD.value, group_epoch=i32(0),
                 assignment_epoch=i32(0), assignor_name="", members=())
         names = {tid: n for n, (tid, _) in g.subscribed_topics.items()}
 
         def described(a: Mapping[uuid.UUID, frozenset[int]]) -> describe_resp.Assignment:
             return describe_resp.Assignment(topic_partitions=tuple(
-                describe_resp.TopicPartitions(topic_id=t, topic_name=names.get(t, ""),
+                describe_resp.TopicPartitions(topic_id=t, topic_name=TopicName(names.get(t, "")),
                                               partitions=tuple(i32(p) for p in sorted(ps)))
                 for t, ps in sorted(a.items(), key=lambda kv: str(kv[0]))))
 
@@ -1023,13 +1024,13 @@ class ConsumerGroups(GroupKindQueries[ConsumerGroup]):
             describe_resp.Member(
                 member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
                 member_epoch=i32(m.member_epoch), client_id=m.client_id, client_host=m.client_host,
-                subscribed_topic_names=tuple(m.subscribed_topic_names),
+                subscribed_topic_names=tuple(TopicName(n) for n in m.subscribed_topic_names),
                 subscribed_topic_regex=m.subscribed_topic_regex,
                 assignment=described(m.assigned), target_assignment=described(g.target.get(m.member_id, {})),
                 member_type=i8(1))
             for _, m in sorted(g.members.items()))
         return describe_resp.DescribedGroup(
-            error_code=ErrorCode.none, error_message=None, group_id=group_id, group_state=g.state.value,
+            error_code=ErrorCode.none, error_message=None, group_id=GroupId(group_id), group_state=g.state.value,
             group_epoch=i32(g.group_epoch), assignment_epoch=i32(g.assignment_epoch),
             assignor_name=g.preferred_assignor(self.assignor_names[0]), members=members)
 

@@ -159,7 +159,7 @@ def _ms(value: Any, default: int = -1) -> int:
     return int(value)
 
 
-def _join_fields_for_version(cls: type, fields: dict[str, Any]) -> dict[str, Any]:
+def _join_fields_for_version(cls: Any, fields: dict[str, Any]) -> dict[str, Any]:
     # As Kafka's JoinGroupResponse: before v7 the protocol name is not nullable; before
     # v9 a leader told to skip the assignment gets no member list instead.
     version = int(cls.__version__)
@@ -536,7 +536,7 @@ class GroupCoordinatorShard:
         for group_id in request.groups_names:
             g = self.groups.get(group_id)
             code = ErrorCode.group_id_not_found if g is None else g.validate_delete_group()
-            if code is ErrorCode.none:
+            if code is ErrorCode.none and g is not None:
                 records += self.offsets.tombstones_for_group(group_id)
                 records += g.tombstone_records()
             results.append({"group_id": group_id, "error_code": code})

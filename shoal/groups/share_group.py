@@ -96,6 +96,7 @@ from kio.schema.share_group_describe.v1 import request as describe_req
 from kio.schema.share_group_describe.v1 import response as describe_resp
 from kio.schema.share_group_heartbeat.v1 import request as hb_req
 from kio.schema.share_group_heartbeat.v1 import response as hb_resp
+from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32
 
 from shoal.coordinator.records import CoordinatorRecord, RecordType, record, tombstone
@@ -135,6 +136,10 @@ GROUP_TYPE = "share"
 ASSIGNOR_NAME = "simple"
 _RECORD_TYPES = frozenset(range(RecordType.SHARE_GROUP_PARTITION_METADATA,
                                 RecordType.SHARE_GROUP_STATE_PARTITION_METADATA + 1))
+
+
+class _WouldWrite(Exception):
+    """A heartbeat tried on the live group would write records: it is done again on a copy."""
 
 
 class ShareGroupState(enum.Enum):
@@ -197,8 +202,25 @@ class ShareGroup:
     """Share-partitions whose state is being deleted (DeleteShareGroupState)."""
     topic_names: dict[uuid.UUID, str] = field(default_factory=dict)
     """Names of the topics in the three sets above (for describing and the shell)."""
+    _assigned: frozenset[tuple[uuid.UUID, int]] | None = field(default=None, compare=False, repr=False)
+    """Every partition of ``target`` (derived, None until asked for after a change)."""
+    _wanted: frozenset[str] | None = field(default=None, compare=False, repr=False)
+    """Every topic name some member subscribes to (derived, None until asked for after a change)."""
 
     group_type = GROUP_TYPE
+
+    def assigned_partitions(self) -> frozenset[tuple[uuid.UUID, int]]:
+        """The partitions the target assignment gives some member; kept until ``target``
+        changes, so that a heartbeat does not walk every member's target."""
+        if self._assigned is None:
+            self._assigned = frozenset().union(*(partitions_of(a) for a in self.target.values()))
+        return self._assigned
+
+    def wanted_topics(self) -> frozenset[str]:
+        """The topic names some member subscribes to; kept until a member changes."""
+        if self._wanted is None:
+            self._wanted = frozenset(n for m in self.members.values() for n in m.subscribed_topic_names)
+        return self._wanted
 
     @property
     def state(self) -> ShareGroupState:
@@ -206,6 +228,10 @@ class ShareGroup:
 
     def apply(self, rec: CoordinatorRecord) -> None:
         t, v = rec.record_type, rec.value
+        if t == RecordType.SHARE_GROUP_MEMBER_METADATA or t == RecordType.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT:
+            self._wanted = None
+        elif t == RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER:
+            self._assigned = None
         if t == RecordType.SHARE_GROUP_METADATA:
             self.group_epoch = 0 if v is None else int(v["epoch"])
             self.metadata_hash = 0 if v is None else int(v.get("metadata_hash") or 0)
@@ -433,15 +459,35 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
                    client_id: str, client_host: str, session_ms: int, interval_ms: int,
                    limit: int) -> Result[hb_resp.ShareGroupHeartbeatResponse]:
         self._validate(r)
+        live = self._groups.get(r.group_id)
+        if live is None and r.member_epoch != 0:
+            raise ApiError(ErrorCode.unknown_member_id, f"Group {r.group_id} not found.")
+        if live is not None:
+            # Most heartbeats change nothing: they are tried on the live group itself, and
+            # only one that would write records is done again on a copy (its records change
+            # the live group when they are replayed, once written). A group of N members
+            # then costs a steady heartbeat no copy of N members.
+            try:
+                return self._heartbeat_in(live, False, r, now_ms, topics, client_id, client_host, session_ms,
+                                          interval_ms, limit)
+            except _WouldWrite:
+                pass
+        g = copy.deepcopy(live) if live is not None else ShareGroup(r.group_id)
+        return self._heartbeat_in(g, True, r, now_ms, topics, client_id, client_host, session_ms, interval_ms,
+                                  limit)
+
+    def _heartbeat_in(self, g: ShareGroup, writable: bool, r: hb_req.ShareGroupHeartbeatRequest, now_ms: int,
+                      topics: TopicsMetadata, client_id: str, client_host: str, session_ms: int,
+                      interval_ms: int, limit: int) -> Result[hb_resp.ShareGroupHeartbeatResponse]:
+        """The heartbeat on ``g``: the live group when not ``writable`` (then the first record
+        to emit raises _WouldWrite before anything changed), else a scratch copy."""
         gid, mid, epoch = r.group_id, r.member_id, r.member_epoch
-        live = self._groups.get(gid)
-        if live is None and epoch != 0:
-            raise ApiError(ErrorCode.unknown_member_id, f"Group {gid} not found.")
-        g = copy.deepcopy(live) if live is not None else ShareGroup(gid)
         records: list[CoordinatorRecord] = []
         effects = ShareEffects()
 
         def emit(rec: CoordinatorRecord) -> None:
+            if not writable:
+                raise _WouldWrite
             records.append(rec)
             g.apply(rec)
 
@@ -456,7 +502,7 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
             return Result(records=records, response=response, after=effects)
 
         new_member = member is None
-        if new_member:
+        if member is None:
             if epoch != 0:
                 raise ApiError(ErrorCode.unknown_member_id, f"Member {mid} is not in group {gid}.")
             if len(g.members) >= limit:
@@ -515,7 +561,7 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
     @staticmethod
     def _subscribed_metadata(g: ShareGroup, topics: TopicsMetadata) -> dict[str, tuple[uuid.UUID, int]]:
         """name -> (topic id, partition count) of the subscribed topics that exist."""
-        wanted = {n for m in g.members.values() for n in m.subscribed_topic_names}
+        wanted = g.wanted_topics()
         return {n: (topics[n][0], int(topics[n][1])) for n in sorted(wanted) if n in topics}
 
     @staticmethod
@@ -541,7 +587,7 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
         emit(record(RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA, _group_key(g.group_id),
                     {"assignment_epoch": g.group_epoch}))
         # Partitions assigned for the first time start their two-stage initialization.
-        assigned = set().union(*(partitions_of(a) for a in g.target.values())) if g.target else set()
+        assigned = g.assigned_partitions()
         fresh = assigned - partitions_of(g.initializing) - partitions_of(g.initialized)
         if fresh:
             names = dict(g.topic_names)
@@ -669,7 +715,7 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
         effects = ShareEffects()
         if g is None:
             return Result(response=ErrorCode.group_id_not_found, after=effects)
-        assigned = set().union(*(partitions_of(a) for a in g.target.values())) if g.target else set()
+        assigned = g.assigned_partitions()
         fresh = assigned - partitions_of(g.initializing) - partitions_of(g.initialized)
         if not fresh:
             return Result(response=ErrorCode.none, after=effects)
@@ -769,7 +815,7 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
         if g is None:
             return describe_resp.DescribedGroup(
                 error_code=ErrorCode.group_id_not_found, error_message=f"Group {group_id} not found.",
-                group_id=group_id, group_state=ShareGroupState.DEAD.value, group_epoch=i32(0),
+                group_id=GroupId(group_id), group_state=ShareGroupState.DEAD.value, group_epoch=i32(0),
                 assignment_epoch=i32(0), assignor_name="", members=())
         names = dict(g.topic_names)
         wanted = {n for m in g.members.values() for n in m.subscribed_topic_names}
@@ -778,14 +824,14 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
             describe_resp.Member(
                 member_id=m.member_id, rack_id=m.rack_id, member_epoch=i32(m.member_epoch),
                 client_id=m.client_id, client_host=m.client_host,
-                subscribed_topic_names=tuple(m.subscribed_topic_names),
+                subscribed_topic_names=tuple(TopicName(n) for n in m.subscribed_topic_names),
                 assignment=describe_resp.Assignment(topic_partitions=tuple(
-                    describe_resp.TopicPartitions(topic_id=t, topic_name=names.get(t, ""),
+                    describe_resp.TopicPartitions(topic_id=t, topic_name=TopicName(names.get(t, "")),
                                                   partitions=tuple(i32(p) for p in sorted(ps)))
                     for t, ps in sorted(m.assigned.items(), key=lambda kv: str(kv[0])))))
             for _, m in sorted(g.members.items()))
         return describe_resp.DescribedGroup(
-            error_code=ErrorCode.none, error_message=None, group_id=group_id, group_state=g.state.value,
+            error_code=ErrorCode.none, error_message=None, group_id=GroupId(group_id), group_state=g.state.value,
             group_epoch=i32(g.group_epoch), assignment_epoch=i32(g.assignment_epoch),
             assignor_name=ASSIGNOR_NAME, members=members)
 

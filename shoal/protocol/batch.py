@@ -389,14 +389,14 @@ def _decompress(codec: int, data: bytes) -> bytes:
         if codec == Compression.SNAPPY:
             import cramjam
             if data[:8] == _XERIAL_MAGIC:  # Java's xerial framing: 16-byte header, then [len][block]...
-                out = bytearray()
+                blocks = bytearray()
                 pos = 16
                 while pos < len(data):
                     (n,) = struct.unpack_from(">i", data, pos)
                     pos += 4
-                    out += bytes(cramjam.snappy.decompress_raw(data[pos : pos + n]))
+                    blocks += bytes(cramjam.snappy.decompress_raw(data[pos : pos + n]))
                     pos += n
-                return bytes(out)
+                return bytes(blocks)
             return bytes(cramjam.snappy.decompress_raw(data))
         if codec == Compression.LZ4:
             import lz4.frame

@@ -47,6 +47,8 @@ from .header import read_uvarint as _uv
 __all__ = ["request_checker", "check_request"]
 
 Checker = Callable[[bytes, int], int]
+Walker = Callable[[bytes, int, int], int]
+"""A generated entity walk: ``(buf, pos, end) -> the position after the entity``."""
 
 _FIXED = {
     "bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4, "uint32": 4,
@@ -59,7 +61,7 @@ _unpack_i16 = struct.Struct(">h").unpack_from
 _unpack_i32 = struct.Struct(">i").unpack_from
 
 
-def _tags(buf: bytes, pos: int, end: int, known: dict[int, Checker] | None, where: str) -> int:
+def _tags(buf: bytes, pos: int, end: int, known: dict[int, Walker] | None, where: str) -> int:
     """Step over a tagged-field section; check the known fields' values inside their sizes."""
     count, pos = _uv(buf, pos)
     if count * 2 > end - pos:
@@ -107,7 +109,7 @@ class _Gen:
         self.n += 1
         return f"{prefix}{self.n}"
 
-    def smallest(self, cls: type) -> int:
+    def smallest(self, cls: Any) -> int:
         """Bytes of the smallest encoding of one ``cls``."""
         flexible = bool(cls.__flexible__)
         size = 1 if flexible else 0
@@ -129,7 +131,7 @@ class _Gen:
                     size += 1 if flexible else 4
         return size
 
-    def fixed_width(self, cls: type) -> int | None:
+    def fixed_width(self, cls: Any) -> int | None:
         """The width of every ``cls`` without its tagged-field section, if all its fields are fixed."""
         size = 0
         for f in dataclasses.fields(cls):
@@ -142,10 +144,10 @@ class _Gen:
             size += _FIXED[t]
         return size
 
-    def has_known_tags(self, cls: type) -> bool:
+    def has_known_tags(self, cls: Any) -> bool:
         return any(get_field_tag(f) is not None for f in dataclasses.fields(cls))
 
-    def entity(self, cls: type) -> str:
+    def entity(self, cls: Any) -> str:
         """The name of ``cls``'s checker function ``(buf, pos, end) -> pos``, written on first use."""
         name = self.names.get(cls)
         if name is not None:
@@ -244,7 +246,7 @@ class _Gen:
             smallest = self.smallest(kind.type_)
             width = self.fixed_width(kind.type_)
             if width is not None and not self.has_known_tags(kind.type_):
-                if kind.type_.__flexible__:
+                if getattr(kind.type_, "__flexible__", False):
                     # Usually no element has tagged fields: then every element's tagged-field
                     # byte is 0, at a fixed stride, and one slice checks them all.
                     walk = [f"if buf[pos + {width}:pos + n * {width + 1}:{width + 1}].count(0) == n:",
@@ -278,7 +280,7 @@ class _Gen:
 
 
 @lru_cache(maxsize=None)
-def request_checker(request_type: type) -> Checker:
+def request_checker(request_type: Any) -> Checker:
     """A function ``(frame, pos) -> end`` checking the body of ``request_type`` at ``pos``.
 
     Any kio entity class works: the peer connection checks the responses of other

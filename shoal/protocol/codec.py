@@ -84,6 +84,7 @@ def encode_body(entity: Any) -> bytes:
 
 
 def decode_body(entity_type: type, data: bytes) -> Any:
+    value: Any
     value, _ = entity_reader(entity_type)(data, 0)
     return value
 

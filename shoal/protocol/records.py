@@ -503,7 +503,7 @@ def _walk_runs(data: bytes, pos: int, end: int, count: int, require_keys: bool) 
 try:  # the vectorized walk; without numpy every batch takes the exact walk
     import numpy as _np
 except ImportError:  # pragma: no cover
-    _np = None
+    _np = None  # type: ignore[assignment]
 
 FAST_WALK_MIN_RECORDS = 192
 """Of the batches the run walk leaves (records of many shapes), those with fewer records
@@ -752,19 +752,19 @@ def decompress_bounded(codec: int, data: bytes, limit: int = MAX_DECOMPRESSED_BY
             return out
         if codec == Compression.ZSTD:
             import zstandard
-            d = zstandard.ZstdDecompressor().decompressobj()
+            z = zstandard.ZstdDecompressor().decompressobj()
             parts = []
             total = 0
             # small input steps bound what one step can produce (a block expands to 128 KiB at most)
             for pos in range(0, len(data), 1024):
-                chunk = d.decompress(data[pos : pos + 1024])
+                chunk = z.decompress(data[pos : pos + 1024])
                 total += len(chunk)
                 if total > limit:
                     raise _too_big(limit)
                 parts.append(chunk)
-                if d.eof:
+                if z.eof:
                     break
-            if not d.eof:
+            if not z.eof:
                 raise RecordsError(ErrorCode.corrupt_message, "truncated zstd frame")
             return b"".join(parts)
     except RecordsError:

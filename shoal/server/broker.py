@@ -169,6 +169,11 @@ class Flusher:
         self._background.close()
 
 
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 class AppendWaiters:
     """Long polls (Fetch, ShareFetch) park here until a partition they read changes."""
 
@@ -198,15 +203,18 @@ class AppendWaiters:
         """Return when any of ``keys`` is notified or after ``timeout_s``."""
         if timeout_s <= 0:
             return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
         keys = list(keys)
         for k in keys:
             self._waiters.setdefault(k, set()).add(fut)
+        # One timer that resolves the future itself: asyncio.wait_for would add a second
+        # future, callbacks and a timeout exception to every long poll.
+        timer = loop.call_later(timeout_s, _resolve, fut)
         try:
-            await asyncio.wait_for(fut, timeout_s)
-        except asyncio.TimeoutError:
-            pass
+            await fut
         finally:
+            timer.cancel()
             for k in keys:
                 s = self._waiters.get(k)
                 if s is not None:

@@ -4,8 +4,10 @@ Theory of operation
 -------------------
 ``data_received`` feeds a :class:`FrameDecoder` and serves every complete frame at once
 (pipelining). Each request that expects a response takes a *slot* in ``_slots`` in
-arrival order. A synchronous handler fills its slot immediately; an ``async`` one (long
-poll, fsync wait, coordinator write) fills it when its task ends. ``_flush`` writes the
+arrival order. A synchronous handler fills its slot immediately; an ``async`` one is
+run at once up to its first wait, and fills its slot then if it needed none (a Fetch
+with records, a heartbeat that writes nothing); one that waits (long poll, fsync wait,
+coordinator write) goes on in a task and fills it when the task ends. ``_flush`` writes the
 filled slots at the head of the queue, so responses leave in the order their requests
 came, even when handlers finish out of order (Kafka's rule). Produce with acks=0 takes no
 slot: it has no response, and a partition error closes the connection instead (Kafka's
@@ -337,6 +339,18 @@ class Connection(asyncio.Protocol):
             response = handler(ctx, request)
         except ApiError as e:
             response = self._error_response(ctx, e)
+        if sec is None and self.broker.authorizer is None and asyncio.iscoroutine(response):
+            try:
+                response = _first_step(response)
+            except ApiError as e:
+                response = self._error_response(ctx, e)
+            except Exception as e:  # as when the handler's task fails (_answer_async)
+                _log_failure("connection %s from %s: %s v%d failed; closing", self.connection_id, self.peer,
+                             ctx.codec.request_type.__name__, ctx.api_version, exc=e)
+                if metrics is not None:
+                    metrics.request_failed(api_key)
+                self._abort(None)
+                return slot
         if quota is not None:
             quota.busy_s += perf_counter() - t_handler
         if asyncio.iscoroutine(response):
@@ -731,6 +745,52 @@ class Connection(asyncio.Protocol):
     @property
     def inflight(self) -> int:
         return len(self._slots)
+
+
+def _first_step(coro: Any) -> Any:
+    """Run an ``async`` handler up to its first wait: its answer when it needs none (a Fetch
+    with records, a heartbeat that writes nothing), else a coroutine that goes on from
+    there, for the task that waits. An answer that needs no wait then costs no task and
+    no extra pass of the event loop. Not for connections with security settings, whose
+    handlers may use the task they run in (``asyncio.current_task``)."""
+    try:
+        waiting_on = coro.send(None)
+    except StopIteration as done:
+        return done.value
+    return _resume(coro, waiting_on)
+
+
+class _Resumed:
+    """Awaitable: a coroutine already run up to its first wait, driven on from there."""
+
+    __slots__ = ("coro", "waiting_on")
+
+    def __init__(self, coro: Any, waiting_on: Any) -> None:
+        self.coro = coro
+        self.waiting_on = waiting_on
+
+    def __await__(self) -> Any:
+        coro, waiting_on = self.coro, self.waiting_on
+        while True:
+            try:
+                value = yield waiting_on
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as e:  # noqa: BLE001 - thrown in by the task (a cancellation)
+                try:
+                    waiting_on = coro.throw(e)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    waiting_on = coro.send(value)
+                except StopIteration as done:
+                    return done.value
+
+
+async def _resume(coro: Any, waiting_on: Any) -> Any:
+    return await _Resumed(coro, waiting_on)
 
 
 _IOV_MAX = 512

@@ -95,9 +95,9 @@ class FetchSessionCache:
             if len(self._sessions) >= self._max:
                 self._sessions.popitem(last=False)
             sid = self._allocate_id()
-            session = FetchSession(sid, 1, dict(updates), now_ms)
-            self._sessions[sid] = session
-            return session, False
+            created = FetchSession(sid, 1, dict(updates), now_ms)
+            self._sessions[sid] = created
+            return created, False
         session = self._sessions.get(session_id)
         if session is None:
             raise FetchSessionError(ErrorCode.fetch_session_id_not_found)

@@ -22,7 +22,11 @@ of (shard, request, now_ms) and never await between computing a result and apply
 it, so one shard's operations never interleave.
 
 Timers: one ``loop.call_later`` per shard for the earliest deadline any result asked
-for (a heap; early firings are harmless). Firing runs ``expire(now_ms)`` of the classic
+for (a heap; early firings are harmless). Deadlines are rounded up to ``TIMER_TICK_MS``
+and each is kept once, so the members' heartbeats (each one pushing its session's new
+deadline) add at most one entry and one firing per tick rather than one per heartbeat:
+a firing scans the shard's groups, and with a thousand members heartbeating it would
+otherwise run for nearly every heartbeat. Firing runs ``expire(now_ms)`` of the classic
 shard, the consumer groups and the share groups, each through ``apply``.
 
 Parked requests: JoinGroup and SyncGroup get a token; a request the shard cannot answer
@@ -213,12 +217,14 @@ def _bridge(kind: Any, view_cls: type) -> Any:
 class _Partition:
     """Everything the service keeps for one ``__consumer_offsets`` partition."""
 
-    __slots__ = ("consumer", "share", "deadlines", "timer", "timer_at")
+    __slots__ = ("consumer", "share", "deadlines", "queued", "timer", "timer_at")
 
     def __init__(self, consumer: ConsumerGroups, share: ShareGroups) -> None:
         self.consumer = consumer
         self.share = share
         self.deadlines: list[int] = []
+        self.queued: set[int] = set()
+        """The deadlines in ``deadlines`` (each kept once)."""
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at: int | None = None
 
@@ -240,6 +246,10 @@ def _members(inner: Any) -> dict[str, tuple[str, str]]:
 
 GROUP_SCAN_INTERVAL_S = 0.1
 """Longest delay before a group change that wrote no record is logged."""
+
+TIMER_TICK_MS = 50
+"""Group deadlines (sessions, rebalance timeouts, retention) are rounded up to this: a
+shard's timer fires at most once per tick, however many members heartbeat."""
 
 _REBALANCING = {"PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"}
 
@@ -359,6 +369,7 @@ class GroupCoordinatorService:
                 part.timer.cancel()
             part.timer, part.timer_at = None, None
             part.deadlines.clear()
+            part.queued.clear()
         for token in [t for t, p in self._parked_in.items() if p == index]:
             self._parked_in.pop(token, None)
             fut = self._parked.pop(token, None)
@@ -635,7 +646,10 @@ class GroupCoordinatorService:
         part = self._parts[partition]
         for d in deadlines:
             if d is not None:
-                heapq.heappush(part.deadlines, int(d))
+                at = -(-int(d) // TIMER_TICK_MS) * TIMER_TICK_MS  # rounded up: never early
+                if at not in part.queued:
+                    part.queued.add(at)
+                    heapq.heappush(part.deadlines, at)
         self._reschedule(partition)
 
     def _reschedule(self, partition: int) -> None:
@@ -659,12 +673,12 @@ class GroupCoordinatorService:
             return
         now = self.now_ms()
         while part.deadlines and part.deadlines[0] <= now:
-            heapq.heappop(part.deadlines)
+            part.queued.discard(heapq.heappop(part.deadlines))
         try:
             self.expire(partition, now)
         except Exception:
             log.exception("%s-%d: expiring group timers failed; retrying in 1s", OFFSETS_TOPIC, partition)
-            heapq.heappush(part.deadlines, now + 1000)
+            self._track(partition, [now + 1000])
         self._reschedule(partition)
 
     def expire(self, partition: int, now_ms: int) -> None:

@@ -27,9 +27,11 @@ partition through ``broker.storage_errors``.
   serving. The caller answers its client only after the await returns. A result with
   no records still waits until everything already appended to the partition is
   durable, so no answer is ever computed from state that is not on disk yet.
-* ``apply_deferred(partition, result)`` then ``flush_now(partition)``: for a caller
-  that batches writes itself (the share service's commit rounds): append and replay
-  now, and later one fsync on the event loop for everything appended since.
+* ``apply_deferred(partition, result)`` then ``flush_now(partition)`` or ``await
+  wait_durable(partition, inline=False)``: for a caller that batches writes itself
+  (the share-state RPCs; the share service's commit rounds): append and replay now,
+  and later one fsync for everything appended since, on the event loop or in the
+  flusher's worker thread.
 
 A failed fsync leaves the shard's memory ahead of the disk, and after a failed fsync
 the kernel may have dropped the unwritten pages while a later fsync reports success.
@@ -323,7 +325,7 @@ class CoordinatorRuntime(Generic[S]):
             return True
         return self.owned is not None and plog.high_watermark < plog.log_end_offset
 
-    async def wait_durable(self, partition: int, *, wrote: bool = False) -> None:
+    async def wait_durable(self, partition: int, *, wrote: bool = False, inline: bool = True) -> None:
         """Return once every record appended to ``partition`` so far is fsynced and, in cluster
         mode, under the partition's high watermark (on every in-sync replica).
 
@@ -333,12 +335,14 @@ class CoordinatorRuntime(Generic[S]):
         acks=all append does. Raises ApiError(COORDINATOR_NOT_AVAILABLE) if the partition
         failed or the replication did not finish within ``offsets.commit.timeout.ms``,
         ApiError(NOT_COORDINATOR) if this broker stopped leading the partition meanwhile.
+        ``inline``: the fsync runs on the event loop (small, rare writes); else in the
+        flusher's worker thread, so the loop serves other requests meanwhile.
         """
         self._check(partition)
         plog = self.broker.store.partition(self.topic, partition)
         if plog.unflushed_messages:  # else everything appended so far is already durable
             try:
-                await self.broker.flusher.durable(plog, plog.log_end_offset, inline=True)
+                await self.broker.flusher.durable(plog, plog.log_end_offset, inline=inline)
             except OSError as e:
                 self._fail(partition, e)
         self._check(partition)

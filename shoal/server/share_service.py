@@ -15,7 +15,7 @@ Theory of operation
   read_summary). ``initialize``, ``read``, ``delete`` and ``read_summary`` run the
   shard operation and ``runtime.apply`` (append, fsync, replay) on the event loop:
   when they return, the state is durable or the call failed. A write is split in two:
-  ``append_write`` appends and replays it at once, and ``flush`` (or ``durable``)
+  ``append_write`` appends and replays it at once, and ``durable``
   makes every write appended so far durable. A failure comes back as the outcome's
   error code (COORDINATOR_NOT_AVAILABLE when the append or the fsync failed; a failed
   fsync also halts the broker).
@@ -27,9 +27,11 @@ Theory of operation
   the share-partition is queued (:meth:`ShareService.schedule_persist`) for the next
   *commit round* of its ``__share_group_state`` partition: one callback, on the next
   loop iteration, that takes a write of every queued share-partition, appends them,
-  fsyncs once on the event loop and commits (or rolls back) each. Every
-  acknowledgement received before a round shares its fsync, and an acknowledgement is
-  answered one loop iteration after it; a rolled-back write is retried by a timer.
+  fsyncs once in the flusher's worker thread (the event loop serves other requests
+  meanwhile; rounds that start during an fsync share the next one) and commits (or
+  rolls back) each. Every acknowledgement received before a round shares its fsync, and
+  an acknowledgement is answered once it is durable; a rolled-back write is retried by
+  a timer.
   Acknowledgement handlers await :meth:`ShareService.wait_for` before answering. Lock
   expiry: one ``loop.call_at`` per share-partition at ``next_deadline_ms()``. Whenever
   records become acquirable again (released, expired, rolled back, or the in-flight
@@ -47,7 +49,7 @@ when this broker leads the key's state partition (answered once the in-sync repl
 have the records), else over the network (``share_persister.py``). Share-partitions are
 loaded asynchronously (:meth:`ShareService.load_partitions`, with the data partition's
 leader epoch) before the handlers use them; a commit round for a state partition this
-broker leads awaits the high watermark after its fsync (:meth:`_replicated_round`), one
+broker leads awaits the high watermark after its fsync (:meth:`_durable_round`), one
 for another broker's sends the writes there (:meth:`_remote_round`). A write fenced by
 the share coordinator (FENCED_LEADER_EPOCH / FENCED_STATE_EPOCH), or refused because its
 state no longer exists (INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION), drops the share-partition.
@@ -154,19 +156,12 @@ class Persister:
             return partition, PartitionOutcome(e.error_code, str(e), None)
         return partition, result.response
 
-    async def durable(self, partition: int) -> PartitionOutcome | None:
+    async def durable(self, partition: int, *, inline: bool = True) -> PartitionOutcome | None:
         """Wait until every write appended to ``partition`` is fsynced (in cluster mode: and
-        replicated to the in-sync replicas); None, or the failure."""
+        replicated to the in-sync replicas); None, or the failure. ``inline``: as
+        ``CoordinatorRuntime.wait_durable``."""
         try:
-            await self.runtime.wait_durable(partition, wrote=True)
-        except ApiError as e:
-            return PartitionOutcome(e.error_code, str(e), None)
-        return None
-
-    def flush(self, partition: int) -> PartitionOutcome | None:
-        """fsync every write appended to ``partition`` now, on the event loop; None, or the failure."""
-        try:
-            self.runtime.flush_now(partition)
+            await self.runtime.wait_durable(partition, wrote=True, inline=inline)
         except ApiError as e:
             return PartitionOutcome(e.error_code, str(e), None)
         return None
@@ -727,28 +722,22 @@ class ShareService:
     def _commit_round(self, partition: int) -> None:
         """Append the queued share-partitions' writes, fsync once, commit or roll back each.
 
-        Cluster mode: the same round, but answered once the state partition's in-sync
-        replicas have it (:meth:`_replicated_round`), or, when another broker coordinates
-        the partition, sent there as one request (:meth:`_remote_round`).
+        The fsync runs off the event loop (:meth:`_durable_round`). Cluster mode: the same
+        round, but answered once the state partition's in-sync replicas have it too, or,
+        when another broker coordinates the partition, sent there as one request
+        (:meth:`_remote_round`).
         """
-        if self.persister.remote is not None:
-            queued = self._queued.pop(partition, {})
-            if self.runtime.owns(partition):
-                task = asyncio.ensure_future(self._replicated_round(partition, queued))
-            else:
-                task = asyncio.ensure_future(self._remote_round(queued))
-            self._rounds.add(task)
-            task.add_done_callback(self._rounds.discard)
-            return
-        round_started = perf_counter()
-        appended = self._take_writes(self._queued.pop(partition, {}), True)
-        if not appended:
-            return
-        failure = self.persister.flush(partition)
-        if self.broker.metrics is not None:
-            self.broker.metrics.persister_write(perf_counter() - round_started, failure is None)
-        for sp, w in appended:
-            self._settle(sp, w, failure)
+        queued = self._queued.pop(partition, {})
+        if self.persister.remote is not None and not self.runtime.owns(partition):
+            task = asyncio.ensure_future(self._remote_round(queued))
+        else:
+            round_started = perf_counter()
+            appended = self._take_writes(queued, True)
+            if not appended:
+                return
+            task = asyncio.ensure_future(self._durable_round(partition, appended, round_started))
+        self._rounds.add(task)
+        task.add_done_callback(self._rounds.discard)
 
     def _take_writes(self, queued: Iterable[SharePartition], append: bool,
                      ) -> list[tuple[SharePartition, StateWrite]]:
@@ -769,16 +758,18 @@ class ShareService:
                 started_writes.append((sp, w))
         return started_writes
 
-    async def _replicated_round(self, partition: int, queued: Iterable[SharePartition]) -> None:
-        """Cluster mode, this broker coordinates ``partition``: append, one fsync, then wait
-        until every in-sync replica has the writes (the high watermark covers them)."""
-        round_started = perf_counter()
-        appended = self._take_writes(queued, True)
-        if not appended:
-            return
-        failure = self.persister.flush(partition)
-        if failure is None:
-            failure = await self.persister.durable(partition)
+    async def _durable_round(self, partition: int, appended: list[tuple[SharePartition, StateWrite]],
+                             round_started: float) -> None:
+        """The fsync of a round's appended writes, then each committed or rolled back.
+
+        The fsync runs in the flusher's worker thread (``Flusher``), so the event loop
+        goes on serving fetches and acknowledgements meanwhile; writes appended by the
+        rounds that start meanwhile are covered by the next fsync, shared by all of them.
+        A share-partition has one write out at a time, so its later changes wait for the
+        next round after this one settles. In cluster mode the round is also answered
+        only once every in-sync replica has the writes (the high watermark covers them).
+        """
+        failure = await self.persister.durable(partition, inline=False)
         if self.broker.metrics is not None:
             self.broker.metrics.persister_write(perf_counter() - round_started, failure is None)
         for sp, w in appended:

@@ -683,11 +683,12 @@ class ShareCoordinatorShard:
 
     def _each_partition(self, request: Any, operate: Callable[[ShareCoordinatorShard, SharePartitionKey, Any],
                                                              Result[PartitionOutcome]],
-                        answer: Callable[[Any, PartitionOutcome], Any], topic_result: type) -> Result[tuple[Any, ...]]:
+                        answer: Callable[[Any, PartitionOutcome], Any], topic_result: type,
+                        ) -> tuple[list[CoordinatorRecord], tuple[Any, ...]]:
         """Run ``operate(scratch, key, partition)`` for every partition the request names.
 
         The partitions run in request order against one scratch copy that replays each
-        one's records. Returns the records to append, and as response the per-topic
+        one's records. Returns the records to append and the per-topic
         results (``topic_result`` of ``answer(partition, outcome)`` per partition).
         """
         scratch = self._scratch()
@@ -698,20 +699,21 @@ class ShareCoordinatorShard:
             for p in topic.partitions:
                 r = operate(scratch, SharePartitionKey.of(request.group_id, topic.topic_id, p.partition), p)
                 _take(scratch, r, records)
+                assert r.response is not None
                 parts.append(answer(p, r.response))
             results.append(topic_result(topic_id=topic.topic_id, partitions=tuple(parts)))
-        return Result(records=records, response=tuple(results))
+        return records, tuple(results)
 
     def handle_initialize_share_group_state(
         self, request: InitializeShareGroupStateRequest
     ) -> Result[InitializeShareGroupStateResponse]:
         """InitializeShareGroupState v0: one ``initialize`` per partition."""
-        r = self._each_partition(
+        records, results = self._each_partition(
             request, lambda s, key, p: s.initialize(key, int(p.state_epoch), int(p.start_offset)),
             lambda p, o: InitializePartitionResult(partition=p.partition, error_code=o.error_code,
                                                    error_message=o.error_message),
             InitializeStateResult)
-        return Result(records=r.records, response=InitializeShareGroupStateResponse(results=r.response))
+        return Result(records=records, response=InitializeShareGroupStateResponse(results=results))
 
     def handle_write_share_group_state(
         self, request: WriteShareGroupStateRequest
@@ -723,12 +725,12 @@ class ShareCoordinatorShard:
             return s.write(key, int(p.state_epoch), int(p.leader_epoch), int(p.start_offset), batches,
                            int(p.delivery_complete_count))
 
-        r = self._each_partition(
+        records, results = self._each_partition(
             request, write,
             lambda p, o: WritePartitionResult(partition=p.partition, error_code=o.error_code,
                                               error_message=o.error_message),
             WriteStateResult)
-        return Result(records=r.records, response=WriteShareGroupStateResponse(results=r.response))
+        return Result(records=records, response=WriteShareGroupStateResponse(results=results))
 
     def handle_read_share_group_state(
         self, request: ReadShareGroupStateRequest
@@ -746,9 +748,9 @@ class ShareCoordinatorShard:
                     for b in (st.state_batches if st else ())),
             )
 
-        r = self._each_partition(request, lambda s, key, p: s.read(key, int(p.leader_epoch)), answer,
+        records, results = self._each_partition(request, lambda s, key, p: s.read(key, int(p.leader_epoch)), answer,
                                  ReadStateResult)
-        return Result(records=r.records, response=ReadShareGroupStateResponse(results=r.response))
+        return Result(records=records, response=ReadShareGroupStateResponse(results=results))
 
     def handle_read_share_group_state_summary(
         self, request: ReadShareGroupStateSummaryRequest
@@ -764,20 +766,20 @@ class ShareCoordinatorShard:
                 delivery_complete_count=i32(st.delivery_complete_count if st else -1),
             )
 
-        r = self._each_partition(request, lambda s, key, p: s.read_summary(key, int(p.leader_epoch)), answer,
+        records, results = self._each_partition(request, lambda s, key, p: s.read_summary(key, int(p.leader_epoch)), answer,
                                  ReadStateSummaryResult)
-        return Result(records=r.records, response=ReadShareGroupStateSummaryResponse(results=r.response))
+        return Result(records=records, response=ReadShareGroupStateSummaryResponse(results=results))
 
     def handle_delete_share_group_state(
         self, request: DeleteShareGroupStateRequest
     ) -> Result[DeleteShareGroupStateResponse]:
         """DeleteShareGroupState v0: one ``delete`` per partition."""
-        r = self._each_partition(
+        records, results = self._each_partition(
             request, lambda s, key, p: s.delete(key),
             lambda p, o: DeletePartitionResult(partition=p.partition, error_code=o.error_code,
                                                error_message=o.error_message),
             DeleteStateResult)
-        return Result(records=r.records, response=DeleteShareGroupStateResponse(results=r.response))
+        return Result(records=records, response=DeleteShareGroupStateResponse(results=results))
 
 
 def _take(scratch: ShareCoordinatorShard, r: Result[PartitionOutcome], records: list[CoordinatorRecord]) -> None:

@@ -399,3 +399,72 @@ def test_deleting_a_group_of_earlier_versions_tombstones_its_record_9():
     res = s2.apply(s2.groups.begin_delete_group("s"))
     assert res.response == (ErrorCode.none, {}) and not s2.groups.has_group("s")
     assert (RecordType.SHARE_GROUP_PARTITION_METADATA, None) in {(r.record_type, r.value) for r in res.records}
+
+
+def test_a_steady_heartbeat_copies_no_group(monkeypatch):
+    # A heartbeat that changes nothing is answered from the live group: copying a group of
+    # N members for each heartbeat made heartbeats cost O(N), and a round of them O(N^2).
+    import copy
+
+    from shoal.groups import share_group
+
+    s = Shell()
+    for m in ("m1", "m2", "m3"):
+        s.hb(m, 0)
+    g = s.groups.group("s")
+    epochs = {m: s.hb(m, g.members[m].member_epoch).member_epoch for m in ("m1", "m2", "m3")}
+    real = copy.deepcopy
+    copied = []
+    monkeypatch.setattr(share_group.copy, "deepcopy", lambda x, *a: copied.append(x) or real(x, *a))
+    before = real(s.groups.group("s"))
+    res = s.hb_result("m2", epochs["m2"], now=5_000, session_timeout_ms=45_000)
+    assert (res.response.error_code, res.response.member_epoch, res.response.assignment) == (
+        ErrorCode.none, epochs["m2"], None)
+    assert res.records == [] and res.deadlines == [50_000]
+    assert copied == []
+    assert s.groups.group("s") == before
+    # One that changes the group is done on a copy: the live group changes only by replay.
+    res = s.groups.handle_heartbeat(ShareGroupHeartbeatRequest(
+        group_id="s", member_id="m2", member_epoch=i32(epochs["m2"]), subscribed_topic_names=("foo", "bar")),
+        6_000, TOPICS)
+    assert res.response.error_code == ErrorCode.none and res.records and len(copied) == 1
+    assert s.groups.group("s") == before
+    s.apply(res)
+    assert s.groups.group("s").members["m2"].subscribed_topic_names == ("bar", "foo")
+
+
+def test_derived_partitions_and_topics_follow_every_change():
+    # A heartbeat reads the target's partitions and the subscribed topics from values kept
+    # on the group (walking every member for them made each heartbeat O(members)); they
+    # must follow joins, subscription changes, leaves and expiry.
+    from shoal.groups.assignors import partitions_of
+
+    s = Shell()
+
+    def check():
+        for g in s.groups.groups.values():
+            assert g.assigned_partitions() == frozenset().union(*(partitions_of(a) for a in g.target.values()))
+            assert g.wanted_topics() == {n for m in g.members.values() for n in m.subscribed_topic_names}
+
+    s.hb("m1", 0)
+    check()
+    s.hb("m2", 0, names=["foo", "bar"])
+    check()
+    g = s.groups.group("s")
+    kept = (g.assigned_partitions(), g.wanted_topics())
+    r = s.hb("m1", g.members["m1"].member_epoch)
+    assert r.error_code == ErrorCode.none
+    assert (g.assigned_partitions(), g.wanted_topics()) == kept and g.assigned_partitions() is kept[0]
+    s.hb("m1", g.members["m1"].member_epoch, names=["bar"])
+    check()
+    assert g.wanted_topics() == {"foo", "bar"}
+    s.hb("m2", -1)
+    check()
+    assert g.wanted_topics() == {"bar"} and {t for t, _ in g.assigned_partitions()} == {BAR}
+    s.apply(s.groups.expire(10**9))
+    check()
+    assert g.assigned_partitions() == frozenset() and g.wanted_topics() == frozenset()
+    fresh = ShareGroups()
+    for rec in s.log:
+        fresh.replay(rec)
+    assert dict(fresh.groups) == dict(s.groups.groups)

@@ -9,6 +9,7 @@ waiting write, marks the partition failed and halts.
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,32 @@ def test_acknowledgement_settles_only_after_its_fsync(tmp_path: Path, monkeypatc
         assert update.status is UpdateStatus.COMMITTED and sp.start_offset == 2
         assert plog.unflushed_messages == 0
         assert b.halted == []
+        svc.stop()
+        b.close()
+
+    asyncio.run(body())
+
+
+def test_the_event_loop_serves_while_a_state_fsync_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commit round's fsync runs off the event loop: run on it, it stopped every
+    other connection's fetches and acknowledgements for as long as the disk took."""
+    served = threading.Event()
+    seen: list[bool] = []
+    real_sync = partition_log.FlushTicket.sync
+
+    def slow_sync(ticket: Any) -> None:
+        seen.append(served.wait(3))  # the loop sets it while this fsync runs, if it can
+        real_sync(ticket)
+
+    async def body() -> None:
+        b, svc = started(tmp_path, **ONE_STATE_PARTITION)
+        sp, update = _acked(b, svc, "t")
+        monkeypatch.setattr(partition_log.FlushTicket, "sync", slow_sync)
+        asyncio.get_running_loop().call_later(0.05, served.set)
+        await svc.wait_for(sp, update)
+        assert seen == [True]
+        assert update.status is UpdateStatus.COMMITTED and sp.start_offset == 2
+        assert b.store.partition(SHARE_STATE_TOPIC, 0).unflushed_messages == 0
         svc.stop()
         b.close()
 

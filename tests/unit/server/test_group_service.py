@@ -270,3 +270,33 @@ def test_cluster_mode_shards_follow_the_partition_count_of_the_existing_offsets_
     restarted.load()
     assert restarted.runtime.num_partitions == 6
     restarted.close()
+
+
+def test_heartbeats_add_one_timer_deadline_per_tick(tmp_path: Path) -> None:
+    """Each heartbeat moves its member's session deadline; kept one per heartbeat, the
+    shard's timer fired (and scanned every group) for nearly every heartbeat."""
+    from shoal.server.group_service import TIMER_TICK_MS
+
+    async def scenario() -> None:
+        broker, svc = start(tmp_path, **{"group.share.session.timeout.ms": 45_000})
+        broker.extensions["share"] = FakeShare()
+        broker.store.create_topic("t", 1, {}, now_ms=broker.clock.now_ms())
+        epochs = {}
+        for i in range(20):
+            epochs[f"m{i}"] = (await share_heartbeat(broker, "sg", f"m{i}", 0, ("t",))).member_epoch
+        for i in range(20):
+            epochs[f"m{i}"] = (await share_heartbeat(broker, "sg", f"m{i}", epochs[f"m{i}"], None)).member_epoch
+        part = svc._parts[svc.partition_for("sg")]
+        start_ms = broker.clock.ms
+        for n in range(400):  # 400 heartbeats, one per millisecond
+            broker.clock.ms += 1
+            m = f"m{n % 20}"
+            r = await share_heartbeat(broker, "sg", m, epochs[m], None)
+            assert r.error_code == ErrorCode.none
+        ticks = {-(-(t + 45_000) // TIMER_TICK_MS) for t in range(start_ms, broker.clock.ms + 1)}
+        assert len(part.deadlines) <= len(ticks) + 2, len(part.deadlines)
+        assert all(d % TIMER_TICK_MS == 0 for d in part.deadlines)
+        assert part.timer_at == part.deadlines[0] and part.timer_at >= start_ms + 45_000 - 1000
+        svc.close()
+
+    asyncio.run(scenario())
