@@ -613,7 +613,7 @@ class ConsumerGroups(GroupKindQueries[ConsumerGroup]):
         if member_epoch > m.member_epoch or (member_epoch < m.member_epoch and partitions is None):
             return ErrorCode.stale_member_epoch
         if member_epoch < m.member_epoch:
-            for name, p in partitions:
+            for name, p in partitions or ():  # not None here: checked above
                 # A partition the member owns is of a topic it subscribes to (record 4).
                 topic = g.subscribed_topics.get(name)
                 assigned_at = None if topic is None else m.assignment_epoch((topic[0], p))

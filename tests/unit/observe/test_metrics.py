@@ -37,7 +37,11 @@ def test_lock_timeouts_persister_writes_and_state_gauges(tmp_path: Path) -> None
         sp.acquire("m", [(0, 5)], b.clock.now_ms(), 10)
         b.clock.now += 15_000  # every lock runs out: the timer computes its delay from the clock
         svc.reschedule(sp)
-        await asyncio.sleep(0.05)
+        # the timer fires at once; the write of the releases ends after an fsync in a worker thread
+        for _ in range(500):
+            if m.lock_timeouts and m.persister_writes.count:
+                break
+            await asyncio.sleep(0.01)
         assert m.lock_timeouts == {("g", "t", 0): 6}
         assert m.persister_writes.count == 1  # the releases were written
 
