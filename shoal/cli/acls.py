@@ -12,7 +12,9 @@ Kafka's options:
 
 Resources: ``--topic``, ``--group``, ``--transactional-id`` (each repeatable) and
 ``--cluster``; ``--resource-pattern-type`` literal (default), prefixed, and for
-``--list``/``--remove`` any or match. It connects with confluent-kafka's admin client, so
+``--list``/``--remove`` any or match. An operation the resource type does not take (a
+transactional id takes Write, Describe and All) is refused before anything is sent, as
+kafka-acls.sh does. It connects with confluent-kafka's admin client, so
 ``--command-config`` may name any listener's settings (SASL, TLS).
 """
 
@@ -108,6 +110,25 @@ def _pattern(args: argparse.Namespace, *, filtering: bool) -> Any:
     return getattr(ResourcePatternType, args.resource_pattern_type.upper())
 
 
+# the operations each resource type takes (besides All), as kafka-acls.sh checks them
+_VALID_OPERATIONS = {
+    "TOPIC": ("READ", "WRITE", "CREATE", "DESCRIBE", "DELETE", "ALTER", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"),
+    "GROUP": ("READ", "DESCRIBE", "DELETE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"),
+    "BROKER": ("CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE", "ALTER",
+               "DESCRIBE"),
+    "TRANSACTIONAL_ID": ("DESCRIBE", "WRITE"),
+}
+
+
+def _check_operations(resources: list[tuple[Any, str | None]], ops: list[Any]) -> None:
+    """CliError, as kafka-acls.sh refuses it, for an operation the resource type does not take."""
+    for rt, _ in resources:
+        valid = _VALID_OPERATIONS.get(rt.name)
+        if valid is not None and any(op.name != "ALL" and op.name not in valid for op in ops):
+            kind = "CLUSTER" if rt.name == "BROKER" else rt.name
+            raise CliError(f"ResourceType {kind} only supports operations {', '.join((*valid, 'ALL'))}")
+
+
 def _entries(args: argparse.Namespace) -> list[tuple[str, str, Any, Any]]:
     """(principal, host, operation, permission) of every ACL the options name."""
     AclPermissionType = _enums()[1]
@@ -130,6 +151,7 @@ def _add(args: argparse.Namespace) -> int:
     if not entries:
         raise CliError("--add needs --allow-principal or --deny-principal")
     pattern = _pattern(args, filtering=False)
+    _check_operations(_resources(args, listing=False), [e[2] for e in entries])
     bindings = [AclBinding(rt, name, pattern, principal, host, op, perm)
                 for rt, name in _resources(args, listing=False) for principal, host, op, perm in entries]
     t = timeout_s(args)
@@ -156,6 +178,7 @@ def _remove(args: argparse.Namespace) -> int:
             raise CliError("--remove with --operation needs --allow-principal or --deny-principal")
         entries = [(None, None, AclOperation.ANY, AclPermissionType.ANY)]
     resources = _resources(args, listing=False)
+    _check_operations(resources, [e[2] for e in entries if e[0] is not None])
     if not args.force:
         what = ", ".join(f"`{_pattern_text(rt, name, pattern)}`" for rt, name in resources)
         print(f"Are you sure you want to remove ACLs: {what} ? (y/n)", flush=True)

@@ -11,6 +11,7 @@ checks are raw requests of authenticated connections (tests/support/wire.py).
 from __future__ import annotations
 
 import datetime
+import json
 import subprocess
 import sys
 import time
@@ -243,3 +244,34 @@ def test_the_transaction_apis_check_kafkas_acls(secured: BrokerProcess) -> None:
         assert _describe(root).transaction_state == "Ongoing"
         assert _end(alice, pid, epoch, True) == ErrorCode.none
     b.assert_alive()
+
+
+def test_shoal_acls_refuses_an_operation_a_transactional_id_does_not_take(secured: BrokerProcess,
+                                                                         tmp_path: Path) -> None:
+    b = secured
+    cfg = tmp_path / "admin.properties"
+    cfg.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=admin\n"
+                   "sasl.password=admin-secret\n")
+    common = [sys.executable, "-m", "shoal", "acls", "--bootstrap-server", b.bootstrap, "--command-config", str(cfg)]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*common, *args], check=False, capture_output=True, text=True, timeout=120)
+
+    # as kafka-acls.sh: a transactional id takes Write, Describe and All only
+    r = run("--add", "--allow-principal", "User:bob", "--operation", "Read", "--operation", "Write",
+            "--transactional-id", "tx-tool")
+    assert r.returncode != 0
+    assert "ResourceType TRANSACTIONAL_ID only supports operations DESCRIBE, WRITE, ALL" in r.stderr, r.stderr
+    r = run("--remove", "--force", "--allow-principal", "User:bob", "--operation", "Read", "--transactional-id",
+            "tx-tool")
+    assert r.returncode != 0 and "only supports operations" in r.stderr, r.stderr
+    r = run("--list", "--transactional-id", "tx-tool", "--output", "json")
+    assert r.returncode == 0 and json.loads(r.stdout)["acls"] == [], r.stdout + r.stderr
+    r = run("--add", "--allow-principal", "User:bob", "--operation", "Describe", "--operation", "All",
+            "--transactional-id", "tx-tool")
+    assert r.returncode == 0, r.stderr
+    r = run("--list", "--transactional-id", "tx-tool", "--output", "json")
+    assert sorted(a["operation"] for a in json.loads(r.stdout)["acls"]) == ["ALL", "DESCRIBE"]
+    # a topic still takes Read
+    r = run("--add", "--allow-principal", "User:bob", "--operation", "Read", "--topic", "tx-tool-topic")
+    assert r.returncode == 0, r.stderr
