@@ -56,14 +56,15 @@ async def handle_add_partitions_to_txn(ctx: Any, request: Any) -> Any:
     store = ctx.broker.store
     topics = request.v3_and_below_topics
     wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
-    refused = {name for name, _ in wanted
-               if name in INTERNAL_TOPICS or not topic_allowed(ctx, WRITE, name)}
+    id_allowed = txn_id_allowed(ctx, request.v3_and_below_transactional_id)
+    refused = {name for name in {k[0] for k in wanted}
+               if name in INTERNAL_TOPICS or not topic_allowed(ctx, WRITE, name)} if id_allowed else set()
     unknown = set()
     for name, p in wanted:
         meta = store.get_topic(name)
         if meta is None or not 0 <= p < meta.num_partitions:
             unknown.add((name, p))
-    if not txn_id_allowed(ctx, request.v3_and_below_transactional_id):
+    if not id_allowed:
         code_of = {k: TXN_ID_DENIED for k in wanted}
     elif refused or unknown:
         code_of = {k: ErrorCode.topic_authorization_failed if k[0] in refused else
