@@ -275,3 +275,45 @@ def test_shoal_acls_refuses_an_operation_a_transactional_id_does_not_take(secure
     # a topic still takes Read
     r = run("--add", "--allow-principal", "User:bob", "--operation", "Read", "--topic", "tx-tool-topic")
     assert r.returncode == 0, r.stderr
+
+
+def test_shoal_acls_producer_and_consumer_shortcuts(secured: BrokerProcess, tmp_path: Path) -> None:
+    b = secured
+    cfg = tmp_path / "admin.properties"
+    cfg.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=admin\n"
+                   "sasl.password=admin-secret\n")
+    common = [sys.executable, "-m", "shoal", "acls", "--bootstrap-server", b.bootstrap, "--command-config", str(cfg)]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*common, *args], check=False, capture_output=True, text=True, timeout=120)
+
+    def acls_of(principal: str) -> set[tuple[str, str, str, str]]:
+        r = run("--list", "--principal", principal, "--output", "json")
+        assert r.returncode == 0, r.stderr
+        return {(a["resource_type"], a["name"], a["pattern_type"], a["operation"]) for a in json.loads(r.stdout)["acls"]}
+
+    # kafka-acls.sh's shortcuts, and its refusals
+    for bad in (("--producer", "--transactional-id", "tx-dave"),  # no topic
+                ("--consumer", "--topic", "dave-in"),  # no group
+                ("--consumer", "--topic", "dave-in", "--group", "g", "--transactional-id", "tx-dave"),
+                ("--idempotent", "--topic", "dave-in"),
+                ("--producer", "--topic", "dave-out", "--operation", "Read")):
+        r = run("--add", "--allow-principal", "User:dave", *bad)
+        assert r.returncode != 0 and r.stderr.strip(), bad
+    assert acls_of("User:dave") == set()
+    r = run("--add", "--allow-principal", "User:dave", "--producer", "--idempotent", "--topic", "dave-",
+            "--transactional-id", "tx-dave-", "--resource-pattern-type", "prefixed")
+    assert r.returncode == 0, r.stderr
+    r = run("--add", "--allow-principal", "User:dave", "--consumer", "--topic", "dave-in", "--group", "dave-g")
+    assert r.returncode == 0, r.stderr
+    assert acls_of("User:dave") == {
+        ("TOPIC", "dave-", "PREFIXED", "WRITE"), ("TOPIC", "dave-", "PREFIXED", "DESCRIBE"),
+        ("TOPIC", "dave-", "PREFIXED", "CREATE"), ("TRANSACTIONAL_ID", "tx-dave-", "PREFIXED", "WRITE"),
+        ("TRANSACTIONAL_ID", "tx-dave-", "PREFIXED", "DESCRIBE"), ("CLUSTER", "kafka-cluster", "LITERAL",
+                                                                  "IDEMPOTENT_WRITE"),
+        ("TOPIC", "dave-in", "LITERAL", "READ"), ("TOPIC", "dave-in", "LITERAL", "DESCRIBE"),
+        ("GROUP", "dave-g", "LITERAL", "READ")}
+    r = run("--remove", "--force", "--allow-principal", "User:dave", "--consumer", "--topic", "dave-in", "--group",
+            "dave-g")
+    assert r.returncode == 0 and "Removed 3 ACL(s)." in r.stdout, r.stdout + r.stderr
+    assert len(acls_of("User:dave")) == 6
