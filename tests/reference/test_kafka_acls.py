@@ -62,6 +62,17 @@ def test_kafka_acls_adds_lists_and_removes(secured: BrokerProcess, tmp_path: Pat
     assert "(principal=User:broker, host=*, operation=CLUSTER_ACTION, permissionType=ALLOW)" in \
         acls("--list", "--cluster").stdout
 
+    # a transactional producer's ACLs: Write and Describe on the transactional id
+    acls("--add", "--allow-principal", "User:dave", "--producer", "--topic", "invoices", "--transactional-id",
+         "billing-tx")
+    listed = acls("--list", "--transactional-id", "billing-tx").stdout
+    assert "ResourcePattern(resourceType=TRANSACTIONAL_ID, name=billing-tx, patternType=LITERAL)" in listed
+    assert "(principal=User:dave, host=*, operation=WRITE, permissionType=ALLOW)" in listed
+    assert "(principal=User:dave, host=*, operation=DESCRIBE, permissionType=ALLOW)" in listed
+    acls("--remove", "--force", "--allow-principal", "User:dave", "--producer", "--topic", "invoices",
+         "--transactional-id", "billing-tx")
+    assert "User:dave" not in acls("--list").stdout
+
     acls("--remove", "--force", "--allow-principal", "User:alice", "--operation", "Read", "--topic", "orders")
     listed = acls("--list", "--topic", "orders").stdout
     assert "operation=READ, permissionType=ALLOW)" in listed  # carol's

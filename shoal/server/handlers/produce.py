@@ -6,6 +6,8 @@ does. With a transactional id, a transactional batch is appended only while its
 producer's transaction is open and holds the partition (the transaction coordinator
 checks producer id and epoch: INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE otherwise); in
 cluster mode a transactional id is refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
+With an authorizer, a request with a transactional batch also needs WRITE on its
+TRANSACTIONAL_ID, else it is refused as a whole the same way (as Kafka does).
 
 Per partition: the topic and partition must exist and not be internal; the records are
 validated as Kafka's LogValidator does (``protocol/records.py``: one batch, every record
@@ -50,7 +52,7 @@ from ...protocol.codec import EncodedBody
 from ...protocol.entities import make, sub
 from ...protocol.produce_response import write_produce_response
 from ...protocol.records import codec_of_compression_type, needs_worker, validate_produce_batch
-from ...security.authz import WRITE, topic_allowed
+from ...security.authz import TRANSACTIONAL_ID, WRITE, allowed, topic_allowed
 from ..dispatch import api
 from ..txn_service import check_transactional_produce
 from .leader_hints import leader_hints
@@ -150,14 +152,20 @@ def handle_produce(ctx: Any, request: Any) -> Any:
     queue = _queue(broker)
     timeout_ms = int(request.timeout.total_seconds() * 1000)
     topic_results: list[tuple[str, list[dict[str, Any]]]] = []
-    if request.transactional_id is None and _has_transactional_batch(request):
+    txn_id = request.transactional_id
+    refusal = None
+    if txn_id is None and _has_transactional_batch(request):
         # Kafka refuses the whole request: a transactional batch needs a transactional id
         # (otherwise a read_committed reader would see records that were never committed).
+        refusal = "a transactional batch in a Produce request without a transactional id"
+    elif (txn_id is not None and broker.authorizer is not None and _has_transactional_batch(request)
+          and not allowed(ctx, WRITE, TRANSACTIONAL_ID, txn_id)):
+        refusal = "Transactional Id authorization failed."
+    if refusal is not None:
         for topic in request.topic_data:
             topic_results.append((topic.name, [
                 {"index": pd.index, "base_offset": -1, "log_append_time": None, "log_start_offset": -1,
-                 "error_code": ErrorCode.transactional_id_authorization_failed,
-                 "error_message": "a transactional batch in a Produce request without a transactional id"}
+                 "error_code": ErrorCode.transactional_id_authorization_failed, "error_message": refusal}
                 for pd in topic.partition_data]))
         return _response(cls, tcls, pcls, topic_results, None, acks)
     flushes: list[Flush] = []

@@ -7,6 +7,14 @@ done by :mod:`shoal.server.txn_service`; InitProducerId is in ``producer_id.py``
 PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH to versions older than 2, which
 predate it (KIP-588), as Kafka does. In cluster mode transactions are not served yet:
 every request is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+
+With an authorizer, as Kafka's broker checks them: each needs WRITE on the
+TRANSACTIONAL_ID (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the whole request);
+AddPartitionsToTxn also WRITE on each topic (a topic refused, or internal, answers
+TOPIC_AUTHORIZATION_FAILED and the other partitions OPERATION_NOT_ATTEMPTED: nothing is
+added); AddOffsetsToTxn and TxnOffsetCommit READ on the group (GROUP_AUTHORIZATION_FAILED),
+TxnOffsetCommit READ on each topic (its partitions TOPIC_AUTHORIZATION_FAILED, the others
+are committed).
 """
 
 from __future__ import annotations
@@ -16,12 +24,20 @@ from typing import Any
 
 from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make, sub
+from ...security.authz import GROUP, READ, TRANSACTIONAL_ID, WRITE, allowed, topic_allowed
 from ..dispatch import api
 from ..group_service import group_service
 from ..internal_topics import OFFSETS_TOPIC
 from ..txn_service import transaction_service
+from .metadata import INTERNAL_TOPICS
 
 NOT_SERVED = ErrorCode.transactional_id_authorization_failed
+TXN_ID_DENIED = ErrorCode.transactional_id_authorization_failed
+
+
+def txn_id_allowed(ctx: Any, transactional_id: str) -> bool:
+    """WRITE on the TRANSACTIONAL_ID (True without an authorizer)."""
+    return ctx.broker.authorizer is None or allowed(ctx, WRITE, TRANSACTIONAL_ID, transactional_id)
 
 
 def fenced_code(code: ErrorCode, version: int, first: int = 2) -> ErrorCode:
@@ -40,16 +56,22 @@ async def handle_add_partitions_to_txn(ctx: Any, request: Any) -> Any:
     store = ctx.broker.store
     topics = request.v3_and_below_topics
     wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
+    id_allowed = txn_id_allowed(ctx, request.v3_and_below_transactional_id)
+    refused = {name for name in {k[0] for k in wanted}
+               if name in INTERNAL_TOPICS or not topic_allowed(ctx, WRITE, name)} if id_allowed else set()
     unknown = set()
     for name, p in wanted:
         meta = store.get_topic(name)
         if meta is None or not 0 <= p < meta.num_partitions:
             unknown.add((name, p))
-    if svc is None:
-        code_of = {k: NOT_SERVED for k in wanted}
-    elif unknown:
-        code_of = {k: ErrorCode.unknown_topic_or_partition if k in unknown else ErrorCode.operation_not_attempted
+    if not id_allowed:
+        code_of = {k: TXN_ID_DENIED for k in wanted}
+    elif refused or unknown:
+        code_of = {k: ErrorCode.topic_authorization_failed if k[0] in refused else
+                   ErrorCode.unknown_topic_or_partition if k in unknown else ErrorCode.operation_not_attempted
                    for k in wanted}
+    elif svc is None:
+        code_of = {k: NOT_SERVED for k in wanted}
     else:
         code = await svc.add_partitions(request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
                                         request.v3_and_below_producer_epoch, wanted)
@@ -64,6 +86,10 @@ async def handle_add_partitions_to_txn(ctx: Any, request: Any) -> Any:
 @api(25, 0, 4)
 async def handle_add_offsets_to_txn(ctx: Any, request: Any) -> Any:
     cls = ctx.response_type
+    if not txn_id_allowed(ctx, request.transactional_id):
+        return make(cls, throttle_time=0, error_code=TXN_ID_DENIED)
+    if ctx.broker.authorizer is not None and not allowed(ctx, READ, GROUP, request.group_id):
+        return make(cls, throttle_time=0, error_code=ErrorCode.group_authorization_failed)
     svc = transaction_service(ctx.broker)
     if svc is None:
         return make(cls, throttle_time=0, error_code=NOT_SERVED)
@@ -81,6 +107,8 @@ async def handle_add_offsets_to_txn(ctx: Any, request: Any) -> Any:
 @api(26, 0, 4)
 async def handle_end_txn(ctx: Any, request: Any) -> Any:
     cls = ctx.response_type
+    if not txn_id_allowed(ctx, request.transactional_id):
+        return make(cls, throttle_time=0, error_code=TXN_ID_DENIED)
     svc = transaction_service(ctx.broker)
     if svc is None:
         return make(cls, throttle_time=0, error_code=NOT_SERVED)
@@ -105,6 +133,10 @@ async def handle_txn_offset_commit(ctx: Any, request: Any) -> Any:
                 make(pcls, partition_index=x.partition_index, error_code=code_of(t.name, x.partition_index))
                 for x in t.partitions)) for t in request.topics))
 
+    if not txn_id_allowed(ctx, request.transactional_id):
+        return answer(lambda t, p: TXN_ID_DENIED)
+    if ctx.broker.authorizer is not None and not allowed(ctx, READ, GROUP, request.group_id):
+        return answer(lambda t, p: ErrorCode.group_authorization_failed)
     svc = transaction_service(ctx.broker)
     if svc is None:
         return answer(lambda t, p: NOT_SERVED)
@@ -118,17 +150,24 @@ async def handle_txn_offset_commit(ctx: Any, request: Any) -> Any:
         code = fenced_code(ErrorCode.producer_fenced, ctx.api_version, first=3)
     if code != ErrorCode.none:
         return answer(lambda t, p: code)
+    refused = {t.name for t in request.topics if not topic_allowed(ctx, READ, t.name)}
     unknown = set()
     for t in request.topics:
         meta = store.get_topic(t.name)
         for x in t.partitions:
             if meta is None or not 0 <= x.partition_index < meta.num_partitions:
                 unknown.add((t.name, x.partition_index))
+
+    def left_out(t: str, p: int) -> ErrorCode | None:
+        if t in refused:
+            return ErrorCode.topic_authorization_failed
+        return ErrorCode.unknown_topic_or_partition if (t, p) in unknown else None
+
     known = dataclasses.replace(request, topics=tuple(
         dataclasses.replace(t, partitions=kept) for t in request.topics
-        if (kept := tuple(x for x in t.partitions if (t.name, x.partition_index) not in unknown))))
+        if (kept := tuple(x for x in t.partitions if left_out(t.name, x.partition_index) is None))))
     if not known.topics:
-        return answer(lambda t, p: ErrorCode.unknown_topic_or_partition)
+        return answer(left_out)
     try:
         result = await groups.apply_durable(partition, groups.shard(partition).handle_txn_offset_commit(
             known, ctx.now_ms()))
@@ -136,4 +175,4 @@ async def handle_txn_offset_commit(ctx: Any, request: Any) -> Any:
         failed = e.error_code
         return answer(lambda t, p: failed)
     codes = {(t.name, x.partition_index): x.error_code for t in result.response.topics for x in t.partitions}
-    return answer(lambda t, p: ErrorCode.unknown_topic_or_partition if (t, p) in unknown else codes[(t, p)])
+    return answer(lambda t, p: left_out(t, p) or codes[(t, p)])

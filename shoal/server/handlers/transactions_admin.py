@@ -9,6 +9,13 @@ transaction coordinator of another broker would send it, and Kafka's admin clien
 it to abort a hanging transaction (``kafka-transactions abort``). In cluster mode, where
 the transaction coordinator is not served, DescribeTransactions answers
 COORDINATOR_NOT_AVAILABLE and ListTransactions lists nothing.
+
+With an authorizer, as Kafka's broker checks them: DescribeProducers needs READ on each
+topic (TOPIC_AUTHORIZATION_FAILED), DescribeTransactions DESCRIBE on each transactional id
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED; the topics of the transaction the principal may not
+DESCRIBE are left out), ListTransactions lists only the transactional ids the principal
+may DESCRIBE, and WriteTxnMarkers (a broker's request) needs CLUSTER_ACTION on the
+cluster (every partition CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from typing import Any
 
 from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make, sub
+from ...security.acls import Operation
+from ...security.authz import CLUSTER, CLUSTER_RESOURCE, DESCRIBE, READ, TRANSACTIONAL_ID, allowed, topic_allowed
 from ...transactions.coordinator import TxnState
 from ..dispatch import api
 from ..internal_topics import OFFSETS_TOPIC
@@ -48,8 +57,9 @@ def handle_describe_producers(ctx: Any, request: Any) -> Any:
     topics = []
     for t in request.topics:
         parts = []
+        readable = topic_allowed(ctx, READ, t.name)
         for p in t.partition_indexes:
-            code = _partition_error(ctx, t.name, p)
+            code = _partition_error(ctx, t.name, p) if readable else ErrorCode.topic_authorization_failed
             if code != ErrorCode.none:
                 parts.append(make(pcls, partition_index=p, error_code=code, active_producers=()))
                 continue
@@ -76,16 +86,19 @@ def handle_describe_transactions(ctx: Any, request: Any) -> Any:
     svc = transaction_service(ctx.broker)
     out = []
     for txn_id in request.transactional_ids:
-        m = None if svc is None else svc.find(txn_id)
+        permitted = ctx.broker.authorizer is None or allowed(ctx, DESCRIBE, TRANSACTIONAL_ID, txn_id)
+        m = None if svc is None or not permitted else svc.find(txn_id)
         if m is None:
-            code = ErrorCode.coordinator_not_available if svc is None else ErrorCode.transactional_id_not_found
+            code = (ErrorCode.transactional_id_authorization_failed if not permitted else
+                    ErrorCode.coordinator_not_available if svc is None else ErrorCode.transactional_id_not_found)
             out.append(make(scls, error_code=code, transactional_id=txn_id, transaction_state="",
                             transaction_timeout=0, transaction_start_time=_ms_time(0), producer_id=-1,
                             producer_epoch=-1, topics=()))
             continue
         by_topic: dict[str, list[int]] = {}
         for topic, p in sorted(m.partitions):
-            by_topic.setdefault(topic, []).append(p)
+            if topic_allowed(ctx, DESCRIBE, topic, log_denied=False):
+                by_topic.setdefault(topic, []).append(p)
         out.append(make(scls, error_code=ErrorCode.none, transactional_id=txn_id,
                         transaction_state=m.state.kafka_name, transaction_timeout=m.timeout_ms,
                         transaction_start_time=_ms_time(m.start_ms), producer_id=m.producer_id,
@@ -125,6 +138,9 @@ def handle_list_transactions(ctx: Any, request: Any) -> Any:
                     continue
                 if regex is not None and not regex.fullmatch(m.transactional_id):
                     continue
+                if ctx.broker.authorizer is not None and not allowed(
+                        ctx, DESCRIBE, TRANSACTIONAL_ID, m.transactional_id, log_denied=False):
+                    continue
                 out.append(make(scls, transactional_id=m.transactional_id, producer_id=m.producer_id,
                                 transaction_state=m.state.kafka_name))
     return make(cls, throttle_time=0, error_code=ErrorCode.none, unknown_state_filters=unknown,
@@ -137,6 +153,12 @@ def handle_write_txn_markers(ctx: Any, request: Any) -> Any:
     mcls, tcls, pcls = (sub(cls, "WritableTxnMarkerResult"), sub(cls, "WritableTxnMarkerTopicResult"),
                         sub(cls, "WritableTxnMarkerPartitionResult"))
     broker = ctx.broker
+    if broker.authorizer is not None and not allowed(ctx, Operation.CLUSTER_ACTION, CLUSTER, CLUSTER_RESOURCE):
+        code = ErrorCode.cluster_authorization_failed
+        return make(cls, markers=tuple(make(mcls, producer_id=m.producer_id, topics=tuple(
+            make(tcls, name=t.name, partitions=tuple(make(pcls, partition_index=p, error_code=code)
+                                                     for p in t.partition_indexes)) for t in m.topics))
+            for m in request.markers))
     now = ctx.now_ms()
     out = []
     for marker in request.markers:
