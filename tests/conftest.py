@@ -16,6 +16,7 @@ _TESTS = Path(__file__).resolve().parent
 _ONE_WORKER = {"spark": "spark", "reference": "kafka-reference"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         parts = Path(item.path).resolve().relative_to(_TESTS).parts
