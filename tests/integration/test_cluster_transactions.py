@@ -167,7 +167,7 @@ def test_consume_transform_produce_survives_the_coordinators_kill(cluster: Local
             if err.fatal():
                 p = new_producer()
             else:
-                _try(lambda: p.abort_transaction(30))
+                _try(lambda p=p: p.abort_transaction(30))
             aborts += 1
             rewind()
     c.close()

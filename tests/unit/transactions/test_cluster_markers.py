@@ -11,7 +11,12 @@ from typing import Any
 
 from shoal.coordinator.records import TRANSACTION_STATE, CoordinatorRecord
 from shoal.server.txn_service import TransactionService
-from shoal.transactions.coordinator import TransactionCoordinatorShard, TxnMetadata, TxnState, record_of
+from shoal.transactions.coordinator import (
+    TransactionCoordinatorShard,
+    TxnMetadata,
+    TxnState,
+    record_of,
+)
 
 PARTS = {("a", 0), ("a", 1), ("b", 0)}
 
