@@ -264,6 +264,7 @@ class TransactionService:
         """Cluster mode: as :meth:`init_producer_id`, answered once replicated; a new producer
         id comes from the cluster's allocator (fetched first when the shard will need one)."""
         p = self.partition_for(txn_id)
+        result: Result[tuple[ErrorCode, int, int]] | None = None
         try:
             self.runtime.check_owner(p)
             m = self.runtime.shards[p].txns.get(txn_id)
@@ -282,6 +283,7 @@ class TransactionService:
                                             allocate)
             await self.runtime.apply_durable(p, result)
         except ApiError as e:
+            self._resume_if_prepared(None if result is None else result.after)
             return e.error_code, -1, -1
         if result.after is not None:
             log.info("transactional id %s: a new producer instance fences the open transaction; aborting it",
@@ -321,6 +323,7 @@ class TransactionService:
         except ApiError as e:
             if not self.clustered:
                 raise
+            self._resume_if_prepared(result.after)
             return e.error_code
         if result.after is not None and self.clustered:
             task = self._start_markers(result.after)
@@ -349,6 +352,18 @@ class TransactionService:
             self._start_markers(c)
         else:
             self._finish(c)
+
+    def _resume_if_prepared(self, c: Completion | None) -> None:
+        """Cluster mode, a Prepare record appended and replayed whose replication wait failed:
+        its markers are still to be sent (after the record is replicated), or the
+        transaction would stay in its Prepare state until the next coordinator."""
+        if c is None or not self.runtime.owns(self.partition_for(c.transactional_id)):
+            return
+        m = self.shard_of(c.transactional_id).txns.get(c.transactional_id)
+        want = TxnState.PREPARE_COMMIT if c.commit else TxnState.PREPARE_ABORT
+        if m is not None and m.state == want and (m.producer_id, m.producer_epoch) == (c.producer_id,
+                                                                                       c.producer_epoch):
+            self._start_markers(c)
 
     def _start_markers(self, c: Completion) -> asyncio.Future[bool]:
         """Cluster mode: the task writing ``c``'s markers (one per transactional id at a time)."""

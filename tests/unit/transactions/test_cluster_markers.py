@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from shoal.coordinator.records import TRANSACTION_STATE, CoordinatorRecord
+from shoal.errors import ApiError, ErrorCode
 from shoal.server.txn_service import TransactionService
 from shoal.transactions.coordinator import (
     TransactionCoordinatorShard,
@@ -110,3 +111,40 @@ def test_markers_stop_when_the_partition_moves_away():
     assert asyncio.run(run()) is False
     svc.close()
     assert rt.shards[0].txns["t"].state == TxnState.PREPARE_COMMIT  # left for the next coordinator
+
+
+def test_an_end_txn_whose_replication_wait_failed_still_sends_its_markers():
+    """EndTxn's PrepareCommit is appended and replayed, but the in-sync replicas did not
+    confirm it in time: the client hears the error, and the markers still go out once the
+    record is replicated (else the transaction would hang in PrepareCommit)."""
+    svc, rt = _service({("a", 0): 1, ("a", 1): 1, ("b", 0): 1})
+    m = rt.shards[0].txns["t"]
+    m.state = TxnState.ONGOING
+    applied = rt.apply_durable
+
+    async def slow_replicas(p: int, result: Any) -> Any:
+        await applied(p, result)
+        raise ApiError(ErrorCode.coordinator_not_available, "replicas did not confirm in time")
+
+    rt.apply_durable = slow_replicas  # type: ignore[method-assign]
+    rt.check_owner = lambda p: None  # type: ignore[attr-defined]
+    sent: list[list[tuple[str, int]]] = []
+
+    async def send_to(node: int, c: Any, parts: list[tuple[str, int]], epoch: int) -> set[tuple[str, int]]:
+        sent.append(sorted(parts))
+        rt.apply_durable = applied  # the completion's write goes through
+        return set(parts)
+
+    svc._send_to = send_to  # type: ignore[method-assign]
+
+    async def run() -> ErrorCode:
+        code = await svc.end_txn("t", 7, 3, True)
+        task = svc._sending.get("t")
+        assert task is not None, "no markers were sent"
+        assert await asyncio.wait_for(task, 10) is True
+        return code
+
+    assert asyncio.run(run()) == ErrorCode.coordinator_not_available
+    svc.close()
+    assert sent == [sorted(PARTS)]
+    assert rt.shards[0].txns["t"].state == TxnState.COMPLETE_COMMIT
