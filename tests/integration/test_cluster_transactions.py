@@ -1,7 +1,8 @@
 """Transactions in a three-broker cluster: the coordinator moves with ``__transaction_state``.
 
 * a confluent-kafka transactional producer commits and aborts transactions over a
-  replicated topic; a read_committed consumer sees exactly the committed records;
+  replicated topic, and a zombie instance of its transactional id is fenced; a
+  read_committed consumer sees exactly the committed records;
 * a consume-transform-produce loop (offsets committed in the transaction, random aborts)
   while the broker coordinating its transactional id (FindCoordinator, key type
   TRANSACTION) is killed with SIGKILL in the middle of a transaction (its records
@@ -102,10 +103,35 @@ def test_commit_and_abort_across_the_cluster(cluster: LocalCluster) -> None:
         for i, v in enumerate(values):
             p.produce("tx-out", v, partition=i % PARTITIONS)
         if round_ % 2:
+            assert p.flush(30) == 0  # the aborted records are in the logs, not just purged from the queue
             p.abort_transaction(30)
         else:
             p.commit_transaction(30)
             expected += values
+    # a zombie: a second instance of the same transactional id fences the first one, whose
+    # open transaction is aborted; nothing the zombie writes afterwards becomes visible
+    zombie = p
+    zombie.begin_transaction()
+    for i in range(9):
+        zombie.produce("tx-out", f"zombie-{i}".encode(), partition=i % PARTITIONS)
+    zombie.flush(30)
+    p2 = producer(cluster.bootstrap, **{"transactional.id": "tx-simple", "transaction.timeout.ms": 20000})
+    p2.init_transactions(30)
+    p2.begin_transaction()
+    fresh = [f"new-{i}".encode() for i in range(9)]
+    for i, v in enumerate(fresh):
+        p2.produce("tx-out", v, partition=i % PARTITIONS)
+    p2.commit_transaction(30)
+    expected += fresh
+    try:  # its sends fail: the partitions refuse its epoch (the client raises from produce or flush)
+        for i in range(9):
+            zombie.produce("tx-out", f"zombie-late-{i}".encode(), partition=i % PARTITIONS)
+        zombie.flush(10)
+    except (KafkaException, SystemError):
+        pass
+    with pytest.raises(KafkaException) as fenced:
+        zombie.commit_transaction(30)
+    assert fenced.value.args[0].fatal()
     got = _read_committed(cluster, "tx-out", len(expected))
     assert sorted(got) == sorted(expected)
 
@@ -158,6 +184,8 @@ def test_consume_transform_produce_survives_the_coordinators_kill(cluster: Local
                 cluster.broker_for(victim).kill()
             if not abort:
                 p.send_offsets_to_transaction(c.position(parts), c.consumer_group_metadata(), 30)
+            else:
+                p.flush(30)  # the aborted records reach the logs (abort would purge what is queued)
             _end(p, commit=not abort)
             if abort:
                 aborts += 1
