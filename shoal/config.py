@@ -432,6 +432,13 @@ _DEFS: list[Definition] = [
     Definition("transaction.state.log.segment.bytes", int, 100 * MIB, Scope.BROKER,
                "segment.bytes of __transaction_state (compacted; applied to the topic at every start).",
                check=_ge(14), dynamic=False),
+    Definition("transaction.state.log.replication.factor", int, 3, Scope.BROKER,
+               "Cluster mode: replication factor of __transaction_state, capped at the brokers registered "
+               "when it is created.", check=_ge(1), dynamic=False),
+    Definition("transaction.state.log.min.isr", int, 2, Scope.BROKER,
+               "Cluster mode: min.insync.replicas of __transaction_state (capped at its replication "
+               "factor); a transaction state change is answered once every in-sync replica has it.",
+               check=_ge(1), dynamic=False),
     Definition("transaction.remove.expired.transaction.cleanup.interval.ms", int, 3_600_000, Scope.BROKER,
                "How often the transaction coordinator looks for transactional ids to forget "
                "(transactional.id.expiration.ms).", check=_ge(1)),
@@ -754,7 +761,6 @@ class BrokerConfig(Mapping[str, Any]):
         "num.network.threads",
         "num.io.threads", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
         "num.recovery.threads.per.data.dir",
-        "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
         "broker.id", "zookeeper.connect", "group.coordinator.rebalance.protocols",
         "unstable.api.versions.enable", "controller.quorum.bootstrap.servers",
     })

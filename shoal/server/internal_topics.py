@@ -1,9 +1,9 @@
 """Cluster mode: the coordinators' internal topics are replicated topics in etcd.
 
-``__consumer_offsets`` (group coordinator) and ``__share_group_state`` (share
-coordinator) are created on first need, by whichever broker needs them first: the first
-FindCoordinator for a group or a share-partition key, or the first use of the share-state
-persister. Their partition count, replication factor (capped at the brokers registered
+``__consumer_offsets`` (group coordinator), ``__share_group_state`` (share
+coordinator) and ``__transaction_state`` (transaction coordinator) are created on first
+need, by whichever broker needs them first: the first FindCoordinator for a group, a
+share-partition key or a transactional id, or the first use of the share-state persister. Their partition count, replication factor (capped at the brokers registered
 at that moment, as Kafka caps it) and configs come from the broker keys below; a
 concurrent creation by another broker is fine (the topic then exists).
 
@@ -17,12 +17,14 @@ from typing import Any
 
 from ..errors import ApiError, ErrorCode
 
-__all__ = ["OFFSETS_TOPIC", "SHARE_STATE_TOPIC", "ensure_internal_topic", "internal_topic_spec"]
+__all__ = ["OFFSETS_TOPIC", "SHARE_STATE_TOPIC", "TRANSACTION_STATE_TOPIC", "ensure_internal_topic",
+           "internal_topic_spec"]
 
 log = logging.getLogger("shoal.cluster")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 SHARE_STATE_TOPIC = "__share_group_state"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 
 def internal_topic_spec(config: Any, topic: str, live_brokers: int) -> tuple[int, int, dict[str, str]]:
@@ -39,6 +41,12 @@ def internal_topic_spec(config: Any, topic: str, live_brokers: int) -> tuple[int
         return (int(config["share.coordinator.state.topic.num.partitions"]), rf,
                 {"cleanup.policy": "delete", "retention.ms": "-1", "min.insync.replicas": str(min_isr),
                  "segment.bytes": str(config["share.coordinator.state.topic.segment.bytes"])})
+    if topic == TRANSACTION_STATE_TOPIC:
+        rf = max(1, min(int(config["transaction.state.log.replication.factor"]), live_brokers))
+        min_isr = max(1, min(int(config["transaction.state.log.min.isr"]), rf))
+        return (int(config["transaction.state.log.num.partitions"]), rf,
+                {"cleanup.policy": "compact", "min.insync.replicas": str(min_isr),
+                 "segment.bytes": str(config["transaction.state.log.segment.bytes"])})
     raise ValueError(f"{topic} is not an internal topic")
 
 

@@ -32,11 +32,28 @@ Timeouts: one ``loop.call_later`` at the earliest deadline of any open transacti
 (its start plus its ``transaction.timeout.ms``); then every expired transaction is
 fenced and aborted (:meth:`TransactionCoordinatorShard.fence_and_abort`).
 
-One broker only: in cluster mode the service is not started, the transaction APIs
-(:data:`TRANSACTION_APIS`) are left out of this broker's routes (so ApiVersions does not
-advertise them), and InitProducerId and Produce refuse transactional ids (the coordinator
-does not follow the leadership of ``__transaction_state`` and markers are not sent to
-other brokers yet).
+Cluster mode (``metadata.store`` set): ``__transaction_state`` is a replicated topic
+(``transaction.state.log.replication.factor``, ``min.insync.replicas`` from
+``transaction.state.log.min.isr``, created by the first FindCoordinator for a
+transactional id) and this service serves a partition only while this broker leads it
+(``on_leadership_change``): becoming leader replays the partition into a fresh shard
+(COORDINATOR_LOAD_IN_PROGRESS meanwhile), losing it drops the shard; requests for a
+transactional id of a partition served elsewhere are answered NOT_COORDINATOR. Every
+state change is answered once its records are on every in-sync replica
+(``runtime.apply_durable``); a new producer id comes from the cluster's allocator.
+Markers go to each partition's leader as WriteTxnMarkers (one request per leader, over
+:class:`~shoal.cluster.peer.PeerConnection`, the coordinator epoch being the leader epoch
+of the transaction's ``__transaction_state`` partition); a partition whose leader is
+unknown, moved or answers an error is retried (metadata read again, growing backoff up to
+a second) until every marker is written, and only then is CompleteCommit /
+CompleteAbort recorded. A coordinator that takes over a partition sends the markers of
+every transaction it finds in PrepareCommit / PrepareAbort again. EndTxn is answered
+once the Prepare record is replicated and the markers are written, or after
+``END_TXN_MARKER_WAIT_S`` with the markers still being retried (the outcome is decided;
+as Kafka, which answers before its markers). The partition leader checks a
+transactional batch's producer epoch in its producer state (markers bump it), as Kafka
+does without KIP-890's verification; TxnOffsetCommit is checked against the transaction
+only when this broker coordinates the transactional id too.
 """
 
 from __future__ import annotations
@@ -45,13 +62,21 @@ import asyncio
 import logging
 from typing import Any
 
+from ..cluster.peer import PeerConnection
 from ..coordinator.partitioning import coordinator_partition
 from ..coordinator.records import TRANSACTION_STATE
 from ..coordinator.result import Result
 from ..errors import ApiError, ErrorCode
 from ..protocol.batch import CorruptBatchError, read_header
-from ..transactions.coordinator import Completion, TransactionCoordinatorShard
-from .broker import on_start, on_stop
+from ..protocol.codec import codec_for
+from ..protocol.entities import make, sub
+from ..transactions.coordinator import (
+    MAX_EPOCH,
+    Completion,
+    TransactionCoordinatorShard,
+    TxnState,
+)
+from .broker import on_leadership_change, on_start, on_stop
 from .internal_topics import OFFSETS_TOPIC
 from .runtime import CoordinatorRuntime
 
@@ -60,15 +85,21 @@ log = logging.getLogger("shoal.transactions")
 __all__ = ["TransactionService", "transaction_service", "check_transactional_produce", "TRANSACTION_STATE"]
 
 RETRY_MARKERS_S = 1.0
+END_TXN_MARKER_WAIT_S = 10.0
+MARKER_REQUEST_TIMEOUT_S = 30.0
+WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION = 27, 1
 
-TRANSACTION_APIS = frozenset({24, 25, 26, 27, 28, 65, 66})
-"""AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, WriteTxnMarkers, TxnOffsetCommit,
-DescribeTransactions, ListTransactions: not advertised in cluster mode, where the
-transaction coordinator is not served (ApiVersions advertises only what works)."""
+# A marker refused for these reasons is retried (the leader moved, or has too few replicas in sync)
+_RETRIABLE_MARKER_ERRORS = frozenset({
+    ErrorCode.not_leader_or_follower, ErrorCode.not_enough_replicas, ErrorCode.not_enough_replicas_after_append,
+    ErrorCode.request_timed_out, ErrorCode.kafka_storage_error, ErrorCode.unknown_server_error,
+    ErrorCode.leader_not_available, ErrorCode.network_exception, ErrorCode.fenced_leader_epoch,
+    ErrorCode.unknown_leader_epoch, ErrorCode.coordinator_load_in_progress,
+})
 
 
 def transaction_service(broker: Any) -> TransactionService | None:
-    """The service, or None when transactions are not served (cluster mode)."""
+    """The service, or None before it started."""
     return broker.extensions.get("transactions")
 
 
@@ -79,7 +110,13 @@ class TransactionService:
         self.runtime: CoordinatorRuntime[TransactionCoordinatorShard] = CoordinatorRuntime(
             broker, TRANSACTION_STATE, "transaction.state.log.num.partitions", self._new_shard,
             topic_configs={"cleanup.policy": "compact",
-                           "segment.bytes": str(cfg["transaction.state.log.segment.bytes"])})
+                           "segment.bytes": str(cfg["transaction.state.log.segment.bytes"])},
+            follow_leadership=True)
+        self.clustered = self.runtime.follow_leadership
+        """Cluster mode: shards follow the leadership of their partitions; markers go over the network."""
+        self._sending: dict[str, asyncio.Future[bool]] = {}
+        """Cluster mode: transactional id -> the task writing its markers."""
+        self._peers: dict[int, tuple[str, int, PeerConnection, asyncio.Lock]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: int | None = None
         self._retry: asyncio.TimerHandle | None = None
@@ -99,13 +136,18 @@ class TransactionService:
 
     def load(self) -> None:
         """At start: replay ``__transaction_state`` if it exists. As Kafka, the topic is
-        created only when transactions are first used (:meth:`ensure_loaded`)."""
+        created only when transactions are first used (:meth:`ensure_loaded`). Cluster
+        mode: empty shards, loaded one by one as this broker becomes their leader."""
+        if self.clustered:
+            self.runtime.load()
+            return
         if self.broker.store.get_topic(TRANSACTION_STATE) is not None:
             self._load_now()
 
     def ensure_loaded(self) -> None:
-        """Create (and load) ``__transaction_state`` if it does not exist yet."""
-        if not self.runtime.shards:
+        """Create (and load) ``__transaction_state`` if it does not exist yet (one broker;
+        in cluster mode FindCoordinator creates it in the cluster metadata)."""
+        if not self.runtime.shards and not self.clustered:
             self._load_now()
 
     def _load_now(self) -> None:
@@ -125,6 +167,45 @@ class TransactionService:
             if h is not None:
                 h.cancel()
         self._timer = self._retry = self._cleanup = None
+        for task in self._sending.values():
+            task.cancel()
+        self._sending.clear()
+        for _h, _p, conn, _lock in self._peers.values():
+            conn.close()
+        self._peers.clear()
+
+    # ------------------------------------------------------------ cluster mode
+    def leadership_changed(self, topic: str, index: int, leader: bool) -> None:
+        if topic != TRANSACTION_STATE or self._closed or not self.clustered:
+            return
+        n = self.runtime.sync_partition_count()
+        if not 0 <= index < n:
+            return
+        if leader:
+            self.runtime.schedule_load(index, lambda: self._closed, self._partition_loaded)
+        else:
+            self.runtime.unload_partition(index)
+
+    def _partition_loaded(self, index: int) -> None:
+        """This broker leads ``__transaction_state``-``index`` now: finish what the previous
+        coordinator left in PrepareCommit / PrepareAbort, and watch the timeouts."""
+        shard = self.runtime.shards[index]
+        pending = shard.pending_completions()
+        for c in pending:
+            self._start_markers(c)
+        self._arm()
+        if self._cleanup is None:
+            self._schedule_cleanup()
+        log.info("transaction coordinator for %s-%d: %d transactional id(s)%s", TRANSACTION_STATE, index,
+                 len(shard.txns), f", completing {len(pending)} transaction(s)" if pending else "")
+
+    def owner_error(self, txn_id: str) -> ErrorCode:
+        """NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS when this broker does not serve ``txn_id``."""
+        try:
+            self.runtime.check_owner(self.partition_for(txn_id))
+        except ApiError as e:
+            return e.error_code
+        return ErrorCode.none
 
     def _schedule_cleanup(self) -> None:
         try:
@@ -178,13 +259,53 @@ class TransactionService:
             self._finish(result.after)
         return result.response
 
+    async def init_producer_id_clustered(self, txn_id: str, timeout_ms: int, producer_id: int,
+                                         producer_epoch: int) -> tuple[ErrorCode, int, int]:
+        """Cluster mode: as :meth:`init_producer_id`, answered once replicated; a new producer
+        id comes from the cluster's allocator (fetched first when the shard will need one)."""
+        p = self.partition_for(txn_id)
+        result: Result[tuple[ErrorCode, int, int]] | None = None
+        try:
+            self.runtime.check_owner(p)
+            m = self.runtime.shards[p].txns.get(txn_id)
+            fresh: list[int] = []
+            if m is None or m.state == TxnState.DEAD or m.producer_epoch >= MAX_EPOCH:
+                fresh.append(await self.broker.cluster.allocate_producer_id())
+                self.runtime.check_owner(p)
+
+            def allocate() -> int:
+                if not fresh:  # the state changed while the id was being allocated
+                    raise ApiError(ErrorCode.concurrent_transactions, "retry")
+                return fresh.pop()
+
+            shard = self.runtime.shards[p]
+            result = shard.init_producer_id(txn_id, timeout_ms, producer_id, producer_epoch, self.now_ms(),
+                                            allocate)
+            await self.runtime.apply_durable(p, result)
+        except ApiError as e:
+            self._resume_if_prepared(None if result is None else result.after)
+            return e.error_code, -1, -1
+        if result.after is not None:
+            log.info("transactional id %s: a new producer instance fences the open transaction; aborting it",
+                     txn_id)
+            self._start_markers(result.after)
+        return result.response
+
     async def add_partitions(self, txn_id: str, producer_id: int, producer_epoch: int,
                              partitions: list[tuple[str, int]]) -> ErrorCode:
-        """Answered once the new partitions are durable (an fsync shared with concurrent writes)."""
+        """Answered once the new partitions are durable (an fsync shared with concurrent writes;
+        in cluster mode, on every in-sync replica)."""
         self.ensure_loaded()
+        if (code := self.owner_error(txn_id)) != ErrorCode.none:
+            return code
         result = self.shard_of(txn_id).add_partitions(txn_id, producer_id, producer_epoch, partitions,
                                                       self.now_ms())
-        await self.runtime.apply_durable(self.partition_for(txn_id), result)
+        try:
+            await self.runtime.apply_durable(self.partition_for(txn_id), result)
+        except ApiError as e:
+            if not self.clustered:
+                raise
+            return e.error_code
         if result.records:
             self._arm()
         return result.response
@@ -193,21 +314,169 @@ class TransactionService:
         """Answered once PrepareCommit / PrepareAbort and the markers are durable (the
         markers' fsyncs run together, off the event loop) and the completion is recorded."""
         self.ensure_loaded()
+        if (code := self.owner_error(txn_id)) != ErrorCode.none:
+            return code
         p = self.partition_for(txn_id)
         result = self.shard_of(txn_id).end_txn(txn_id, producer_id, producer_epoch, commit, self.now_ms())
-        await self.runtime.apply_durable(p, result)
-        if result.after is not None:
+        try:
+            await self.runtime.apply_durable(p, result)
+        except ApiError as e:
+            if not self.clustered:
+                raise
+            self._resume_if_prepared(result.after)
+            return e.error_code
+        if result.after is not None and self.clustered:
+            task = self._start_markers(result.after)
+            try:
+                await asyncio.wait_for(asyncio.shield(task), END_TXN_MARKER_WAIT_S)
+            except TimeoutError:
+                pass  # decided and replicated: the markers keep being retried
+        elif result.after is not None:
             # Prepare* is durable: the outcome is decided, as Kafka answers; if a marker cannot
             # be written now it is retried, and clients see CONCURRENT_TRANSACTIONS meanwhile
             await self._finish_durable(result.after)
         return result.response
 
     def verify(self, txn_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int) -> ErrorCode:
+        if self.clustered and not self.runtime.owns(self.partition_for(txn_id)):
+            return ErrorCode.none  # coordinated elsewhere: the partitions' producer epochs fence
         if not self.loaded:
             return ErrorCode.invalid_producer_id_mapping if txn_id else ErrorCode.invalid_request
         return self.shard_of(txn_id).verify(txn_id, producer_id, producer_epoch, topic, partition)
 
     # ------------------------------------------------------------ markers
+    def _complete(self, c: Completion) -> None:
+        """Write the markers of ``c`` and record its completion: now (one broker) or by a
+        task that sends them to the partitions' leaders (cluster mode)."""
+        if self.clustered:
+            self._start_markers(c)
+        else:
+            self._finish(c)
+
+    def _resume_if_prepared(self, c: Completion | None) -> None:
+        """Cluster mode, a Prepare record appended and replayed whose replication wait failed:
+        its markers are still to be sent (after the record is replicated), or the
+        transaction would stay in its Prepare state until the next coordinator."""
+        if c is None or not self.runtime.owns(self.partition_for(c.transactional_id)):
+            return
+        m = self.shard_of(c.transactional_id).txns.get(c.transactional_id)
+        want = TxnState.PREPARE_COMMIT if c.commit else TxnState.PREPARE_ABORT
+        if m is not None and m.state == want and (m.producer_id, m.producer_epoch) == (c.producer_id,
+                                                                                       c.producer_epoch):
+            self._start_markers(c)
+
+    def _start_markers(self, c: Completion) -> asyncio.Future[bool]:
+        """Cluster mode: the task writing ``c``'s markers (one per transactional id at a time)."""
+        task = self._sending.get(c.transactional_id)
+        if task is not None and not task.done():
+            return task
+        task = asyncio.ensure_future(self._send_markers(c))
+        self._sending[c.transactional_id] = task
+        task.add_done_callback(lambda t, k=c.transactional_id: self._sending.pop(k, None)
+                               if self._sending.get(k) is t else None)
+        return task
+
+    async def _send_markers(self, c: Completion) -> bool:
+        """Cluster mode: WriteTxnMarkers to the leader of every partition of ``c`` until each is
+        written, then CompleteCommit / CompleteAbort. False when this broker stopped
+        coordinating the transactional id first (the next coordinator sends them again)."""
+        p = self.partition_for(c.transactional_id)
+        remaining = set(c.partitions)
+        attempt = 0
+        prepared_replicated = False
+        while True:
+            if self._closed or self.broker.shutting_down or not self.runtime.owns(p):
+                return False
+            try:
+                if not prepared_replicated:  # the decision is on every in-sync replica before any marker
+                    await self.runtime.wait_durable(p)
+                    prepared_replicated = True
+                coordinator_epoch = self.broker.replicas.leader_replica(TRANSACTION_STATE, p).leader_epoch
+            except ApiError as e:
+                if e.error_code in (ErrorCode.not_coordinator, ErrorCode.not_leader_or_follower):
+                    return False
+                coordinator_epoch = -1
+            if prepared_replicated and coordinator_epoch >= 0:
+                by_leader: dict[int, list[tuple[str, int]]] = {}
+                for topic, i in sorted(remaining):
+                    meta = self.broker.store.get_topic(topic)
+                    if meta is None or not 0 <= i < meta.num_partitions:
+                        remaining.discard((topic, i))  # deleted meanwhile: nothing to mark
+                        continue
+                    view = self.broker.cluster.partition(topic, i)
+                    if view is not None and view.leader >= 0:
+                        by_leader.setdefault(view.leader, []).append((topic, i))
+                written = await asyncio.gather(*(self._send_to(node, c, parts, coordinator_epoch)
+                                                 for node, parts in by_leader.items()))
+                for done in written:
+                    remaining -= done
+                if not remaining:
+                    break
+            self.broker.cluster.store.mark_stale()  # read the leaders again
+            await asyncio.sleep(min(RETRY_MARKERS_S, 0.05 * 2 ** attempt))
+            attempt += 1
+        if self._closed or not self.runtime.owns(p):
+            return False
+        try:
+            await self.runtime.apply_durable(p, self.shard_of(c.transactional_id).complete(c, self.now_ms()))
+        except ApiError as e:
+            # replayed already; a new coordinator that does not have it completes the transaction again
+            log.warning("transactional id %s: the completion is not replicated yet: %s", c.transactional_id, e.message)
+        return True
+
+    async def _send_to(self, node_id: int, c: Completion, parts: list[tuple[str, int]],
+                       coordinator_epoch: int) -> set[tuple[str, int]]:
+        """One WriteTxnMarkers to ``node_id`` for ``parts``; the partitions written (or
+        superseded by a newer epoch)."""
+        endpoint = next((e for e in self.broker.cluster.brokers() if e.node_id == node_id), None)
+        if endpoint is None:
+            return set()
+        peer = self._peers.get(node_id)
+        if peer is None or (peer[0], peer[1]) != (endpoint.host, endpoint.port):
+            if peer is not None:
+                peer[2].close()
+            conn = PeerConnection(endpoint.host, endpoint.port, f"shoal-txn-markers-{self.broker.node_id}",
+                                  getattr(self.broker, "peer_security", None))
+            peer = self._peers[node_id] = (endpoint.host, endpoint.port, conn, asyncio.Lock())
+        _host, _port, conn, lock = peer
+        codec = codec_for(WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION)
+        assert codec is not None
+        cls = codec.request_type
+        mcls, tcls = sub(cls, "WritableTxnMarker"), sub(cls, "WritableTxnMarkerTopic")
+        by_topic: dict[str, list[int]] = {}
+        for topic, i in parts:
+            by_topic.setdefault(topic, []).append(i)
+        request = make(cls, markers=(make(
+            mcls, producer_id=c.producer_id, producer_epoch=c.producer_epoch, transaction_result=c.commit,
+            topics=tuple(make(tcls, name=t, partition_indexes=tuple(ps)) for t, ps in by_topic.items()),
+            coordinator_epoch=coordinator_epoch),))
+        async with lock:
+            try:
+                response = await asyncio.wait_for(
+                    conn.call(WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, request), MARKER_REQUEST_TIMEOUT_S)
+            except (OSError, TimeoutError, ConnectionError, ValueError) as e:  # refused, reset, timed out
+                log.info("WriteTxnMarkers to broker %d failed: %s", node_id, e)
+                conn.close()
+                return set()
+        done: set[tuple[str, int]] = set()
+        for m in response.markers:
+            for t in m.topics:
+                for r in t.partitions:
+                    code = ErrorCode(r.error_code)
+                    key = (t.name, int(r.partition_index))
+                    if code in (ErrorCode.none, ErrorCode.unknown_topic_or_partition):
+                        done.add(key)
+                    elif code in (ErrorCode.invalid_producer_epoch, ErrorCode.transaction_coordinator_fenced):
+                        # a newer epoch or coordinator wrote there already: this marker is superseded
+                        log.warning("%s-%d: the %s marker of transactional id %s: %s", t.name, r.partition_index,
+                                    "commit" if c.commit else "abort", c.transactional_id, code.name)
+                        done.add(key)
+                    elif code not in _RETRIABLE_MARKER_ERRORS:
+                        log.warning("%s-%d: the %s marker of transactional id %s was refused (%s); retrying",
+                                    t.name, r.partition_index, "commit" if c.commit else "abort",
+                                    c.transactional_id, code.name)
+        return done
+
     def _finish(self, c: Completion) -> bool:
         """Write the markers of ``c``, then record its completion. False (and a retry is
         scheduled) if a marker could not be written."""
@@ -341,19 +610,12 @@ class TransactionService:
                 if result.after is not None:
                     log.info("transactional id %s: the transaction timed out; aborted (producer epoch bumped to %d)",
                              txn_id, result.after.producer_epoch)
-                    self._finish(result.after)
+                    self._complete(result.after)
         self._arm()
 
 
 @on_start
 async def _start(broker: Any) -> None:
-    try:
-        clustered = broker.config["metadata.store"] != "local"
-    except (KeyError, TypeError):
-        clustered = False
-    if clustered:
-        broker.routes = {k: r for k, r in broker.routes.items() if k not in TRANSACTION_APIS}
-        return
     svc = TransactionService(broker)
     svc.load()
     broker.extensions["transactions"] = svc
@@ -366,16 +628,25 @@ async def _stop(broker: Any) -> None:
         svc.close()
 
 
+@on_leadership_change
+def _leadership(broker: Any, topic: str, index: int, leader: bool) -> None:
+    svc = broker.extensions.get("transactions")
+    if svc is not None:
+        svc.leadership_changed(topic, index, leader)
+
+
 def check_transactional_produce(broker: Any, txn_id: str, topic: str, partition: int, records: Any) -> None:
     """Produce with a transactional id: a transactional batch needs its producer's open
-    transaction to hold the partition. Raises ApiError (TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    when transactions are not served, INVALID_PRODUCER_ID_MAPPING, INVALID_PRODUCER_EPOCH,
-    INVALID_TXN_STATE); a batch that cannot be framed is left to the validation."""
+    transaction to hold the partition (one broker; in cluster mode only the partition's
+    producer epoch is checked, by the append). Raises ApiError (INVALID_PRODUCER_ID_MAPPING,
+    INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE); a batch that cannot be framed is left to
+    the validation."""
     svc = transaction_service(broker)
     if svc is None:
-        raise ApiError(ErrorCode.transactional_id_authorization_failed,
-                       "transactions are served by a single broker only, not in cluster mode")
-    if not records:
+        raise ApiError(ErrorCode.coordinator_not_available, "the transaction coordinator is not started")
+    if not records or svc.clustered:
+        # cluster mode: the coordinator is another broker's; the partition's producer state
+        # refuses an epoch older than its last marker's (append), as Kafka without KIP-890
         return
     try:
         h = read_header(memoryview(records), 0)

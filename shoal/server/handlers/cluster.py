@@ -1,8 +1,9 @@
 """DescribeCluster (60) and FindCoordinator (10).
 
 One broker: it is the whole cluster and every coordinator. Cluster mode: DescribeCluster
-lists every live broker; FindCoordinator for a group (and a transactional id) names the
-current leader of the key's ``__consumer_offsets`` partition (Kafka's hash), and for a
+lists every live broker; FindCoordinator for a group names the current leader of the
+key's ``__consumer_offsets`` partition (Kafka's hash), for a transactional id the leader
+of its ``__transaction_state`` partition (the same hash), and for a
 share-partition key ``group:topicId:partition`` (KIP-932; the topic id hyphenated or in
 Kafka's base64 form) the leader of its ``__share_group_state`` partition. The topic is
 created first if it does not exist yet (``server/internal_topics.py``), and
@@ -24,7 +25,12 @@ from ...security.serving import client_endpoint
 from ...share.coordinator import SharePartitionKey
 from ...share.coordinator import partition_for as share_partition_for
 from ..dispatch import api
-from ..internal_topics import OFFSETS_TOPIC, SHARE_STATE_TOPIC, ensure_internal_topic
+from ..internal_topics import (
+    OFFSETS_TOPIC,
+    SHARE_STATE_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    ensure_internal_topic,
+)
 
 GROUP, TRANSACTION, SHARE = 0, 1, 2
 
@@ -120,7 +126,7 @@ async def handle_find_coordinator(ctx: Any, request: Any) -> Any:
     cls = ctx.response_type
     key_type = getattr(request, "key_type", GROUP)
     keys = [request.key] if ctx.api_version < 4 else list(request.coordinator_keys)
-    topic = SHARE_STATE_TOPIC if key_type == SHARE else OFFSETS_TOPIC
+    topic = {SHARE: SHARE_STATE_TOPIC, TRANSACTION: TRANSACTION_STATE_TOPIC}.get(key_type, OFFSETS_TOPIC)
     clustered = b.cluster.clustered and key_type in (GROUP, TRANSACTION, SHARE)
     if clustered and any(_coordinator_error(ctx, key_type, k)[0] is ErrorCode.none for k in keys):
         await ensure_internal_topic(b, topic)

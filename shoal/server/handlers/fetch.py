@@ -11,7 +11,9 @@ are ready, the request parks until an append touches one of its partitions or
 
 In cluster mode only the partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere;
 FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH when the request's current leader epoch is
-older / newer than the leader's). Consumers read only below the high watermark. A Fetch
+older / newer than the leader's). Consumers read only below the high watermark (with
+read_committed below the last stable offset, with the aborted transactions, as on one
+broker). A Fetch
 with a replica id is a follower's: it reports the follower's log end offset (which moves
 the high watermark and the ISR) and reads up to the log end; one from a broker that is not
 a follower of the partition, at an offset outside [log start, log end] or with a broker
@@ -97,7 +99,7 @@ def _read(store: Any, key: tuple[str, int], sp: SessionPartition, budget: int,
         return {"error_code": ErrorCode.unknown_topic_or_partition, "high_watermark": -1,
                 "log_start_offset": -1, "records": b""}
     if cluster is not None:
-        return _read_replicated(store, key, sp, budget, *cluster, min_slice=min_slice)
+        return _read_replicated(store, key, sp, budget, *cluster, min_slice=min_slice, committed=committed)
     plog = store.partition(name, index)
     hw = plog.high_watermark
     lso = plog.last_stable_offset
@@ -128,8 +130,10 @@ def _aborted(plog: Any, start: int, end: int) -> list[tuple[int, int]]:
 
 def _read_replicated(store: Any, key: tuple[str, int], sp: SessionPartition, budget: int, replicas: Any,
                      replica_id: int, epochs: dict[tuple[str, int], int], now_ms: int,
-                     replica_epoch: int = -1, min_slice: int | None = None) -> dict[str, Any]:
-    """Cluster mode: the leader's answer to a consumer (below the HW) or a follower (to the LEO)."""
+                     replica_epoch: int = -1, min_slice: int | None = None, committed: bool = False) -> dict[str, Any]:
+    """Cluster mode: the leader's answer to a consumer (below the HW; with ``committed``,
+    read_committed, below the last stable offset and with the aborted transactions of the
+    range, as on one broker) or a follower (to the LEO)."""
     empty = {"high_watermark": -1, "log_start_offset": -1, "records": b""}
     try:
         replica = replicas.leader_replica(*key)
@@ -154,6 +158,10 @@ def _read_replicated(store: Any, key: tuple[str, int], sp: SessionPartition, bud
     hw = plog.high_watermark
     out: dict[str, Any] = {"high_watermark": hw, "last_stable_offset": plog.last_stable_offset,
                            "log_start_offset": plog.log_start_offset}
+    if committed and replica_id < 0:
+        lso = plog.last_stable_offset
+        out["aborted_transactions"] = _aborted(plog, sp.fetch_offset, lso)
+        end = min(end, lso)
     if sp.fetch_offset == end or budget <= 0 or (sp.fetch_offset > end and replica_id < 0
                                                  and sp.fetch_offset <= plog.log_end_offset):
         out["records"] = b""

@@ -5,7 +5,8 @@ refused as a whole, every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Ka
 does. With a transactional id, a transactional batch is appended only while its
 producer's transaction is open and holds the partition (the transaction coordinator
 checks producer id and epoch: INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE otherwise); in
-cluster mode a transactional id is refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
+cluster mode, where the coordinator is usually another broker, only the partition's
+producer state checks the epoch (INVALID_PRODUCER_EPOCH below the last marker's).
 With an authorizer, a request with a transactional batch also needs WRITE on its
 TRANSACTIONAL_ID, else it is refused as a whole the same way (as Kafka does).
 

@@ -4,8 +4,8 @@ One broker reserves ids in blocks in its data directory; in cluster mode the blo
 from etcd, so no two brokers hand out the same id. With a transactional id the
 transaction coordinator answers (``txn_service.py``: the id's producer id, a bumped
 epoch, fencing of an earlier instance); PRODUCER_FENCED goes to versions before 4 as
-INVALID_PRODUCER_EPOCH, as Kafka does. In cluster mode transactional ids are refused
-(TRANSACTIONAL_ID_AUTHORIZATION_FAILED): transactions are served by one broker only.
+INVALID_PRODUCER_EPOCH, as Kafka does. In cluster mode a transactional id is answered by
+the broker leading its ``__transaction_state`` partition (NOT_COORDINATOR elsewhere).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ..txn_service import transaction_service
 
 
 @api(22, 0, 5)
-def handle_init_producer_id(ctx: Any, request: Any) -> Any:
+async def handle_init_producer_id(ctx: Any, request: Any) -> Any:
     cls = ctx.response_type
     if request.transactional_id is not None:
         if not allowed(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
@@ -32,9 +32,12 @@ def handle_init_producer_id(ctx: Any, request: Any) -> Any:
             return make(cls, throttle_time=0, error_code=ErrorCode.transactional_id_authorization_failed,
                         producer_id=-1, producer_epoch=-1)
         timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
-        code, pid, epoch = svc.init_producer_id(request.transactional_id, timeout_ms,
-                                                getattr(request, "producer_id", -1),
-                                                getattr(request, "producer_epoch", -1))
+        args = (request.transactional_id, timeout_ms, getattr(request, "producer_id", -1),
+                getattr(request, "producer_epoch", -1))
+        if svc.clustered:
+            code, pid, epoch = await svc.init_producer_id_clustered(*args)
+        else:
+            code, pid, epoch = svc.init_producer_id(*args)
         if code == ErrorCode.producer_fenced and ctx.api_version < 4:
             code = ErrorCode.invalid_producer_epoch
         return make(cls, throttle_time=0, error_code=code, producer_id=pid, producer_epoch=epoch)
@@ -50,7 +53,7 @@ def handle_init_producer_id(ctx: Any, request: Any) -> Any:
         # KIP-360: an idempotent producer may bump its own epoch after an error.
         return make(cls, throttle_time=0, error_code=ErrorCode.none, producer_id=pid, producer_epoch=epoch + 1)
     if ctx.broker.replicas is not None:
-        return _allocate_in_cluster(ctx, cls)
+        return await _allocate_in_cluster(ctx, cls)
     new_id = ctx.broker.producer_ids.allocate()
     return make(cls, throttle_time=0, error_code=ErrorCode.none, producer_id=new_id, producer_epoch=0)
 

@@ -5,8 +5,9 @@ The transaction coordinator's APIs for a transactional producer (transaction ver
 EndTxn v5 and AddPartitionsToTxn v4+, KIP-890's forms, are not served). The work is
 done by :mod:`shoal.server.txn_service`; InitProducerId is in ``producer_id.py``.
 PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH to versions older than 2, which
-predate it (KIP-588), as Kafka does. In cluster mode transactions are not served yet:
-every request is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+predate it (KIP-588), as Kafka does. In cluster mode AddPartitionsToTxn, AddOffsetsToTxn
+and EndTxn go to the leader of the transactional id's ``__transaction_state`` partition
+(NOT_COORDINATOR elsewhere), TxnOffsetCommit to the group's coordinator.
 
 With an authorizer, as Kafka's broker checks them: each needs WRITE on the
 TRANSACTIONAL_ID (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the whole request);

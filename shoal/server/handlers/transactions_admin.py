@@ -6,9 +6,14 @@ timestamp, the first offset of the open transaction); DescribeTransactions and
 ListTransactions report the transaction coordinator's state (Kafka's state names), and
 WriteTxnMarkers appends commit or abort markers to this broker's partitions: the
 transaction coordinator of another broker would send it, and Kafka's admin client sends
-it to abort a hanging transaction (``kafka-transactions abort``). In cluster mode, where
-the transaction coordinator is not served, DescribeTransactions answers
-COORDINATOR_NOT_AVAILABLE and ListTransactions lists nothing.
+it to abort a hanging transaction (``kafka-transactions abort``). In cluster mode
+DescribeTransactions answers NOT_COORDINATOR for a transactional id whose
+``__transaction_state`` partition another broker leads, ListTransactions lists the
+transactional ids of the partitions this broker leads (Kafka's admin client asks every
+broker), and WriteTxnMarkers, sent by the coordinator to each partition's leader, is
+answered once the markers are on every in-sync replica (as an acks=all append, within
+``offsets.commit.timeout.ms``; NOT_ENOUGH_REPLICAS_AFTER_APPEND otherwise, and the
+coordinator retries).
 
 With an authorizer, as Kafka's broker checks them: DescribeProducers needs READ on each
 topic (TOPIC_AUTHORIZATION_FAILED), DescribeTransactions DESCRIBE on each transactional id
@@ -20,6 +25,7 @@ cluster (every partition CLUSTER_AUTHORIZATION_FAILED).
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import re
 from typing import Any
@@ -87,10 +93,11 @@ def handle_describe_transactions(ctx: Any, request: Any) -> Any:
     out = []
     for txn_id in request.transactional_ids:
         permitted = ctx.broker.authorizer is None or allowed(ctx, DESCRIBE, TRANSACTIONAL_ID, txn_id)
-        m = None if svc is None or not permitted else svc.find(txn_id)
+        owner = ErrorCode.coordinator_not_available if svc is None else svc.owner_error(txn_id)
+        m = None if owner != ErrorCode.none or not permitted else svc.find(txn_id)
         if m is None:
             code = (ErrorCode.transactional_id_authorization_failed if not permitted else
-                    ErrorCode.coordinator_not_available if svc is None else ErrorCode.transactional_id_not_found)
+                    owner if owner != ErrorCode.none else ErrorCode.transactional_id_not_found)
             out.append(make(scls, error_code=code, transactional_id=txn_id, transaction_state="",
                             transaction_timeout=0, transaction_start_time=_ms_time(0), producer_id=-1,
                             producer_epoch=-1, topics=()))
@@ -148,7 +155,7 @@ def handle_list_transactions(ctx: Any, request: Any) -> Any:
 
 
 @api(27, 1, 2)
-def handle_write_txn_markers(ctx: Any, request: Any) -> Any:
+async def handle_write_txn_markers(ctx: Any, request: Any) -> Any:
     cls = ctx.response_type
     mcls, tcls, pcls = (sub(cls, "WritableTxnMarkerResult"), sub(cls, "WritableTxnMarkerTopicResult"),
                         sub(cls, "WritableTxnMarkerPartitionResult"))
@@ -161,19 +168,21 @@ def handle_write_txn_markers(ctx: Any, request: Any) -> Any:
             for m in request.markers))
     now = ctx.now_ms()
     out = []
+    waits: list[tuple[list[list[Any]], int, Any, int]] = []
     for marker in request.markers:
         topics = []
         for t in marker.topics:
-            parts = []
+            parts: list[list[Any]] = []
             for p in t.partition_indexes:
                 code = _partition_error(ctx, t.name, p)
                 if code == ErrorCode.none:
                     plog = broker.store.partition(t.name, p)
                     try:
                         replica = None if broker.replicas is None else broker.replicas.leader_replica(t.name, p)
-                        plog.append_marker(marker.producer_id, marker.producer_epoch, bool(marker.transaction_result),
-                                           marker.coordinator_epoch, now,
-                                           leader_epoch=None if replica is None else replica.leader_epoch)
+                        appended = plog.append_marker(marker.producer_id, marker.producer_epoch,
+                                                      bool(marker.transaction_result), marker.coordinator_epoch,
+                                                      now, leader_epoch=None if replica is None
+                                                      else replica.leader_epoch)
                         if replica is not None:
                             broker.replicas.maybe_advance_hw(replica)
                         broker.append_waiters.notify(t.name, p)
@@ -182,11 +191,23 @@ def handle_write_txn_markers(ctx: Any, request: Any) -> Any:
                             if groups is not None:
                                 groups.runtime.shards[p].replay_marker(marker.producer_id,
                                                                        bool(marker.transaction_result))
+                        if replica is not None:  # acks=all: answered once on every in-sync replica
+                            waits.append((parts, len(parts), replica, appended.last_offset + 1))
                     except ApiError as e:
                         code = e.error_code
                     except OSError:
                         code = ErrorCode.kafka_storage_error
-                parts.append(make(pcls, partition_index=p, error_code=code))
-            topics.append(make(tcls, name=t.name, partitions=tuple(parts)))
-        out.append(make(mcls, producer_id=marker.producer_id, topics=tuple(topics)))
-    return make(cls, markers=tuple(out))
+                parts.append([p, code])
+            topics.append((t.name, parts))
+        out.append((marker.producer_id, topics))
+    if waits:
+        timeout_ms = broker.config["offsets.commit.timeout.ms"]
+        codes = await asyncio.gather(*(broker.replicas.wait_for_isr(r, end, timeout_ms) for _, _, r, end in waits))
+        for (parts, at, _r, _end), code in zip(waits, codes):
+            parts[at][1] = code
+    return make(cls, markers=tuple(
+        make(mcls, producer_id=pid, topics=tuple(
+            make(tcls, name=name, partitions=tuple(make(pcls, partition_index=p, error_code=code)
+                                                   for p, code in parts))
+            for name, parts in topics))
+        for pid, topics in out))
