@@ -83,6 +83,12 @@ each failure costs, always as records delivered again with a higher ``deliveryCo
   next trigger acknowledged it before the stop;
 * state not shared with the executors: a task of member k that runs in a new place opens a
   new session, which releases member k's records of the last, committed batch.
+
+Transactions: what the group delivers is decided by its config ``share.isolation.level``
+(IncrementalAlterConfigs, ``shoal configs --entity-type groups``); with read_committed the
+brokers hand out only committed records below the last stable offset, so the source never
+yields a record of an aborted or open transaction. ``kafka.isolation.level`` is refused
+with ``shareGroup``, as Kafka's share consumer refuses ``isolation.level``.
 """
 
 from __future__ import annotations
