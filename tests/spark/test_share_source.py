@@ -245,13 +245,23 @@ def test_read_committed_share_group_never_yields_aborted_records(spark, spark_br
     data = write_transactions(bs, topic_name, "tx-" + topic_name, leave_open=4)
     out = str(tmp_path / "out")
     for run in range(2):
-        q = (spark.readStream.format("shoal").option("kafka.bootstrap.servers", bs).option("subscribe", topic_name)
+        w = (spark.readStream.format("shoal").option("kafka.bootstrap.servers", bs).option("subscribe", topic_name)
              .option("shareGroup", group).option("numTasks", "2").option("startingOffsets", "earliest")
              .option("maxWaitMs", "200").option("stateDir", state_dir).load()
              .select("value", "deliveryCount").writeStream.format("parquet").option("path", out)
-             .option("checkpointLocation", str(tmp_path / f"cp{run}")).trigger(availableNow=True).start())
-        assert q.awaitTermination(120), "an AvailableNow query ends by itself"
-        assert q.exception() is None, q.exception()
+             .option("checkpointLocation", str(tmp_path / f"cp{run}")))
+        if run == 0:  # triggers while the open transaction waits: no micro-batch for it
+            q = w.trigger(processingTime="1 second").start()
+            try:
+                _wait_idle(q, len(data.committed))
+                time.sleep(5)
+                assert _ran_empty(q.recentProgress) == []
+            finally:
+                q.stop()
+        else:
+            q = w.trigger(availableNow=True).start()
+            assert q.awaitTermination(120), "an AvailableNow query ends by itself"
+            assert q.exception() is None, q.exception()
         rows = spark.read.parquet(out).collect()
         # committed records only, once: nothing aborted, nothing of the open transaction
         assert sorted(bytes(r.value) for r in rows) == sorted(data.committed)
