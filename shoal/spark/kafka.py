@@ -3,6 +3,13 @@
 Offsets are resolved with ListOffsets (``get_watermark_offsets``, ``offsets_for_times``);
 tasks read a range ``[start, end)`` of one partition with a Consumer assigned at
 ``start``, with no group and no committed offsets, so reads are exact and repeatable.
+
+``kafka.isolation.level`` (read_uncommitted by default, as Spark's connector) is the
+consumer's: with read_committed the latest offset that ListOffsets reports is the last
+stable offset, so a range never reaches into an open transaction, and Fetch leaves out the
+records of aborted transactions. Control records (transaction markers) are never rows. A
+range's offsets are therefore not all rows: a task reads until it sees an offset at or
+past ``end``, or the end of what is readable (partition EOF).
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from typing import Any
 
 from .options import EARLIEST, LATEST, OffsetRange, Options, select_topics, to_arrow_batch
 
-__all__ = ["consumer", "producer_conf", "list_partitions", "watermarks", "resolve_offsets", "read_range"]
+__all__ = ["consumer", "consumer_conf", "producer_conf", "list_partitions", "watermarks", "resolve_offsets", "read_range"]
 
 log = logging.getLogger("shoal.spark")
 
@@ -33,13 +40,19 @@ def _base_conf(opts: Options) -> dict[str, Any]:
 def consumer(opts: Options) -> Any:
     from confluent_kafka import Consumer
 
+    return Consumer(consumer_conf(opts))
+
+
+def consumer_conf(opts: Options) -> dict[str, Any]:
     conf = _base_conf(opts)
+    # isolation.level: read_uncommitted unless the options say otherwise, as Spark's connector
+    # (librdkafka's own default is read_committed)
     conf.update({"group.id": "shoal-spark-unused", "enable.auto.commit": False, "enable.auto.offset.store": False,
                  "enable.partition.eof": True, "fetch.wait.max.ms": 50, "fetch.queue.backoff.ms": 1,
-                 "auto.offset.reset": "earliest"})
+                 "auto.offset.reset": "earliest", "isolation.level": "read_uncommitted"})
     for k, v in opts.kafka_conf:
         conf[k] = v
-    return Consumer(conf)
+    return conf
 
 
 def producer_conf(opts: Options) -> dict[str, Any]:
@@ -47,6 +60,7 @@ def producer_conf(opts: Options) -> dict[str, Any]:
     conf.update({"enable.idempotence": True, "acks": "all", "linger.ms": 5, "message.timeout.ms": 60_000})
     for k, v in opts.kafka_conf:
         conf[k] = v
+    conf.pop("isolation.level", None)  # a consumer setting, shared by the source and sink options
     return conf
 
 

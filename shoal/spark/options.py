@@ -14,7 +14,7 @@ from typing import Any
 
 __all__ = [
     "Options", "parse_options", "check_batch_options", "check_stream_options", "schema_ddl", "split_range",
-    "OffsetRange", "to_arrow_batch", "EARLIEST", "LATEST", "FORBIDDEN_KAFKA_OPTIONS",
+    "OffsetRange", "to_arrow_batch", "EARLIEST", "LATEST", "FORBIDDEN_KAFKA_OPTIONS", "ISOLATION_LEVELS",
 ]
 
 EARLIEST = -2
@@ -84,6 +84,10 @@ FORBIDDEN_KAFKA_OPTIONS = {
     "interceptor.classes": "interceptors would see the records as bytes and may break the query",
 }
 
+# kafka.isolation.level of the offset-based source; read_uncommitted is the default, as in
+# Spark's Kafka connector (and Kafka's consumer).
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|sec|seconds?|m|min|minutes?|h|hours?|d|days?)?\s*$", re.I)
 _UNIT_MS = {"ms": 1, "s": 1000, "sec": 1000, "second": 1000, "seconds": 1000, "m": 60_000, "min": 60_000,
             "minute": 60_000, "minutes": 60_000, "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
@@ -125,9 +129,16 @@ def parse_options(options: Mapping[str, str]) -> Options:
         raise ValueError("give only one of subscribe, subscribePattern and assign")
     kafka_conf = tuple(sorted((k[len("kafka."):], v) for k, v in o.items()
                               if k.startswith("kafka.") and k != "kafka.bootstrap.servers"))
-    for k, _ in kafka_conf:
+    for k, v in kafka_conf:
         if k in FORBIDDEN_KAFKA_OPTIONS:
             raise ValueError(f"Kafka option 'kafka.{k}' is not supported: {FORBIDDEN_KAFKA_OPTIONS[k]}")
+        if k == "isolation.level":
+            if v not in ISOLATION_LEVELS:
+                raise ValueError(f"kafka.isolation.level must be read_uncommitted or read_committed, not {v!r}")
+            if share_group is not None:
+                raise ValueError("kafka.isolation.level does not apply to a share group: set the group config "
+                                 "share.isolation.level (IncrementalAlterConfigs, e.g. shoal configs --alter "
+                                 "--entity-type groups)")
     strategy = o.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
     if strategy not in ("error", "latest"):
         raise ValueError(f"startingOffsetsByTimestampStrategy must be error or latest, not {strategy!r}")

@@ -83,6 +83,15 @@ each failure costs, always as records delivered again with a higher ``deliveryCo
   next trigger acknowledged it before the stop;
 * state not shared with the executors: a task of member k that runs in a new place opens a
   new session, which releases member k's records of the last, committed batch.
+
+Transactions: what the group delivers is decided by its config ``share.isolation.level``
+(IncrementalAlterConfigs, ``shoal configs --entity-type groups``); with read_committed the
+brokers hand out only committed records below the last stable offset, so the source never
+yields a record of an aborted or open transaction. The source reads that config when the
+query starts; for a read_committed group it leaves the records at or above each
+partition's last stable offset out of the lag that decides whether a micro-batch runs, so
+an open transaction starts no empty micro-batches. ``kafka.isolation.level`` is refused
+with ``shareGroup``, as Kafka's share consumer refuses ``isolation.level``.
 """
 
 from __future__ import annotations
@@ -669,12 +678,14 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = False
         self._record_locks = RECORD_LOCKS  # the brokers' in-flight cap per share-partition
         self._last_lag: dict[tuple[str, int], int] | None = None
+        self._committed_only = False  # the group's share.isolation.level is read_committed
+        self._offset_clients: tuple[Any, Any] | None = None  # ListOffsets, read_uncommitted and read_committed
         self._offset_readers = {self.reader_id}  # reader ids in the offsets of the batches planned here
         _stop_on_sigterm()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_members=None, _hb=None, _brokers=None)
+        state.update(_members=None, _hb=None, _brokers=None, _offset_clients=None)
         return state
 
     # -- setup -------------------------------------------------------------------------
@@ -685,6 +696,7 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             _set_group_reset(self.opts, self.opts.starting_offsets)
         self._members = [ShareMembership(self.group, mid, topics=self.opts.subscribe) for mid in self.member_ids]
         lock_ms = _group_lock_duration_ms(self.opts)
+        self._committed_only = _group_config(self.opts, "share.isolation.level") == "read_committed"
         self._record_locks = _broker_record_locks(self.opts, self._cluster())
         self._hb = _Heartbeats(self.opts.bootstrap, self._members, state_dir=self.state_dir, group=self.group,
                                renew_ms=max(500, lock_ms // 3) if lock_ms else None)
@@ -727,15 +739,45 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._settled = max(self._settled, committed)
 
     def _lag(self) -> dict[tuple[str, int], int] | None:
+        """The group's lag per partition; for a read_committed group, without the records at
+        or above the last stable offset, which the group cannot deliver yet (an open
+        transaction would otherwise start an empty micro-batch on every trigger)."""
         topics = self._topics or self._refresh_topics()
         brokers = self._cluster()
+        unstable = self._unstable([(t, p) for t, i in topics.items() for p in range(i.partitions)]) \
+            if self._committed_only else {}  # read before the lag: at worst one empty batch, never a late one
         try:
-            return share_group_lag(brokers.coordinator(self.group), self.group,
-                                   {t: i.partitions for t, i in topics.items()})
+            lag = share_group_lag(brokers.coordinator(self.group), self.group,
+                                  {t: i.partitions for t, i in topics.items()})
         except (KafkaProtocolError, OSError, ConnectionError) as e:
             brokers.forget_coordinator(self.group)
             log.info("share group %s: lag unknown: %s", self.group, e)
             return None
+        if lag is None or not unstable:
+            return lag
+        return {tp: max(0, v - unstable.get(tp, 0)) if v > 0 else v for tp, v in lag.items()}
+
+    def _unstable(self, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Records at or above the last stable offset per partition (high watermark minus LSO);
+        empty when the offsets cannot be read."""
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        if self._offset_clients is None:
+            base = {"bootstrap.servers": self.opts.bootstrap, "broker.address.family": "v4",
+                    "group.id": "shoal-spark-unused", "log_level": 3}
+            self._offset_clients = (Consumer({**base, "isolation.level": "read_uncommitted"}),
+                                    Consumer({**base, "isolation.level": "read_committed"}))
+        every, stable = self._offset_clients
+        out = {}
+        try:
+            for t, p in tps:
+                hw = every.get_watermark_offsets(TopicPartition(t, p), timeout=15, cached=False)[1]
+                lso = stable.get_watermark_offsets(TopicPartition(t, p), timeout=15, cached=False)[1]
+                out[(t, p)] = max(0, hw - lso)
+        except KafkaException as e:
+            log.info("share group %s: last stable offsets unknown: %s", self.group, e)
+            return {}
+        return out
 
     # -- DataSourceStreamReader ---------------------------------------------------------
     def initialOffset(self) -> dict:
@@ -860,6 +902,10 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._hb.join(10.0)
         if self._brokers is not None:
             self._brokers.close()
+        if self._offset_clients is not None:
+            for c in self._offset_clients:
+                c.close()
+            self._offset_clients = None
         self._clean_files()
 
     def _committed_by_listener(self) -> int:
@@ -945,6 +991,20 @@ def _group_lock_duration_ms(opts: Options) -> int | None:
     except Exception as e:  # an older broker: no group configs
         log.info("share group %s: lock duration unknown (%s); locks are not renewed", opts.share_group, e)
     return None
+def _group_config(opts: Options, name: str) -> str | None:
+    """A group config's value (the group's own, else the broker's default); None if unknown."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": opts.bootstrap, "broker.address.family": "v4"})
+    try:
+        for fut in admin.describe_configs([ConfigResource(ResourceType.GROUP, opts.share_group)]).values():
+            entry = fut.result(timeout=15).get(name)
+            return None if entry is None else entry.value
+    except Exception as e:  # noqa: BLE001 - an older broker: no group configs
+        log.info("share group %s: %s unknown (%s)", opts.share_group, name, e)
+    return None
+
+
 def _set_group_reset(opts: Options, value: str) -> None:
     """Set the group's ``share.auto.offset.reset`` (where a new share-partition starts)."""
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType

