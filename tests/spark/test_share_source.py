@@ -420,7 +420,7 @@ def test_micro_batches_are_sized_from_the_brokers_record_lock_cap(tmp_path: Path
     from shoal.spark.share import ShareStreamReader
     from tests.support.broker import BrokerProcess
 
-    with BrokerProcess(tmp_path / "broker", {"group.share.partition.max.record.locks": "5000"}) as b:
+    with BrokerProcess(tmp_path / "broker", {"group.share.partition.max.record.locks": "3000"}) as b:
         create_topic(b.bootstrap, "capped", partitions=2)
         opts = parse_options({"kafka.bootstrap.servers": b.bootstrap, "subscribe": "capped", "shareGroup": "g-capped",
                               "numTasks": "4", "stateDir": state_dir})
@@ -429,4 +429,4 @@ def test_micro_batches_are_sized_from_the_brokers_record_lock_cap(tmp_path: Path
             tasks = r.partitions(r.initialOffset(), {**r.initialOffset(), "batch": 1})
         finally:
             r.stop()
-    assert [t.max_records for t in tasks] == [2500] * 4  # 5000 in flight x 2 partitions, over 4 tasks
+    assert [t.max_records for t in tasks] == [1500] * 4  # 3000 in flight x 2 partitions, over 4 tasks
