@@ -171,9 +171,9 @@ class TransactionCoordinatorShard:
         if m.state in _COMPLETING:
             return fail(ErrorCode.concurrent_transactions)
         if m.state == TxnState.ONGOING:
-            result = self.fence_and_abort(txn_id, now_ms)
-            result.response = (ErrorCode.concurrent_transactions, -1, -1)
-            return result
+            fenced = self.fence_and_abort(txn_id, now_ms)
+            return Result(fenced.records, (ErrorCode.concurrent_transactions, -1, -1), fenced.deadlines, fenced.after,
+                          fenced.producer_id, fenced.producer_epoch)
         if m.producer_epoch >= MAX_EPOCH:
             new = self._with(m, now_ms, producer_id=allocate(), producer_epoch=0, timeout_ms=timeout_ms,
                              state=TxnState.EMPTY, partitions=set(), start_ms=-1)
