@@ -477,18 +477,20 @@ class TransactionService:
                                     c.transactional_id, code.name)
         return done
 
-    def _finish(self, c: Completion) -> bool:
-        """Write the markers of ``c``, then record its completion. False (and a retry is
-        scheduled) if a marker could not be written."""
+    def _append_markers(self, c: Completion, defer_flush: bool) -> list[tuple[Any, Any]] | None:
+        """Append the markers of ``c`` to its partitions: (partition log, append result) of
+        each written. None (and a retry is scheduled) if a marker could not be written."""
         store = self.broker.store
         now = self.now_ms()
+        written = []
         for topic, p in c.partitions:
             meta = store.get_topic(topic)
             if meta is None or not 0 <= p < meta.num_partitions:
                 continue  # deleted meanwhile: nothing to mark
             plog = store.partition(topic, p)
             try:
-                plog.append_marker(c.producer_id, c.producer_epoch, c.commit, 0, now)
+                appended = plog.append_marker(c.producer_id, c.producer_epoch, c.commit, 0, now,
+                                              defer_flush=defer_flush)
             except ApiError as e:
                 if e.error_code == ErrorCode.invalid_producer_epoch:
                     # the partition has a newer epoch already: a later marker supersedes this one
@@ -497,16 +499,24 @@ class TransactionService:
                 log.error("%s-%d: cannot write the %s marker of transactional id %s (%s); retrying", topic, p,
                           "commit" if c.commit else "abort", c.transactional_id, e.message)
                 self._schedule_retry()
-                return False
+                return None
             except OSError as e:
-                log.error("%s-%d: fsync of a transaction marker failed: %s", topic, p, e)
+                log.error("%s-%d: a transaction marker could not be written: %s", topic, p, e)
                 self._schedule_retry()
-                return False
+                return None
             self.broker.append_waiters.notify(topic, p)
             if topic == OFFSETS_TOPIC:
                 groups = self.broker.extensions.get("groups")
                 if groups is not None:  # the transaction's offsets become visible, or are dropped
                     groups.runtime.shards[p].replay_marker(c.producer_id, c.commit)
+            written.append((plog, appended))
+        return written
+
+    def _finish(self, c: Completion) -> bool:
+        """Write the markers of ``c``, then record its completion. False (and a retry is
+        scheduled) if a marker could not be written."""
+        if self._append_markers(c, defer_flush=False) is None:
+            return False
         try:
             self._apply(c.transactional_id, self.shard_of(c.transactional_id).complete(c, self.now_ms()))
         except ApiError:
@@ -517,34 +527,10 @@ class TransactionService:
     async def _finish_durable(self, c: Completion) -> bool:
         """:meth:`_finish` with the markers appended without an fsync each, then made
         durable together by the flusher (worker threads), then the completion recorded."""
-        store = self.broker.store
-        now = self.now_ms()
-        waits = []
-        for topic, p in c.partitions:
-            meta = store.get_topic(topic)
-            if meta is None or not 0 <= p < meta.num_partitions:
-                continue
-            plog = store.partition(topic, p)
-            try:
-                appended = plog.append_marker(c.producer_id, c.producer_epoch, c.commit, 0, now, defer_flush=True)
-            except ApiError as e:
-                if e.error_code == ErrorCode.invalid_producer_epoch:
-                    log.warning("%s-%d: %s", topic, p, e.message)
-                    continue
-                log.error("%s-%d: cannot write the %s marker of transactional id %s (%s); retrying", topic, p,
-                          "commit" if c.commit else "abort", c.transactional_id, e.message)
-                self._schedule_retry()
-                return False
-            except OSError as e:
-                log.error("%s-%d: a transaction marker could not be written: %s", topic, p, e)
-                self._schedule_retry()
-                return False
-            self.broker.append_waiters.notify(topic, p)
-            if topic == OFFSETS_TOPIC:
-                groups = self.broker.extensions.get("groups")
-                if groups is not None:
-                    groups.runtime.shards[p].replay_marker(c.producer_id, c.commit)
-            waits.append(self.broker.flusher.durable(plog, appended.last_offset + 1))
+        written = self._append_markers(c, defer_flush=True)
+        if written is None:
+            return False
+        waits = [self.broker.flusher.durable(plog, appended.last_offset + 1) for plog, appended in written]
         try:
             await asyncio.gather(*waits)
         except OSError as e:
