@@ -32,7 +32,7 @@ from typing import Any
 from ..errors import ErrorCode, ProtocolViolation
 from ..protocol.entities import has_field, make, sub
 from .acls import CLUSTER_NAME, Operation, ResourceType
-from .authz import allowed
+from .authz import allowed, trusted_broker
 
 log = logging.getLogger("shoal.security")
 
@@ -54,12 +54,7 @@ def replica_id(request: Any) -> int:
 
 def is_broker(sec: Any) -> bool:
     """Whether the connection of ``sec`` (a ConnectionSecurity) speaks for a broker or a super user."""
-    bsec = sec.broker_security
-    if not bsec.secured:
-        return True
-    if sec.listener.name == bsec.inter_broker.name and not sec.listener.secured:
-        return True
-    return sec.principal in bsec.broker_principals
+    return not sec.broker_security.secured or trusted_broker(sec)
 
 
 def _denied(ctx: Any, request: Any) -> Any:

@@ -114,7 +114,7 @@ class AclAuthority:
     def check(self, ctx: Any, operation: int, resource_type: int, name: str, log_denied: bool) -> bool:
         conn = ctx.connection
         sec = getattr(conn, "security", None)
-        if sec is not None and _trusted_broker(sec):
+        if sec is not None and trusted_broker(sec):
             return True
         principal = sec.principal if sec is not None else ANONYMOUS
         host = _host(conn)
@@ -140,7 +140,9 @@ def _parse(raw: dict[str, bytes]) -> frozenset[AclBinding]:
     return frozenset(out)
 
 
-def _trusted_broker(sec: Any) -> bool:
+def trusted_broker(sec: Any) -> bool:
+    """Whether the connection of ``sec`` (a ConnectionSecurity) on a secured broker speaks
+    for a broker (the inter-broker listener unsecured, or a broker principal) or a super user."""
     bsec = sec.broker_security
     if not bsec.secured:
         return False
@@ -308,7 +310,7 @@ def allowed_on_any(ctx: Any, operation: int, resource_type: int) -> bool:
     if authority is None:
         return True
     sec = getattr(ctx.connection, "security", None)
-    if sec is not None and _trusted_broker(sec):
+    if sec is not None and trusted_broker(sec):
         return True
     return authority.current().authorize_any(principal_of(ctx), _host(ctx.connection), operation, resource_type)
 
