@@ -218,6 +218,25 @@ class TransactionCoordinatorShard:
             return ErrorCode.invalid_txn_state
         return ErrorCode.none
 
+    def verify_partitions(self, txn_id: str, producer_id: int, producer_epoch: int,
+                          partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+        """KIP-890 part 1, a partition leader's question (AddPartitionsToTxn v4+ with
+        VerifyOnly) before the first transactional batch of a producer: is each partition
+        in the producer's transaction? Kafka's answers: INVALID_PRODUCER_ID_MAPPING (unknown
+        id or another producer id), PRODUCER_FENCED (another epoch), CONCURRENT_TRANSACTIONS
+        (the transaction is completing) for every partition; else NONE for a partition of
+        the transaction and TRANSACTION_ABORTABLE for one it does not hold (a completed
+        transaction holds none)."""
+        wanted = list(partitions)
+        if not txn_id:
+            return dict.fromkeys(wanted, ErrorCode.invalid_request)
+        code, m = self._check(txn_id, producer_id, producer_epoch)
+        if m is None:
+            return dict.fromkeys(wanted, code)
+        if m.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            return dict.fromkeys(wanted, ErrorCode.concurrent_transactions)
+        return {k: ErrorCode.none if k in m.partitions else ErrorCode.transaction_abortable for k in wanted}
+
     # ------------------------------------------------------------ EndTxn
     def end_txn(self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool,
                 now_ms: int) -> Result[ErrorCode]:

@@ -131,3 +131,27 @@ def test_idle_transactional_ids_expire_but_open_transactions_do_not():
     assert r.response == ["idle"] and set(h.shard.txns) == {"busy"}
     assert set(h.replayed().txns) == {"busy"}  # the tombstone replays
     assert h.init("idle", now=1001).response == (ErrorCode.none, 102, 0)  # a new producer id
+
+
+def test_verify_partitions_answers_a_partition_leader_as_kafka_does():
+    """KIP-890 part 1: AddPartitionsToTxn with VerifyOnly, asked by a partition leader before
+    a producer's first transactional batch there; nothing is recorded."""
+    h = Harness()
+    s = h.shard
+    a0, a1 = ("a", 0), ("a", 1)
+    assert s.verify_partitions("t", 100, 0, [a0]) == {a0: ErrorCode.invalid_producer_id_mapping}  # unknown id
+    assert s.verify_partitions("", 100, 0, [a0]) == {a0: ErrorCode.invalid_request}
+    h.init()
+    # Empty: no transaction holds any partition yet
+    assert s.verify_partitions("t", 100, 0, [a0]) == {a0: ErrorCode.transaction_abortable}
+    h.apply(s.add_partitions("t", 100, 0, [a0], 1))
+    before = dict(s.txns)
+    assert s.verify_partitions("t", 100, 0, [a0, a1]) == {a0: ErrorCode.none, a1: ErrorCode.transaction_abortable}
+    assert s.txns == before
+    assert s.verify_partitions("t", 99, 0, [a0]) == {a0: ErrorCode.invalid_producer_id_mapping}
+    assert s.verify_partitions("t", 100, 1, [a0]) == {a0: ErrorCode.producer_fenced}
+    end = h.apply(s.end_txn("t", 100, 0, False, 2))
+    assert s.verify_partitions("t", 100, 0, [a0]) == {a0: ErrorCode.concurrent_transactions}
+    h.apply(s.complete(end.after, 3))
+    # the abort marker closed the transaction: a late batch of it is refused
+    assert s.verify_partitions("t", 100, 0, [a0]) == {a0: ErrorCode.transaction_abortable}
