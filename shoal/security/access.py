@@ -10,7 +10,10 @@ so they are allowed only to the brokers themselves and to ``super.users``:
 * a Fetch with a replica id (a follower's): CLUSTER_ACTION, answered with a top-level
   CLUSTER_AUTHORIZATION_FAILED (Fetch v7+; an older version closes the connection);
 * AlterPartitionReassignments (45): ALTER; AlterUserScramCredentials (51): ALTER;
-  DescribeUserScramCredentials (50): DESCRIBE; answered CLUSTER_AUTHORIZATION_FAILED.
+  DescribeUserScramCredentials (50): DESCRIBE; answered CLUSTER_AUTHORIZATION_FAILED;
+* AddPartitionsToTxn v4+ (24), a partition leader's question to a transaction
+  coordinator (KIP-890): CLUSTER_ACTION, answered with a top-level
+  CLUSTER_AUTHORIZATION_FAILED (v0-v3, the producers' versions, are not guarded here).
 
 "The brokers" are the connections on the inter-broker listener when it is PLAINTEXT
 (whoever can reach it is trusted: keep it on a private network), and otherwise the
@@ -39,9 +42,10 @@ log = logging.getLogger("shoal.security")
 __all__ = ["GUARDED_APIS", "guarded_handler"]
 
 FETCH = 1
+ADD_PARTITIONS_TO_TXN = 24
 ALTER_USER_SCRAM_CREDENTIALS = 51
 SHARE_STATE_APIS = frozenset({83, 84, 85, 86, 87})
-GUARDED_APIS = frozenset({FETCH, 45, 50, 51} | SHARE_STATE_APIS)
+GUARDED_APIS = frozenset({FETCH, ADD_PARTITIONS_TO_TXN, 45, 50, 51} | SHARE_STATE_APIS)
 
 
 def replica_id(request: Any) -> int:
@@ -97,6 +101,8 @@ def guarded_handler(sec: Any, route: Any) -> Callable[[Any, Any], Any]:
     def handler(ctx: Any, request: Any) -> Any:
         if route.api_key == FETCH and replica_id(request) < 0:
             return route.handler(ctx, request)
+        if route.api_key == ADD_PARTITIONS_TO_TXN and ctx.api_version < 4:
+            return route.handler(ctx, request)  # a producer's request, checked by the handler
         if ctx.broker.authorizer is not None:
             if allowed(ctx, _CLUSTER_OPERATION.get(route.api_key, Operation.CLUSTER_ACTION), ResourceType.CLUSTER,
                        CLUSTER_NAME):

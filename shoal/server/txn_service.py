@@ -50,10 +50,20 @@ CompleteAbort recorded. A coordinator that takes over a partition sends the mark
 every transaction it finds in PrepareCommit / PrepareAbort again. EndTxn is answered
 once the Prepare record is replicated and the markers are written, or after
 ``END_TXN_MARKER_WAIT_S`` with the markers still being retried (the outcome is decided;
-as Kafka, which answers before its markers). The partition leader checks a
-transactional batch's producer epoch in its producer state (markers bump it), as Kafka
-does without KIP-890's verification; TxnOffsetCommit is checked against the transaction
-only when this broker coordinates the transactional id too.
+as Kafka, which answers before its markers). TxnOffsetCommit is checked against the
+transaction only when this broker coordinates the transactional id too.
+
+KIP-890 part 1 (no hanging transaction): a partition leader asks the coordinator
+before appending a producer's first transactional batch on a partition (one with no
+open transaction of that producer there): :meth:`TransactionService.verify_produce`,
+directly when this broker coordinates the id, else AddPartitionsToTxn v5 VerifyOnly
+over a :class:`_Verifier` per coordinator (one request in flight, the questions that
+came meanwhile sent together). A :class:`VerificationGuard` per question is voided by a
+marker of the producer written to the partition meanwhile (WriteTxnMarkers calls
+:meth:`TransactionService.marker_written`), so a stale answer never lets a batch into
+the next transaction. :func:`verification_error` maps the answer to the Produce error
+as Kafka does. Later batches of the transaction are checked by the partition's
+producer state (markers bump the epoch).
 """
 
 from __future__ import annotations
@@ -82,12 +92,15 @@ from .runtime import CoordinatorRuntime
 
 log = logging.getLogger("shoal.transactions")
 
-__all__ = ["TransactionService", "transaction_service", "check_transactional_produce", "TRANSACTION_STATE"]
+__all__ = ["TransactionService", "transaction_service", "check_transactional_produce", "verification_error",
+           "TRANSACTION_STATE"]
 
 RETRY_MARKERS_S = 1.0
 END_TXN_MARKER_WAIT_S = 10.0
 MARKER_REQUEST_TIMEOUT_S = 30.0
 WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION = 27, 1
+ADD_PARTITIONS_TO_TXN, VERIFY_VERSION = 24, 5
+VERIFY_TIMEOUT_S = 30.0
 
 # A marker refused for these reasons is retried (the leader moved, or has too few replicas in sync)
 _RETRIABLE_MARKER_ERRORS = frozenset({
@@ -117,6 +130,10 @@ class TransactionService:
         self._sending: dict[str, asyncio.Future[bool]] = {}
         """Cluster mode: transactional id -> the task writing its markers."""
         self._peers: dict[int, tuple[str, int, PeerConnection, asyncio.Lock]] = {}
+        self._verifiers: dict[int, _Verifier] = {}
+        """Cluster mode: coordinator node id -> the batcher of this leader's verifications (KIP-890)."""
+        self._guards: dict[tuple[str, int, int], set[VerificationGuard]] = {}
+        """(topic, partition, producer id) -> the verifications under way there; a marker voids them."""
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: int | None = None
         self._retry: asyncio.TimerHandle | None = None
@@ -173,6 +190,9 @@ class TransactionService:
         for _h, _p, conn, _lock in self._peers.values():
             conn.close()
         self._peers.clear()
+        for v in self._verifiers.values():
+            v.close()
+        self._verifiers.clear()
 
     # ------------------------------------------------------------ cluster mode
     def leadership_changed(self, topic: str, index: int, leader: bool) -> None:
@@ -344,6 +364,79 @@ class TransactionService:
             return ErrorCode.invalid_producer_id_mapping if txn_id else ErrorCode.invalid_request
         return self.shard_of(txn_id).verify(txn_id, producer_id, producer_epoch, topic, partition)
 
+    def verify_partitions(self, txn_id: str, producer_id: int, producer_epoch: int,
+                          partitions: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+        """The coordinator's answer to a partition leader's verification (AddPartitionsToTxn
+        v4+ VerifyOnly): see :meth:`TransactionCoordinatorShard.verify_partitions`;
+        NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS when this broker does not serve ``txn_id``."""
+        if (code := self.owner_error(txn_id)) != ErrorCode.none:
+            return dict.fromkeys(partitions, code)
+        if not self.loaded:
+            return dict.fromkeys(partitions, ErrorCode.invalid_producer_id_mapping if txn_id
+                                 else ErrorCode.invalid_request)
+        return self.shard_of(txn_id).verify_partitions(txn_id, producer_id, producer_epoch, partitions)
+
+    # ------------------------------------------------------------ KIP-890 part 1: the leader's side
+    def start_verification(self, topic: str, partition: int, producer_id: int) -> VerificationGuard:
+        """Before asking the coordinator about a producer's first transactional batch on a
+        partition: a guard that a marker for that producer there voids meanwhile (Kafka's
+        VerificationGuard), so a stale answer never lets a batch into the next transaction."""
+        guard = VerificationGuard()
+        self._guards.setdefault((topic, partition, producer_id), set()).add(guard)
+        return guard
+
+    def end_verification(self, topic: str, partition: int, producer_id: int, guard: VerificationGuard) -> bool:
+        """The append is decided: forget ``guard``; whether no marker voided it."""
+        key = (topic, partition, producer_id)
+        guards = self._guards.get(key)
+        if guards is not None:
+            guards.discard(guard)
+            if not guards:
+                del self._guards[key]
+        return guard.valid
+
+    def marker_written(self, topic: str, partition: int, producer_id: int) -> None:
+        """A commit or abort marker of ``producer_id`` was appended to this leader's partition."""
+        for guard in self._guards.pop((topic, partition, producer_id), ()):
+            guard.valid = False
+
+    async def verify_produce(self, txn_id: str, producer_id: int, producer_epoch: int,
+                             partitions: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+        """Cluster mode, a partition leader before appending a producer's first transactional
+        batch to ``partitions``: the coordinator's answer per partition (its codes, mapped
+        by the caller): asked directly when this broker coordinates ``txn_id``, else with
+        AddPartitionsToTxn v5 VerifyOnly, batched per coordinator as Kafka's
+        AddPartitionsToTxnManager does. COORDINATOR_NOT_AVAILABLE when the coordinator is
+        unknown, NETWORK_EXCEPTION when it does not answer."""
+        p = self.partition_for(txn_id)
+        if self.runtime.owns(p):
+            return self.verify_partitions(txn_id, producer_id, producer_epoch, partitions)
+        view = self.broker.cluster.partition(TRANSACTION_STATE, p)
+        node = -1 if view is None else view.leader
+        if node < 0 or self._closed:
+            return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
+        verifier = self._verifiers.get(node)
+        if verifier is None:
+            verifier = self._verifiers[node] = _Verifier(self, node)
+        future = verifier.submit(txn_id, producer_id, producer_epoch, partitions)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), VERIFY_TIMEOUT_S)
+        except TimeoutError:
+            return dict.fromkeys(partitions, ErrorCode.network_exception)
+
+    def _peer(self, node_id: int, peers: dict[int, Any], purpose: str) -> tuple[PeerConnection, asyncio.Lock] | None:
+        endpoint = next((e for e in self.broker.cluster.brokers() if e.node_id == node_id), None)
+        if endpoint is None:
+            return None
+        peer = peers.get(node_id)
+        if peer is None or (peer[0], peer[1]) != (endpoint.host, endpoint.port):
+            if peer is not None:
+                peer[2].close()
+            conn = PeerConnection(endpoint.host, endpoint.port, f"shoal-{purpose}-{self.broker.node_id}",
+                                  getattr(self.broker, "peer_security", None))
+            peer = peers[node_id] = (endpoint.host, endpoint.port, conn, asyncio.Lock())
+        return peer[2], peer[3]
+
     # ------------------------------------------------------------ markers
     def _complete(self, c: Completion) -> None:
         """Write the markers of ``c`` and record its completion: now (one broker) or by a
@@ -428,17 +521,10 @@ class TransactionService:
                        coordinator_epoch: int) -> set[tuple[str, int]]:
         """One WriteTxnMarkers to ``node_id`` for ``parts``; the partitions written (or
         superseded by a newer epoch)."""
-        endpoint = next((e for e in self.broker.cluster.brokers() if e.node_id == node_id), None)
-        if endpoint is None:
+        peer = self._peer(node_id, self._peers, "txn-markers")
+        if peer is None:
             return set()
-        peer = self._peers.get(node_id)
-        if peer is None or (peer[0], peer[1]) != (endpoint.host, endpoint.port):
-            if peer is not None:
-                peer[2].close()
-            conn = PeerConnection(endpoint.host, endpoint.port, f"shoal-txn-markers-{self.broker.node_id}",
-                                  getattr(self.broker, "peer_security", None))
-            peer = self._peers[node_id] = (endpoint.host, endpoint.port, conn, asyncio.Lock())
-        _host, _port, conn, lock = peer
+        conn, lock = peer
         codec = codec_for(WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION)
         assert codec is not None
         cls = codec.request_type
@@ -600,6 +686,114 @@ class TransactionService:
         self._arm()
 
 
+class VerificationGuard:
+    """One verification under way (see :meth:`TransactionService.start_verification`)."""
+
+    __slots__ = ("valid",)
+
+    def __init__(self) -> None:
+        self.valid = True
+
+
+class _Verifier:
+    """Cluster mode: the verifications this leader asks one coordinator, one request at a
+    time, the ones that came meanwhile sent together in the next (Kafka's
+    AddPartitionsToTxnManager). One entry per transactional id in a request: the
+    partitions of concurrent verifications of the same producer id and epoch are merged,
+    another producer id or epoch waits for the next request."""
+
+    def __init__(self, svc: TransactionService, node_id: int) -> None:
+        self.svc = svc
+        self.node_id = node_id
+        self.pending: list[tuple[str, int, int, list[tuple[str, int]], asyncio.Future[Any]]] = []
+        self.peers: dict[int, Any] = {}
+        self.task: asyncio.Future[None] | None = None
+
+    def submit(self, txn_id: str, producer_id: int, producer_epoch: int,
+               partitions: list[tuple[str, int]]) -> asyncio.Future[dict[tuple[str, int], ErrorCode]]:
+        future: asyncio.Future[dict[tuple[str, int], ErrorCode]] = asyncio.get_running_loop().create_future()
+        self.pending.append((txn_id, producer_id, producer_epoch, partitions, future))
+        if self.task is None or self.task.done():
+            self.task = asyncio.ensure_future(self._run())
+        return future
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+        for _txn_id, _pid, _epoch, parts, future in self.pending:
+            if not future.done():
+                future.set_result(dict.fromkeys(parts, ErrorCode.network_exception))
+        self.pending.clear()
+        for _h, _p, conn, _lock in self.peers.values():
+            conn.close()
+
+    async def _run(self) -> None:
+        while self.pending:
+            batch, self.pending = self.pending, []
+            chosen: dict[str, tuple[int, int, dict[tuple[str, int], None], list[Any]]] = {}
+            later = []
+            for entry in batch:
+                txn_id, pid, epoch, parts, _future = entry
+                c = chosen.get(txn_id)
+                if c is None:
+                    chosen[txn_id] = (pid, epoch, dict.fromkeys(parts), [entry])
+                elif (c[0], c[1]) == (pid, epoch):
+                    c[2].update(dict.fromkeys(parts))
+                    c[3].append(entry)
+                else:
+                    later.append(entry)
+            self.pending[:0] = later
+            codes: dict[str, dict[tuple[str, int], ErrorCode]] = {}
+            try:
+                codes = await self._send({t: (c[0], c[1], list(c[2])) for t, c in chosen.items()})
+            finally:
+                for txn_id, c in chosen.items():
+                    for _t, _pid, _epoch, parts, future in c[3]:
+                        if not future.done():
+                            got = codes.get(txn_id, {})
+                            future.set_result({k: got.get(k, ErrorCode.network_exception) for k in parts})
+
+    async def _send(self, txns: dict[str, tuple[int, int, list[tuple[str, int]]]]
+                    ) -> dict[str, dict[tuple[str, int], ErrorCode]]:
+        def every(code: ErrorCode) -> dict[str, dict[tuple[str, int], ErrorCode]]:
+            return {t: dict.fromkeys(parts, code) for t, (_pid, _epoch, parts) in txns.items()}
+
+        peer = self.svc._peer(self.node_id, self.peers, "txn-verify")
+        if peer is None:
+            return every(ErrorCode.coordinator_not_available)
+        conn, _lock = peer
+        codec = codec_for(ADD_PARTITIONS_TO_TXN, VERIFY_VERSION)
+        assert codec is not None
+        cls = codec.request_type
+        xcls, tcls = sub(cls, "AddPartitionsToTxnTransaction"), sub(cls, "AddPartitionsToTxnTopic")
+        request = make(cls, transactions=tuple(
+            make(xcls, transactional_id=t, producer_id=pid, producer_epoch=epoch, verify_only=True,
+                 topics=tuple(make(tcls, name=name, partitions=tuple(i for n, i in parts if n == name))
+                              for name in dict.fromkeys(n for n, _ in parts)))
+            for t, (pid, epoch, parts) in txns.items()))
+        try:
+            response = await asyncio.wait_for(conn.call(ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, request),
+                                              VERIFY_TIMEOUT_S)
+        except (OSError, TimeoutError, ConnectionError, ValueError) as e:
+            log.info("AddPartitionsToTxn (verification) to broker %d failed: %s", self.node_id, e)
+            conn.close()
+            return every(ErrorCode.network_exception)
+        top = ErrorCode(response.error_code)
+        if top != ErrorCode.none:
+            log.warning("AddPartitionsToTxn (verification) to broker %d: %s", self.node_id, top.name)
+            # a client must not see CLUSTER_AUTHORIZATION_FAILED: the partition is not verified
+            return every(ErrorCode.invalid_txn_state if top == ErrorCode.cluster_authorization_failed else top)
+        out: dict[str, dict[tuple[str, int], ErrorCode]] = {}
+        for r in response.results_by_transaction:
+            codes = out.setdefault(r.transactional_id, {})
+            for t in r.topic_results:
+                for x in t.results_by_partition:
+                    codes[(t.name, int(x.partition_index))] = ErrorCode(x.partition_error_code)
+        if any(c == ErrorCode.not_coordinator for codes in out.values() for c in codes.values()):
+            self.svc.broker.cluster.store.mark_stale()  # the coordinator moved: read the leaders again
+        return out
+
+
 @on_start
 async def _start(broker: Any) -> None:
     svc = TransactionService(broker)
@@ -621,27 +815,64 @@ def _leadership(broker: Any, topic: str, index: int, leader: bool) -> None:
         svc.leadership_changed(topic, index, leader)
 
 
-def check_transactional_produce(broker: Any, txn_id: str, topic: str, partition: int, records: Any) -> None:
-    """Produce with a transactional id: a transactional batch needs its producer's open
-    transaction to hold the partition (one broker; in cluster mode only the partition's
-    producer epoch is checked, by the append). Raises ApiError (INVALID_PRODUCER_ID_MAPPING,
-    INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE); a batch that cannot be framed is left to
-    the validation."""
+_RETRY_VERIFICATION = frozenset({
+    ErrorCode.concurrent_transactions, ErrorCode.network_exception, ErrorCode.coordinator_load_in_progress,
+    ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
+})
+
+
+def verification_error(code: ErrorCode, produce_version: int) -> ApiError | None:
+    """The Produce answer for a partition the coordinator did not verify (Kafka's
+    ReplicaManager and AddPartitionsToTxnManager): PRODUCER_FENCED as INVALID_PRODUCER_EPOCH,
+    TRANSACTION_ABORTABLE from Produce v11 (INVALID_TXN_STATE before), and the errors a
+    client should retry as NOT_ENOUGH_REPLICAS (older clients do not retry the
+    coordinator's errors on a Produce; that one does not refresh metadata either)."""
+    if code == ErrorCode.none:
+        return None
+    if code == ErrorCode.producer_fenced:
+        code = ErrorCode.invalid_producer_epoch
+    if code == ErrorCode.transaction_abortable and produce_version < 11:
+        code = ErrorCode.invalid_txn_state
+    if code in (ErrorCode.invalid_txn_state, ErrorCode.transaction_abortable):
+        return ApiError(code, "Partition was not added to the transaction")
+    if code in _RETRY_VERIFICATION:
+        return ApiError(ErrorCode.not_enough_replicas,
+                        f"Unable to verify the partition has been added to the transaction. Underlying error: "
+                        f"{code.name.upper()}")
+    return ApiError(code)
+
+
+def check_transactional_produce(broker: Any, txn_id: str, topic: str, partition: int, records: Any,
+                                produce_version: int) -> tuple[int, int] | None:
+    """Produce with a transactional id: a transactional batch is appended only if its
+    producer's open transaction holds the partition (KIP-890 part 1). One broker: asked
+    of the coordinator here for every transactional batch; raises ApiError
+    (:func:`verification_error`). Cluster mode: returns (producer id, epoch) when this
+    leader must ask the coordinator first (:meth:`TransactionService.verify_produce`),
+    the producer having no open transaction on the partition yet (a later batch of the
+    transaction needs no question: the coordinator knows, and a marker ends it); None
+    otherwise. A batch that cannot be framed is left to the validation."""
     svc = transaction_service(broker)
     if svc is None:
         raise ApiError(ErrorCode.coordinator_not_available, "the transaction coordinator is not started")
-    if not records or svc.clustered:
-        # cluster mode: the coordinator is another broker's; the partition's producer state
-        # refuses an epoch older than its last marker's (append), as Kafka without KIP-890
-        return
+    if not records:
+        return None
     try:
         h = read_header(memoryview(records), 0)
     except CorruptBatchError:
-        return
+        return None
     if not h.is_transactional:
-        return
-    code = svc.verify(txn_id, h.producer_id, h.producer_epoch, topic, partition)
-    if code != ErrorCode.none:
-        raise ApiError(code, f"producer {h.producer_id} epoch {h.producer_epoch} has no open transaction "
-                             f"of {txn_id!r} holding {topic}-{partition}" if code == ErrorCode.invalid_txn_state
-                       else f"transactional id {txn_id!r}: {code.name}")
+        return None
+    if svc.clustered:
+        try:
+            broker.replicas.leader_replica(topic, partition)
+        except ApiError:
+            return None  # not the leader: the append answers that
+        if h.producer_id in broker.store.partition(topic, partition).txns.ongoing:
+            return None
+        return h.producer_id, h.producer_epoch
+    code = svc.verify_partitions(txn_id, h.producer_id, h.producer_epoch, [(topic, partition)])[(topic, partition)]
+    error = verification_error(code, produce_version)
+    if error is not None:
+        raise error
+    return None

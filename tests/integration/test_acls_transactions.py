@@ -24,6 +24,8 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AclOperation, NewTopic, ResourceType
 from kio.schema.add_offsets_to_txn.v3 import request as addoff3
 from kio.schema.add_partitions_to_txn.v3 import request as add3
+from kio.schema.add_partitions_to_txn.v4 import request as add4
+from kio.schema.add_partitions_to_txn.v5 import request as add5
 from kio.schema.describe_producers.v0 import request as dprod0
 from kio.schema.describe_transactions.v0 import request as dtxn0
 from kio.schema.end_txn.v3 import request as end3
@@ -238,6 +240,23 @@ def test_the_transaction_apis_check_kafkas_acls(secured: BrokerProcess) -> None:
         r = alice.request(markers)
         assert r.markers[0].topics[0].partitions[0].error_code == ErrorCode.cluster_authorization_failed
         assert _describe(root).transaction_state == "Ongoing"
+
+        # AddPartitionsToTxn v4+, a partition leader's question to the coordinator (KIP-890):
+        # CLUSTER_ACTION on the cluster, a top-level CLUSTER_AUTHORIZATION_FAILED otherwise
+        def verify(conn: RawConnection, module: Any, topic: str) -> tuple[int, dict[tuple[str, int], int]]:
+            r = conn.request(module.AddPartitionsToTxnRequest(transactions=(module.AddPartitionsToTxnTransaction(
+                transactional_id="tx-wire", producer_id=pid, producer_epoch=epoch, verify_only=True,
+                topics=(module.AddPartitionsToTxnTopic(name=topic, partitions=(0,)),)),)))
+            return int(r.error_code), {(t.name, int(x.partition_index)): int(x.partition_error_code)
+                                       for res in r.results_by_transaction for t in res.topic_results
+                                       for x in t.results_by_partition}
+
+        assert verify(alice, add5, TOPIC) == (ErrorCode.cluster_authorization_failed, {})
+        assert verify(root, add5, TOPIC) == (ErrorCode.none, {(TOPIC, 0): ErrorCode.none})
+        # a partition the transaction does not hold: TRANSACTION_ABORTABLE from v5
+        assert verify(root, add5, SECRET) == (ErrorCode.none, {(SECRET, 0): ErrorCode.transaction_abortable})
+        assert verify(root, add4, SECRET) == (ErrorCode.none, {(SECRET, 0): ErrorCode.invalid_txn_state})
+        assert [t.topic for t in _describe(root).topics if t.topic == SECRET] == []  # only asked, not added
 
         # EndTxn: WRITE on the transactional id
         assert _end(bob, pid, epoch, False) == denied

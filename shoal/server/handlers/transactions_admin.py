@@ -167,6 +167,7 @@ async def handle_write_txn_markers(ctx: Any, request: Any) -> Any:
                                                      for p in t.partition_indexes)) for t in m.topics))
             for m in request.markers))
     now = ctx.now_ms()
+    txns = transaction_service(broker)
     out = []
     waits: list[tuple[list[list[Any]], int, Any, int]] = []
     for marker in request.markers:
@@ -185,6 +186,8 @@ async def handle_write_txn_markers(ctx: Any, request: Any) -> Any:
                                                       else replica.leader_epoch)
                         if replica is not None:
                             broker.replicas.maybe_advance_hw(replica)
+                        if txns is not None:  # a verification under way for this producer is void
+                            txns.marker_written(t.name, p, marker.producer_id)
                         broker.append_waiters.notify(t.name, p)
                         if t.name == OFFSETS_TOPIC:
                             groups = broker.extensions.get("groups")

@@ -59,7 +59,7 @@ def _service(leaders: dict[tuple[str, int], int]) -> tuple[TransactionService, F
     svc = TransactionService.__new__(TransactionService)
     rt = FakeRuntime(shard)
     svc.broker, svc.runtime, svc.clustered = broker, rt, True
-    svc._closed, svc._sending, svc._peers = False, {}, {}
+    svc._closed, svc._sending, svc._peers, svc._verifiers = False, {}, {}, {}
     svc._timer = svc._timer_at = svc._retry = svc._cleanup = None
     return svc, rt
 
