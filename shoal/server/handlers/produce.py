@@ -321,7 +321,7 @@ def _verify_then_append(broker: Any, txn_id: str,
     pid, epoch = next(iter(producers))
     keys = [k for k, _rec, _r, _p in to_verify]
     guards = {k: svc.start_verification(k[0], k[1], pid) for k in keys}
-    answer = asyncio.ensure_future(svc.verify_produce(txn_id, pid, epoch, keys))
+    answer = asyncio.ensure_future(svc.verify_in_transaction(txn_id, pid, epoch, keys))
     queue = _queue(broker)
     for key, records, r, _p in to_verify:
         prev, mine = queue.enqueue(key)

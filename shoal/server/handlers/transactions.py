@@ -5,7 +5,7 @@ The transaction coordinator's APIs for a transactional producer (transaction ver
 EndTxn v5, KIP-890 part 2's form, is not served). AddPartitionsToTxn v4+ is the
 brokers' form (KIP-890 part 1): a partition leader asks, with VerifyOnly, whether a
 producer's transaction holds a partition before appending its first transactional batch
-there (``txn_service.verify_produce``); only brokers may send it (``security.access``). The work is
+there (``txn_service.verify_in_transaction``); only brokers may send it (``security.access``). The work is
 done by :mod:`shoal.server.txn_service`; InitProducerId is in ``producer_id.py``.
 PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH to versions older than 2, which
 predate it (KIP-588), as Kafka does. In cluster mode AddPartitionsToTxn, AddOffsetsToTxn
@@ -36,6 +36,12 @@ from ..txn_service import transaction_service
 from .metadata import INTERNAL_TOPICS
 
 NOT_SERVED = ErrorCode.transactional_id_authorization_failed
+_OFFSET_VERIFICATION_ERRORS = {
+    # TxnOffsetCommit v0-3 predates TRANSACTION_ABORTABLE; a coordinator that does not
+    # answer is retried as a loading group coordinator (Kafka's maybeConvertOffsetCommitError)
+    ErrorCode.transaction_abortable: ErrorCode.invalid_txn_state,
+    ErrorCode.network_exception: ErrorCode.coordinator_load_in_progress,
+}
 TXN_ID_DENIED = ErrorCode.transactional_id_authorization_failed
 
 
@@ -194,9 +200,16 @@ async def handle_txn_offset_commit(ctx: Any, request: Any) -> Any:
         return answer(lambda t, p: ErrorCode.invalid_group_id)
     groups = group_service(ctx.broker)
     partition = groups.runtime.partition_for_group(request.group_id)
-    code = svc.verify(request.transactional_id, request.producer_id, request.producer_epoch, OFFSETS_TOPIC,
-                      partition)
-    if code == ErrorCode.invalid_producer_epoch:
+    if svc.clustered:
+        # KIP-890 part 1: ask the transactional id's coordinator (often another broker)
+        key = (OFFSETS_TOPIC, partition)
+        code = (await svc.verify_in_transaction(request.transactional_id, request.producer_id,
+                                                request.producer_epoch, [key]))[key]
+        code = _OFFSET_VERIFICATION_ERRORS.get(code, code)
+    else:
+        code = svc.verify(request.transactional_id, request.producer_id, request.producer_epoch, OFFSETS_TOPIC,
+                          partition)
+    if code in (ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced):
         code = fenced_code(ErrorCode.producer_fenced, ctx.api_version, first=3)
     if code != ErrorCode.none:
         return answer(lambda t, p: code)
