@@ -12,7 +12,8 @@ is one record, ``TransactionLogKey`` -> ``TransactionLogValue`` in Kafka's layou
 
 As the other coordinators, request handlers read the state and return a
 :class:`~shoal.coordinator.result.Result` (records, then the response); :meth:`replay`
-applies a durable record. The states are Kafka's (transaction version 1):
+applies a durable record. The states are Kafka's (transaction version 1; version 2,
+KIP-890 part 2, at the end):
 
 * ``Empty`` (InitProducerId gave the producer an epoch) -> ``Ongoing`` (AddPartitionsToTxn,
   AddOffsetsToTxn: the partitions are recorded before the producer writes to them);
@@ -33,6 +34,12 @@ applies a durable record. The states are Kafka's (transaction version 1):
   shell should look next. The pure core reads no clock: every handler takes ``now_ms``;
 * a transactional id with no open transaction whose last change is older than
   ``transactional.id.expiration.ms`` is forgotten (:meth:`expire_ids`: a tombstone).
+
+Transaction version 2 (a producer that adds its partitions through its leaders, Produce
+v12, and ends with EndTxn v5): every end bumps the epoch (the markers carry the new one,
+so a late batch of the ended transaction is refused), the producer goes on with it, and
+an exhausted epoch moves to a new producer id at the completion (``next_producer_id``,
+``prev_producer_id``: the tagged fields of the record's version 1, written only then).
 
 Errors are Kafka's: INVALID_TRANSACTION_TIMEOUT (timeout not in 1..``transaction.max.timeout.ms``),
 INVALID_PRODUCER_ID_MAPPING (unknown transactional id or another producer id),
@@ -87,6 +94,12 @@ class TxnMetadata:
     partitions: set[tuple[str, int]] = field(default_factory=set)
     start_ms: int = -1
     last_update_ms: int = -1
+    client_tv: int = 0
+    """The transaction version the producer uses for the current transaction (2: KIP-890 part 2)."""
+    prev_producer_id: int = -1
+    """Transaction version 2: the producer id before the last epoch overflow (a retried EndTxn of it)."""
+    next_producer_id: int = -1
+    """Transaction version 2, Prepare* on an exhausted epoch: the producer id the completion moves to."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,11 +125,17 @@ def _value(m: TxnMetadata) -> dict[str, Any]:
         "transaction_partitions": [{"topic": t, "partition_ids": ps} for t, ps in by_topic.items()],
         "transaction_last_update_timestamp_ms": m.last_update_ms,
         "transaction_start_timestamp_ms": m.start_ms,
+        "previous_producer_id": m.prev_producer_id,
+        "next_producer_id": m.next_producer_id,
+        "client_transaction_version": m.client_tv,
     }
 
 
 def record_of(m: TxnMetadata) -> CoordinatorRecord:
-    return CoordinatorRecord(0, {"transactional_id": m.transactional_id}, _value(m), 0, TRANSACTION_STATE)
+    """Value version 0 as Kafka writes without transaction version 2; version 1 (the
+    tagged fields of KIP-890 part 2) once the producer uses it."""
+    version = 1 if m.client_tv >= 2 or m.prev_producer_id >= 0 or m.next_producer_id >= 0 else 0
+    return CoordinatorRecord(0, {"transactional_id": m.transactional_id}, _value(m), version, TRANSACTION_STATE)
 
 
 class TransactionCoordinatorShard:
@@ -141,11 +160,15 @@ class TransactionCoordinatorShard:
         self.txns[txn_id] = TxnMetadata(txn_id, int(v["producer_id"]), int(v["producer_epoch"]),
                                         int(v["transaction_timeout_ms"]), state, parts,
                                         int(v["transaction_start_timestamp_ms"]),
-                                        int(v["transaction_last_update_timestamp_ms"]))
+                                        int(v["transaction_last_update_timestamp_ms"]),
+                                        int(v.get("client_transaction_version", 0) or 0),
+                                        int(v.get("previous_producer_id", -1)),
+                                        int(v.get("next_producer_id", -1)))
 
     def _with(self, m: TxnMetadata, now_ms: int, **changes: Any) -> TxnMetadata:
         new = TxnMetadata(m.transactional_id, m.producer_id, m.producer_epoch, m.timeout_ms, m.state,
-                          set(m.partitions), m.start_ms, now_ms)
+                          set(m.partitions), m.start_ms, now_ms, m.client_tv, m.prev_producer_id,
+                          m.next_producer_id)
         for k, val in changes.items():
             setattr(new, k, val)
         return new
@@ -195,17 +218,21 @@ class TransactionCoordinatorShard:
 
     # ------------------------------------------------------------ AddPartitionsToTxn / AddOffsetsToTxn
     def add_partitions(self, txn_id: str, producer_id: int, producer_epoch: int,
-                       partitions: Iterable[tuple[str, int]], now_ms: int) -> Result[ErrorCode]:
+                       partitions: Iterable[tuple[str, int]], now_ms: int, tv2: bool = False) -> Result[ErrorCode]:
+        """AddPartitionsToTxn / AddOffsetsToTxn; ``tv2``: added for a producer of transaction
+        version 2 by its partition leader or group coordinator (Produce v12, TxnOffsetCommit v5)."""
         code, m = self._check(txn_id, producer_id, producer_epoch)
         if m is None:
             return Result.of(code)
         if m.state in _COMPLETING:
             return Result.of(ErrorCode.concurrent_transactions)
         wanted = set(partitions)
-        if m.state == TxnState.ONGOING and wanted <= m.partitions:
+        tv = 2 if tv2 else m.client_tv if m.state == TxnState.ONGOING else 0
+        if m.state == TxnState.ONGOING and wanted <= m.partitions and tv == m.client_tv:
             return Result.of(ErrorCode.none)
         start = m.start_ms if m.state == TxnState.ONGOING else now_ms
-        new = self._with(m, now_ms, state=TxnState.ONGOING, partitions=m.partitions | wanted, start_ms=start)
+        new = self._with(m, now_ms, state=TxnState.ONGOING, partitions=m.partitions | wanted, start_ms=start,
+                         client_tv=tv)
         return Result.of(ErrorCode.none, [record_of(new)])
 
     def verify(self, txn_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int) -> ErrorCode:
@@ -239,7 +266,11 @@ class TransactionCoordinatorShard:
 
     # ------------------------------------------------------------ EndTxn
     def end_txn(self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool,
-                now_ms: int) -> Result[ErrorCode]:
+                now_ms: int, tv2: bool = False, allocate: Callable[[], int] | None = None) -> Result[ErrorCode]:
+        """EndTxn. ``tv2`` (EndTxn v5, KIP-890 part 2): every end bumps the epoch, see
+        :meth:`_end_txn_v2`; ``allocate`` gives the new producer id when the epoch is exhausted."""
+        if tv2:
+            return self._end_txn_v2(txn_id, producer_id, producer_epoch, commit, now_ms, allocate)
         code, m = self._check(txn_id, producer_id, producer_epoch)
         if m is None:
             return Result.of(code)
@@ -254,6 +285,60 @@ class TransactionCoordinatorShard:
             return Result.of(ErrorCode.concurrent_transactions)
         return Result.of(ErrorCode.invalid_txn_state)
 
+    def _end_txn_v2(self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool, now_ms: int,
+                    allocate: Callable[[], int] | None) -> Result[ErrorCode]:
+        """Kafka's endTransaction for transaction version 2: the markers carry the epoch
+        after the producer's (the coordinator's new epoch, answered by EndTxn v5), so any
+        late batch of the ended transaction is refused; an exhausted epoch moves to a new
+        producer id (epoch 0) at the completion. A retried EndTxn is told it completed
+        (its epoch is the one before, or the last of the previous producer id). An abort
+        with no partition added (nothing was sent) is allowed, and bumps the epoch too."""
+        if not txn_id:
+            return Result.of(ErrorCode.invalid_request)
+        m = self.txns.get(txn_id)
+        if m is None or m.state == TxnState.DEAD:
+            return Result.of(ErrorCode.invalid_producer_id_mapping)
+        retry_overflow = m.prev_producer_id == producer_id and producer_epoch == MAX_EPOCH and m.producer_epoch == 0
+        retry_bump = m.producer_epoch == producer_epoch + 1
+        if m.producer_id != producer_id and not retry_overflow:
+            return Result.of(ErrorCode.invalid_producer_id_mapping)
+        s = m.state
+        if s in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            valid = retry_bump
+        elif s in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            valid = retry_bump or retry_overflow or producer_epoch == m.producer_epoch
+        else:
+            valid = producer_epoch == m.producer_epoch
+        if not valid:
+            return Result.of(ErrorCode.producer_fenced)
+        retry = retry_bump or retry_overflow
+        if s == TxnState.ONGOING:
+            return self._prepare_v2(m, commit, now_ms, allocate, False)
+        if s in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            same = (s == TxnState.PREPARE_COMMIT) == commit
+            return Result.of(ErrorCode.concurrent_transactions if same else ErrorCode.invalid_txn_state)
+        if s == TxnState.COMPLETE_COMMIT and commit or s == TxnState.COMPLETE_ABORT and not commit:
+            return Result.of(ErrorCode.none if retry else ErrorCode.invalid_txn_state)
+        if not commit and not retry:  # Empty, CompleteCommit, CompleteAbort: an abort of nothing
+            return self._prepare_v2(m, False, now_ms, allocate, True)
+        return Result.of(ErrorCode.invalid_txn_state)
+
+    def _prepare_v2(self, m: TxnMetadata, commit: bool, now_ms: int, allocate: Callable[[], int] | None,
+                    nothing_added: bool) -> Result[ErrorCode]:
+        next_pid = -1
+        if m.producer_epoch >= MAX_EPOCH:
+            if allocate is None:
+                return Result.of(ErrorCode.concurrent_transactions)  # the shell fetches a producer id first
+            next_pid = allocate()
+        new = self._with(m, now_ms, producer_epoch=m.producer_epoch + 1, client_tv=2, next_producer_id=next_pid,
+                         state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+                         partitions=set() if nothing_added else set(m.partitions),
+                         start_ms=now_ms if nothing_added else m.start_ms)
+        result: Result[ErrorCode] = Result.of(ErrorCode.none, [record_of(new)])
+        result.after = Completion(m.transactional_id, m.producer_id, new.producer_epoch, commit,
+                                  tuple(sorted(new.partitions)))
+        return result
+
     def _prepare(self, m: TxnMetadata, commit: bool, now_ms: int, epoch: int) -> Result[ErrorCode]:
         new = self._with(m, now_ms, producer_epoch=epoch,
                          state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT)
@@ -262,14 +347,27 @@ class TransactionCoordinatorShard:
         return result
 
     def complete(self, c: Completion, now_ms: int) -> Result[ErrorCode]:
-        """The markers of ``c`` are written: record CompleteCommit / CompleteAbort."""
+        """The markers of ``c`` are written: record CompleteCommit / CompleteAbort (transaction
+        version 2 on an exhausted epoch: with the next producer id, epoch 0)."""
         m = self.txns.get(c.transactional_id)
         want = TxnState.PREPARE_COMMIT if c.commit else TxnState.PREPARE_ABORT
         if m is None or m.state != want or m.producer_id != c.producer_id or m.producer_epoch != c.producer_epoch:
             return Result.of(ErrorCode.invalid_txn_state)
-        new = self._with(m, now_ms, state=TxnState.COMPLETE_COMMIT if c.commit else TxnState.COMPLETE_ABORT,
-                         partitions=set())
+        state = TxnState.COMPLETE_COMMIT if c.commit else TxnState.COMPLETE_ABORT
+        if m.next_producer_id >= 0:
+            new = self._with(m, now_ms, state=state, partitions=set(), producer_id=m.next_producer_id,
+                             producer_epoch=0, prev_producer_id=m.producer_id, next_producer_id=-1)
+        else:
+            new = self._with(m, now_ms, state=state, partitions=set())
         return Result.of(ErrorCode.none, [record_of(new)])
+
+    @staticmethod
+    def producer_after_end(m: TxnMetadata) -> tuple[int, int]:
+        """EndTxn v5's answer: the producer id and epoch the producer goes on with (those
+        of the completion, also while its markers are still being written)."""
+        if m.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT) and m.next_producer_id >= 0:
+            return m.next_producer_id, 0
+        return m.producer_id, m.producer_epoch
 
     def pending_completions(self) -> list[Completion]:
         """Transactions replayed in PrepareCommit / PrepareAbort: their markers are still to be written."""

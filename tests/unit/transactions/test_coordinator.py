@@ -155,3 +155,64 @@ def test_verify_partitions_answers_a_partition_leader_as_kafka_does():
     h.apply(s.complete(end.after, 3))
     # the abort marker closed the transaction: a late batch of it is refused
     assert s.verify_partitions("t", 100, 0, [a0]) == {a0: ErrorCode.transaction_abortable}
+
+
+def test_transaction_version_2_bumps_the_epoch_at_every_end():
+    """EndTxn v5 (KIP-890 part 2): the markers and the next transaction use the epoch after
+    the producer's; a retried EndTxn is told it completed; an abort of nothing bumps too."""
+    h = Harness()
+    h.init()
+    s = h.shard
+    shard_cls = TransactionCoordinatorShard
+    assert h.apply(s.add_partitions("t", 100, 0, [("a", 0)], 1, tv2=True)).response == ErrorCode.none
+    end = h.apply(s.end_txn("t", 100, 0, True, 2, tv2=True))
+    assert end.response == ErrorCode.none
+    assert end.after == Completion("t", 100, 1, True, (("a", 0),))  # markers with the bumped epoch
+    assert shard_cls.producer_after_end(s.txns["t"]) == (100, 1)
+    assert h.apply(s.end_txn("t", 100, 0, True, 3, tv2=True)).response == ErrorCode.concurrent_transactions
+    h.apply(s.complete(end.after, 3))
+    assert (s.txns["t"].state, s.txns["t"].producer_epoch) == (TxnState.COMPLETE_COMMIT, 1)
+    assert h.apply(s.end_txn("t", 100, 0, True, 4, tv2=True)).response == ErrorCode.none  # a retry
+    assert h.apply(s.end_txn("t", 100, 0, False, 4, tv2=True)).response == ErrorCode.invalid_txn_state
+    assert h.apply(s.end_txn("t", 100, 1, True, 4, tv2=True)).response == ErrorCode.invalid_txn_state  # nothing open
+    assert h.apply(s.end_txn("t", 100, 3, True, 4, tv2=True)).response == ErrorCode.producer_fenced
+    # the old epoch cannot write into the next transaction
+    assert h.apply(s.add_partitions("t", 100, 0, [("a", 0)], 5, tv2=True)).response == ErrorCode.producer_fenced
+    assert s.verify_partitions("t", 100, 0, [("a", 0)]) == {("a", 0): ErrorCode.producer_fenced}
+    # an abort with no partition added: allowed, bumps the epoch, no marker to write
+    empty = h.apply(s.end_txn("t", 100, 1, False, 6, tv2=True))
+    assert empty.response == ErrorCode.none and empty.after == Completion("t", 100, 2, False, ())
+    h.apply(s.complete(empty.after, 7))
+    assert shard_cls.producer_after_end(s.txns["t"]) == (100, 2)
+    assert h.replayed().txns == s.txns  # the tagged fields of the record's version 1 replay
+
+
+def test_transaction_version_2_moves_to_a_new_producer_id_when_the_epoch_is_exhausted():
+    h = Harness()
+    h.init()
+    s = h.shard
+    s.txns["t"].producer_epoch = MAX_EPOCH
+    h.apply(s.add_partitions("t", 100, MAX_EPOCH, [("a", 0)], 1, tv2=True))
+    assert h.apply(s.end_txn("t", 100, MAX_EPOCH, False, 2, tv2=True)).response == ErrorCode.concurrent_transactions
+    end = h.apply(s.end_txn("t", 100, MAX_EPOCH, False, 2, tv2=True, allocate=lambda: 555))
+    assert end.after == Completion("t", 100, MAX_EPOCH + 1, False, (("a", 0),))
+    assert TransactionCoordinatorShard.producer_after_end(s.txns["t"]) == (555, 0)
+    h.apply(s.complete(end.after, 3))
+    m = s.txns["t"]
+    assert (m.producer_id, m.producer_epoch, m.prev_producer_id, m.next_producer_id) == (555, 0, 100, -1)
+    # the retry of the EndTxn that overflowed is told it completed
+    assert h.apply(s.end_txn("t", 100, MAX_EPOCH, False, 4, tv2=True)).response == ErrorCode.none
+    assert h.replayed().txns == s.txns
+
+
+def test_a_timed_out_transaction_of_version_2_lets_its_producer_abort_and_go_on():
+    h = Harness()
+    h.init()
+    s = h.shard
+    h.apply(s.add_partitions("t", 100, 0, [("a", 0)], 0, tv2=True))
+    fenced = h.apply(s.fence_and_abort("t", 20_000))
+    assert fenced.after.producer_epoch == 1
+    h.apply(s.complete(fenced.after, 20_001))
+    # the producer (epoch 0) learns of it and aborts: told it is done, with epoch 1
+    assert h.apply(s.end_txn("t", 100, 0, False, 20_002, tv2=True)).response == ErrorCode.none
+    assert TransactionCoordinatorShard.producer_after_end(s.txns["t"]) == (100, 1)
