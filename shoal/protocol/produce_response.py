@@ -1,4 +1,4 @@
-"""Produce v3-v11 response bodies without kio (pure).
+"""Produce v3-v12 response bodies without kio (pure).
 
 Every Produce request is answered, and with ``acks=all`` under load the brokers answer
 thousands a second: building kio entities for each partition and walking them with kio's
@@ -54,8 +54,8 @@ def _array_length(out: bytearray, n: int, flexible: bool) -> None:
 
 
 def write_produce_response(version: int, topics: list[tuple[str, list[PartitionResult]]]) -> bytes:
-    """A Produce response body (v3-v11, throttle time 0, no tagged fields)."""
-    if not 3 <= version <= 11:
+    """A Produce response body (v3-v12, throttle time 0, no tagged fields)."""
+    if not 3 <= version <= 12:
         raise ValueError(f"Produce v{version} is not written here")
     flexible = version >= 9
     part = _PART_V5 if version >= 5 else _PART_V3

@@ -313,14 +313,15 @@ class TransactionService:
         return result.response
 
     async def add_partitions(self, txn_id: str, producer_id: int, producer_epoch: int,
-                             partitions: list[tuple[str, int]]) -> ErrorCode:
+                             partitions: list[tuple[str, int]], tv2: bool = False) -> ErrorCode:
         """Answered once the new partitions are durable (an fsync shared with concurrent writes;
-        in cluster mode, on every in-sync replica)."""
+        in cluster mode, on every in-sync replica). ``tv2``: added on behalf of a producer of
+        transaction version 2 by its partition leader or group coordinator."""
         self.ensure_loaded()
         if (code := self.owner_error(txn_id)) != ErrorCode.none:
             return code
         result = self.shard_of(txn_id).add_partitions(txn_id, producer_id, producer_epoch, partitions,
-                                                      self.now_ms())
+                                                      self.now_ms(), tv2)
         try:
             await self.runtime.apply_durable(self.partition_for(txn_id), result)
         except ApiError as e:
@@ -331,14 +332,26 @@ class TransactionService:
             self._arm()
         return result.response
 
-    async def end_txn(self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool) -> ErrorCode:
+    async def end_txn(self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                      tv2: bool = False) -> ErrorCode:
         """Answered once PrepareCommit / PrepareAbort and the markers are durable (the
-        markers' fsyncs run together, off the event loop) and the completion is recorded."""
+        markers' fsyncs run together, off the event loop) and the completion is recorded.
+        ``tv2``: EndTxn v5 (the epoch is bumped; :meth:`producer_after_end` says to what)."""
         self.ensure_loaded()
         if (code := self.owner_error(txn_id)) != ErrorCode.none:
             return code
         p = self.partition_for(txn_id)
-        result = self.shard_of(txn_id).end_txn(txn_id, producer_id, producer_epoch, commit, self.now_ms())
+        fresh: list[int] = []
+        m = self.shard_of(txn_id).txns.get(txn_id)
+        if tv2 and m is not None and m.producer_epoch >= MAX_EPOCH:  # a new producer id at the completion
+            if self.clustered:
+                fresh.append(await self.broker.cluster.allocate_producer_id())
+                if (code := self.owner_error(txn_id)) != ErrorCode.none:
+                    return code
+            else:
+                fresh.append(self.broker.producer_ids.allocate())
+        result = self.shard_of(txn_id).end_txn(txn_id, producer_id, producer_epoch, commit, self.now_ms(), tv2,
+                                               fresh.pop if fresh else None)
         try:
             await self.runtime.apply_durable(p, result)
         except ApiError as e:
@@ -364,6 +377,11 @@ class TransactionService:
         if not self.loaded:
             return ErrorCode.invalid_producer_id_mapping if txn_id else ErrorCode.invalid_request
         return self.shard_of(txn_id).verify(txn_id, producer_id, producer_epoch, topic, partition)
+
+    def producer_after_end(self, txn_id: str) -> tuple[int, int]:
+        """EndTxn v5's producer id and epoch for ``txn_id`` (-1, -1 if unknown here)."""
+        m = self.find(txn_id) if self.runtime.owns(self.partition_for(txn_id)) else None
+        return (-1, -1) if m is None else TransactionCoordinatorShard.producer_after_end(m)
 
     def verify_partitions(self, txn_id: str, producer_id: int, producer_epoch: int,
                           partitions: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
@@ -402,15 +420,20 @@ class TransactionService:
             guard.valid = False
 
     async def verify_in_transaction(self, txn_id: str, producer_id: int, producer_epoch: int,
-                                    partitions: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+                                    partitions: list[tuple[str, int]],
+                                    add: bool = False) -> dict[tuple[str, int], ErrorCode]:
         """Cluster mode, a partition leader before appending a producer's first transactional
         batch to ``partitions`` (or a group coordinator before a TxnOffsetCommit): the
         transaction coordinator's answer per partition (its codes, mapped by the caller): asked directly when this broker coordinates ``txn_id``, else with
         AddPartitionsToTxn v5 VerifyOnly, batched per coordinator as Kafka's
         AddPartitionsToTxnManager does. COORDINATOR_NOT_AVAILABLE when the coordinator is
-        unknown, NETWORK_EXCEPTION when it does not answer."""
+        unknown, NETWORK_EXCEPTION when it does not answer. ``add`` (a producer of
+        transaction version 2): add the partitions to its transaction instead of asking."""
         p = self.partition_for(txn_id)
-        if self.runtime.owns(p):
+        if not self.clustered or self.runtime.owns(p):
+            if add:
+                code = await self.add_partitions(txn_id, producer_id, producer_epoch, partitions, tv2=True)
+                return dict.fromkeys(partitions, code)
             return self.verify_partitions(txn_id, producer_id, producer_epoch, partitions)
         view = self.broker.cluster.partition(TRANSACTION_STATE, p)
         node = -1 if view is None else view.leader
@@ -419,7 +442,7 @@ class TransactionService:
         verifier = self._verifiers.get(node)
         if verifier is None:
             verifier = self._verifiers[node] = _Verifier(self, node)
-        future = verifier.submit(txn_id, producer_id, producer_epoch, partitions)
+        future = verifier.submit(txn_id, producer_id, producer_epoch, partitions, not add)
         try:
             return await asyncio.wait_for(asyncio.shield(future), VERIFY_TIMEOUT_S)
         except TimeoutError:
@@ -697,23 +720,23 @@ class VerificationGuard:
 
 
 class _Verifier:
-    """Cluster mode: the verifications this leader asks one coordinator, one request at a
-    time, the ones that came meanwhile sent together in the next (Kafka's
-    AddPartitionsToTxnManager). One entry per transactional id in a request: the
-    partitions of concurrent verifications of the same producer id and epoch are merged,
-    another producer id or epoch waits for the next request."""
+    """Cluster mode: the verifications (and, for transaction version 2, the additions)
+    this broker asks one coordinator, one request at a time, the ones that came meanwhile
+    sent together in the next (Kafka's AddPartitionsToTxnManager). One entry per
+    transactional id in a request: the partitions of concurrent questions of the same
+    producer id, epoch and kind are merged, another waits for the next request."""
 
     def __init__(self, svc: TransactionService, node_id: int) -> None:
         self.svc = svc
         self.node_id = node_id
-        self.pending: list[tuple[str, int, int, list[tuple[str, int]], asyncio.Future[Any]]] = []
+        self.pending: list[tuple[str, int, int, bool, list[tuple[str, int]], asyncio.Future[Any]]] = []
         self.peers: dict[int, Any] = {}
         self.task: asyncio.Future[None] | None = None
 
-    def submit(self, txn_id: str, producer_id: int, producer_epoch: int,
-               partitions: list[tuple[str, int]]) -> asyncio.Future[dict[tuple[str, int], ErrorCode]]:
+    def submit(self, txn_id: str, producer_id: int, producer_epoch: int, partitions: list[tuple[str, int]],
+               verify_only: bool = True) -> asyncio.Future[dict[tuple[str, int], ErrorCode]]:
         future: asyncio.Future[dict[tuple[str, int], ErrorCode]] = asyncio.get_running_loop().create_future()
-        self.pending.append((txn_id, producer_id, producer_epoch, partitions, future))
+        self.pending.append((txn_id, producer_id, producer_epoch, verify_only, partitions, future))
         if self.task is None or self.task.done():
             self.task = asyncio.ensure_future(self._run())
         return future
@@ -721,7 +744,7 @@ class _Verifier:
     def close(self) -> None:
         if self.task is not None:
             self.task.cancel()
-        for _txn_id, _pid, _epoch, parts, future in self.pending:
+        for _txn_id, _pid, _epoch, _verify_only, parts, future in self.pending:
             if not future.done():
                 future.set_result(dict.fromkeys(parts, ErrorCode.network_exception))
         self.pending.clear()
@@ -731,33 +754,33 @@ class _Verifier:
     async def _run(self) -> None:
         while self.pending:
             batch, self.pending = self.pending, []
-            chosen: dict[str, tuple[int, int, dict[tuple[str, int], None], list[Any]]] = {}
+            chosen: dict[str, tuple[int, int, bool, dict[tuple[str, int], None], list[Any]]] = {}
             later = []
             for entry in batch:
-                txn_id, pid, epoch, parts, _future = entry
+                txn_id, pid, epoch, verify_only, parts, _future = entry
                 c = chosen.get(txn_id)
                 if c is None:
-                    chosen[txn_id] = (pid, epoch, dict.fromkeys(parts), [entry])
-                elif (c[0], c[1]) == (pid, epoch):
-                    c[2].update(dict.fromkeys(parts))
-                    c[3].append(entry)
+                    chosen[txn_id] = (pid, epoch, verify_only, dict.fromkeys(parts), [entry])
+                elif (c[0], c[1], c[2]) == (pid, epoch, verify_only):
+                    c[3].update(dict.fromkeys(parts))
+                    c[4].append(entry)
                 else:
                     later.append(entry)
             self.pending[:0] = later
             codes: dict[str, dict[tuple[str, int], ErrorCode]] = {}
             try:
-                codes = await self._send({t: (c[0], c[1], list(c[2])) for t, c in chosen.items()})
+                codes = await self._send({t: (c[0], c[1], c[2], list(c[3])) for t, c in chosen.items()})
             finally:
                 for txn_id, c in chosen.items():
-                    for _t, _pid, _epoch, parts, future in c[3]:
+                    for _t, _pid, _epoch, _verify_only, parts, future in c[4]:
                         if not future.done():
                             got = codes.get(txn_id, {})
                             future.set_result({k: got.get(k, ErrorCode.network_exception) for k in parts})
 
-    async def _send(self, txns: dict[str, tuple[int, int, list[tuple[str, int]]]]
+    async def _send(self, txns: dict[str, tuple[int, int, bool, list[tuple[str, int]]]]
                     ) -> dict[str, dict[tuple[str, int], ErrorCode]]:
         def every(code: ErrorCode) -> dict[str, dict[tuple[str, int], ErrorCode]]:
-            return {t: dict.fromkeys(parts, code) for t, (_pid, _epoch, parts) in txns.items()}
+            return {t: dict.fromkeys(parts, code) for t, (_pid, _epoch, _v, parts) in txns.items()}
 
         peer = self.svc._peer(self.node_id, self.peers, "txn-verify")
         if peer is None:
@@ -768,10 +791,10 @@ class _Verifier:
         cls = codec.request_type
         xcls, tcls = sub(cls, "AddPartitionsToTxnTransaction"), sub(cls, "AddPartitionsToTxnTopic")
         request = make(cls, transactions=tuple(
-            make(xcls, transactional_id=t, producer_id=pid, producer_epoch=epoch, verify_only=True,
+            make(xcls, transactional_id=t, producer_id=pid, producer_epoch=epoch, verify_only=verify_only,
                  topics=tuple(make(tcls, name=name, partitions=tuple(i for n, i in parts if n == name))
                               for name in dict.fromkeys(n for n, _ in parts)))
-            for t, (pid, epoch, parts) in txns.items()))
+            for t, (pid, epoch, verify_only, parts) in txns.items()))
         try:
             response = await asyncio.wait_for(conn.call(ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, request),
                                               VERIFY_TIMEOUT_S)
@@ -848,7 +871,9 @@ def check_transactional_produce(broker: Any, txn_id: str, topic: str, partition:
     """Produce with a transactional id: a transactional batch is appended only if its
     producer's open transaction holds the partition (KIP-890 part 1). One broker: asked
     of the coordinator here for every transactional batch; raises ApiError
-    (:func:`verification_error`). Cluster mode: returns (producer id, epoch) when this
+    (:func:`verification_error`); Produce v12 (transaction version 2, KIP-890 part 2):
+    the producer's first batch on the partition returns (producer id, epoch), to be
+    added to its transaction first. Cluster mode: returns (producer id, epoch) when this
     leader must ask the coordinator first (:meth:`TransactionService.verify_in_transaction`),
     the producer having no open transaction on the partition yet (a later batch of the
     transaction needs no question: the coordinator knows, and a marker ends it); None
@@ -872,6 +897,8 @@ def check_transactional_produce(broker: Any, txn_id: str, topic: str, partition:
         if h.producer_id in broker.store.partition(topic, partition).txns.ongoing:
             return None
         return h.producer_id, h.producer_epoch
+    if produce_version >= 12 and h.producer_id not in broker.store.partition(topic, partition).txns.ongoing:
+        return h.producer_id, h.producer_epoch  # transaction version 2: added to the transaction first
     code = svc.verify_partitions(txn_id, h.producer_id, h.producer_epoch, [(topic, partition)])[(topic, partition)]
     error = verification_error(code, produce_version)
     if error is not None:

@@ -15,10 +15,14 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import KafkaException, Producer, TopicPartition
 from kio.schema.add_partitions_to_txn.v3 import request as add3
+from kio.schema.api_versions.v3 import request as versions3
 from kio.schema.end_txn.v3 import request as end3
+from kio.schema.end_txn.v5 import request as end5
 from kio.schema.errors import ErrorCode
 from kio.schema.init_producer_id.v4 import request as init4
 from kio.schema.produce.v9 import request as produce9
+from kio.schema.produce.v12 import request as produce12
+from kio.schema.txn_offset_commit.v5 import request as tcommit5
 
 from shoal.protocol.batch import build_batch
 from tests.support.broker import BrokerProcess
@@ -256,3 +260,63 @@ def test_compressed_transactional_batches_keep_their_transaction(broker: BrokerP
     produce_txn(p, topic_name, committed[100:], 2, commit=True)
     assert sorted(read_all(broker.bootstrap, topic_name, 2, "read_committed", 200)) == sorted(committed)
     assert sorted(read_all(broker.bootstrap, topic_name, 2, "read_uncommitted", 400)) == sorted(committed + aborted)
+
+
+def test_transaction_version_2_on_the_wire(start_broker: Callable[..., BrokerProcess], topic_name: str) -> None:
+    """KIP-890 part 2, as Apache Kafka's Java client uses it once ApiVersions finalizes
+    ``transaction.version`` 2: no AddPartitionsToTxn / AddOffsetsToTxn (Produce v12 and
+    TxnOffsetCommit v5 add the partitions), and EndTxn v5 bumps the epoch at every end."""
+    b = start_broker()
+    create_topic(b.bootstrap, topic_name, partitions=1)
+    with RawConnection(b.bootstrap) as conn:
+        v = conn.request(versions3.ApiVersionsRequest(client_software_name="t", client_software_version="1"), 1)
+        assert [(f.name, f.min_version_level, f.max_version_level) for f in v.finalized_features] == [
+            ("transaction.version", 2, 2)]
+        assert [(f.name, f.max_version) for f in v.supported_features] == [("transaction.version", 2)]
+        code, pid, epoch = _init(conn, "tx-v2", 10000, 2)
+        assert code == ErrorCode.none and epoch == 0
+
+        def produce(epoch: int, seq: int, cid: int) -> tuple[int, int]:
+            data = build_batch([(None, b"v", (), int(time.time() * 1000))], producer_id=pid, producer_epoch=epoch,
+                               base_sequence=seq, transactional=True)
+            r = conn.request(produce12.ProduceRequest(
+                transactional_id="tx-v2", acks=-1, timeout=datetime.timedelta(seconds=5),
+                topic_data=(produce12.TopicProduceData(name=topic_name, partition_data=(
+                    produce12.PartitionProduceData(index=0, records=data),)),)), cid).responses[0]
+            return int(r.partition_responses[0].error_code), int(r.partition_responses[0].base_offset)
+
+        def end(epoch: int, commit: bool, cid: int) -> tuple[int, int, int]:
+            r = conn.request(end5.EndTxnRequest(transactional_id="tx-v2", producer_id=pid, producer_epoch=epoch,
+                                                committed=commit), cid)
+            return int(r.error_code), int(r.producer_id), int(r.producer_epoch)
+
+        assert produce(0, 0, 3) == (ErrorCode.none, 0)  # the leader added the partition
+        r = conn.request(tcommit5.TxnOffsetCommitRequest(
+            transactional_id="tx-v2", group_id="g-v2", producer_id=pid, producer_epoch=0, generation_id=-1,
+            member_id="", group_instance_id=None, topics=(tcommit5.TxnOffsetCommitRequestTopic(
+                name=topic_name, partitions=(tcommit5.TxnOffsetCommitRequestPartition(
+                    partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata=""),)),)),
+            4)
+        assert r.topics[0].partitions[0].error_code == ErrorCode.none  # the offsets partition added here
+        assert end(0, True, 5) == (ErrorCode.none, pid, 1)  # committed; go on with epoch 1
+        assert end(0, True, 6) == (ErrorCode.none, pid, 1)  # a retry is told the same
+        # a late batch of the committed transaction: the marker's epoch refuses it
+        assert produce(0, 1, 7) == (ErrorCode.invalid_producer_epoch, -1)
+        assert end(1, True, 8)[0] == ErrorCode.invalid_txn_state  # nothing open to commit
+        assert produce(1, 0, 9) == (ErrorCode.none, 2)  # the next transaction (after the marker at 1)
+        assert end(1, False, 10) == (ErrorCode.none, pid, 2)
+        assert end(1, False, 11) == (ErrorCode.none, pid, 2)
+        assert end(3, False, 12)[0] == ErrorCode.producer_fenced
+    c = consumer(b.bootstrap, **{"isolation.level": "read_committed"})
+    try:
+        c.assign([TopicPartition(topic_name, 0, 0)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not got:
+            m = c.poll(1)
+            if m is not None and not m.error():
+                got.append(m.value())
+        got += [m.value() for m in iter(lambda: c.poll(2), None) if not m.error()]  # nothing more comes
+    finally:
+        c.close()
+    assert got == [b"v"]  # the committed record only

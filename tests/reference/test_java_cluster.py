@@ -71,3 +71,22 @@ def test_share_consumers_on_a_cluster(cluster: LocalCluster, java) -> None:
         want = [(1, "J")] if i % 100 == 1 else [(1, "R"), (2, "A")] if i % 50 == 0 else [(1, "A")]
         assert got == want, (i, got)
     assert out.start_offsets == {0: (n, 0)}
+
+
+def test_transactions_of_version_2_on_a_cluster(cluster: LocalCluster, java) -> None:
+    """KafkaProducer with transaction version 2 (finalized by shoal): the partition leaders
+    add the partitions (AddPartitionsToTxn v5 to the coordinator, often another broker),
+    the group coordinator the offsets partition (TxnOffsetCommit v5), EndTxn v5 bumps the
+    epoch; consume-transform-produce with random aborts delivers every input once."""
+    src, dst, n = "jc-tx-in", "jc-tx-out", 600
+    for t in (src, dst):
+        run_tool("kafka-topics", "--bootstrap-server", cluster.bootstrap, "--create", "--topic", t,
+                 "--partitions", "2", "--replication-factor", "3")
+    proc = java("TxnDriver").run("ctp", cluster.bootstrap, src, dst, str(n), "classic")
+    info = dict(line.split(" ", 1) for line in tagged_lines(proc.stdout, "I"))
+    assert int(info["done"]) == n and int(info["aborts"]) > 0, proc.stdout[-2000:]
+    assert Counter(tagged_lines(proc.stdout, "R")) == Counter(f"out-{i}" for i in range(n)), proc.stderr[-3000:]
+
+
+def tagged_lines(stdout: str, tag: str) -> list[str]:
+    return [line[len(tag) + 1:] for line in stdout.splitlines() if line.startswith(tag + " ")]

@@ -5,6 +5,11 @@
   read_committed consumer of the output sees every input exactly once;
 * a zombie producer with the same transactional.id is fenced: its send or commit fails,
   and nothing it wrote becomes visible.
+
+shoal finalizes ``transaction.version`` 2, so the Java client uses KIP-890 part 2 (its
+partitions added by the leaders through Produce v12, TxnOffsetCommit v5, EndTxn v5 that
+bumps the producer epoch at every end): after the loop the coordinator's epoch for the
+producer counts its transactions.
 """
 
 from __future__ import annotations
@@ -12,8 +17,10 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from kio.schema.describe_transactions.v0 import request as dtxn0
 
 from tests.support.kafka_ref import run_tool
+from tests.support.wire import RawConnection
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
@@ -32,6 +39,11 @@ def test_consume_transform_produce_exactly_once(shoal, java, protocol: str) -> N
     assert int(info["done"]) == n and int(info["aborts"]) > 0, proc.stdout[-2000:]
     got = Counter(_lines(proc.stdout, "R"))
     assert got == Counter(f"out-{i}" for i in range(n)), proc.stderr[-3000:]
+    # transaction version 2: one epoch bump per transaction (commits and aborts), none with version 1
+    with RawConnection(shoal.bootstrap) as conn:
+        st = conn.request(dtxn0.DescribeTransactionsRequest(transactional_ids=(f"java-ctp-{protocol}",)))
+    state = st.transaction_states[0]
+    assert state.error_code == 0 and state.producer_epoch > int(info["aborts"]), state
 
 
 def test_a_zombie_java_producer_is_fenced(shoal, java) -> None:

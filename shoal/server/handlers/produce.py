@@ -1,4 +1,4 @@
-"""Produce (key 0), v3-v11: record batch v2 bytes appended as they came.
+"""Produce (key 0), v3-v12: record batch v2 bytes appended as they came.
 
 A request without a transactional id that holds a batch with the transactional bit is
 refused as a whole, every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka
@@ -10,7 +10,9 @@ broker every transactional batch is checked; in cluster mode the leader asks the
 coordinator (often another broker) before the producer's first transactional batch on
 the partition, which waits meanwhile in the partition's queue (``_verify_then_append``),
 and later batches of the transaction are checked by the partition's producer state
-(INVALID_PRODUCER_EPOCH below the last marker's epoch).
+(INVALID_PRODUCER_EPOCH below the last marker's epoch). Produce v12 (transaction
+version 2, KIP-890 part 2): the producer does not add its partitions itself; the
+leader adds the partition to the transaction before its first batch there.
 With an authorizer, a request with a transactional batch also needs WRITE on its
 TRANSACTIONAL_ID, else it is refused as a whole the same way (as Kafka does).
 
@@ -144,7 +146,7 @@ def _validate(records: Any, plog: Any) -> Any:
                                   log_append_time=cfg.log_append_time, require_keys=cfg.compact)
 
 
-@api(0, 3, 11)
+@api(0, 3, 12)
 def handle_produce(ctx: Any, request: Any) -> Any:
     broker = ctx.broker
     store = broker.store
@@ -307,9 +309,10 @@ async def _wait_flushes(broker: Any, flushes: list[Flush]) -> None:
 def _verify_then_append(broker: Any, txn_id: str,
                         to_verify: list[tuple[tuple[str, int], Any, dict[str, Any], tuple[int, int]]],
                         ecls: type | None, acks: int, timeout_ms: int, version: int, flushes: list[Flush]) -> None:
-    """Cluster mode, KIP-890 part 1: the first transactional batches of a producer on these
-    partitions wait for the coordinator's word (one question for all of them), each
-    queued behind its partition's earlier produces, and later ones behind it."""
+    """KIP-890: the first transactional batches of a producer on these partitions wait for
+    the coordinator's word (cluster mode: is each in the transaction; Produce v12: each
+    added to it; one question for all of them), each queued behind its partition's
+    earlier produces, and later ones behind it."""
     svc = transaction_service(broker)
     assert svc is not None
     producers = {producer for _k, _rec, _r, producer in to_verify}
@@ -321,7 +324,8 @@ def _verify_then_append(broker: Any, txn_id: str,
     pid, epoch = next(iter(producers))
     keys = [k for k, _rec, _r, _p in to_verify]
     guards = {k: svc.start_verification(k[0], k[1], pid) for k in keys}
-    answer = asyncio.ensure_future(svc.verify_in_transaction(txn_id, pid, epoch, keys))
+    # Produce v12 (transaction version 2): the leader adds the partitions to the transaction
+    answer = asyncio.ensure_future(svc.verify_in_transaction(txn_id, pid, epoch, keys, add=version >= 12))
     queue = _queue(broker)
     for key, records, r, _p in to_verify:
         prev, mine = queue.enqueue(key)

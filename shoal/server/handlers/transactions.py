@@ -1,8 +1,9 @@
-"""AddPartitionsToTxn (24) v0-v5, AddOffsetsToTxn (25) v0-v4, EndTxn (26) v0-v4,
-TxnOffsetCommit (28) v0-v3.
+"""AddPartitionsToTxn (24) v0-v5, AddOffsetsToTxn (25) v0-v4, EndTxn (26) v0-v5,
+TxnOffsetCommit (28) v0-v5.
 
-The transaction coordinator's APIs for a transactional producer (transaction version 1:
-EndTxn v5, KIP-890 part 2's form, is not served). AddPartitionsToTxn v4+ is the
+The transaction coordinator's APIs for a transactional producer, transaction versions 1
+and 2 (KIP-890 part 2: EndTxn v5 bumps the epoch at every end; the producer's partitions
+are added by their leaders, Produce v12, and its offsets partition by TxnOffsetCommit v5). AddPartitionsToTxn v4+ is the
 brokers' form (KIP-890 part 1): a partition leader asks, with VerifyOnly, whether a
 producer's transaction holds a partition before appending its first transactional batch
 there (``txn_service.verify_in_transaction``); only brokers may send it (``security.access``). The work is
@@ -124,7 +125,9 @@ async def _add_partitions_for_brokers(ctx: Any, request: Any) -> Any:
         elif txn.verify_only:
             code_of = svc.verify_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted)
         else:
-            code = await svc.add_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted)
+            # v4+ comes from a broker for a producer of transaction version 2 (as Kafka infers)
+            code = await svc.add_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted,
+                                            tv2=True)
             code_of = dict.fromkeys(wanted, code)
         if ctx.api_version < 5:
             code_of = {k: ErrorCode.invalid_txn_state if c == ErrorCode.transaction_abortable else c
@@ -160,24 +163,33 @@ async def handle_add_offsets_to_txn(ctx: Any, request: Any) -> Any:
     return make(cls, throttle_time=0, error_code=fenced_code(code, ctx.api_version))
 
 
-@api(26, 0, 4)
+@api(26, 0, 5)
 async def handle_end_txn(ctx: Any, request: Any) -> Any:
+    """v5 is transaction version 2's (KIP-890 part 2): the epoch is bumped at every end and
+    the answer carries the producer id and epoch to go on with (-1 on an error)."""
     cls = ctx.response_type
+    none = {"producer_id": -1, "producer_epoch": -1}
     if not txn_id_allowed(ctx, request.transactional_id):
-        return make(cls, throttle_time=0, error_code=TXN_ID_DENIED)
+        return make(cls, throttle_time=0, error_code=TXN_ID_DENIED, **none)
     svc = transaction_service(ctx.broker)
     if svc is None:
-        return make(cls, throttle_time=0, error_code=NOT_SERVED)
+        return make(cls, throttle_time=0, error_code=NOT_SERVED, **none)
+    tv2 = ctx.api_version >= 5
     code = await svc.end_txn(request.transactional_id, request.producer_id, request.producer_epoch,
-                             bool(request.committed))
-    return make(cls, throttle_time=0, error_code=fenced_code(code, ctx.api_version))
+                             bool(request.committed), tv2)
+    if tv2 and code == ErrorCode.none:
+        pid, epoch = svc.producer_after_end(request.transactional_id)
+        return make(cls, throttle_time=0, error_code=code, producer_id=pid, producer_epoch=epoch)
+    return make(cls, throttle_time=0, error_code=fenced_code(code, ctx.api_version), **none)
 
 
-@api(28, 0, 3)
+@api(28, 0, 5)
 async def handle_txn_offset_commit(ctx: Any, request: Any) -> Any:
     """Offsets committed in a transaction: pending in the group coordinator until the
     transaction's marker reaches the group's ``__consumer_offsets`` partition. The
-    producer's transaction must be open and hold that partition (AddOffsetsToTxn)."""
+    producer's transaction must be open and hold that partition (AddOffsetsToTxn); v5
+    (transaction version 2) adds it to the transaction here instead. TRANSACTION_ABORTABLE
+    is answered from v4 (INVALID_TXN_STATE before)."""
     cls = ctx.response_type
     tcls = sub(cls, "TxnOffsetCommitResponseTopic")
     pcls = sub(cls, "TxnOffsetCommitResponsePartition")
@@ -200,12 +212,14 @@ async def handle_txn_offset_commit(ctx: Any, request: Any) -> Any:
         return answer(lambda t, p: ErrorCode.invalid_group_id)
     groups = group_service(ctx.broker)
     partition = groups.runtime.partition_for_group(request.group_id)
-    if svc.clustered:
-        # KIP-890 part 1: ask the transactional id's coordinator (often another broker)
+    if svc.clustered or ctx.api_version >= 5:
+        # KIP-890: ask the transactional id's coordinator (often another broker); v5: add the
+        # partition to the transaction
         key = (OFFSETS_TOPIC, partition)
         code = (await svc.verify_in_transaction(request.transactional_id, request.producer_id,
-                                                request.producer_epoch, [key]))[key]
-        code = _OFFSET_VERIFICATION_ERRORS.get(code, code)
+                                                request.producer_epoch, [key], add=ctx.api_version >= 5))[key]
+        if code != ErrorCode.transaction_abortable or ctx.api_version < 4:
+            code = _OFFSET_VERIFICATION_ERRORS.get(code, code)
     else:
         code = svc.verify(request.transactional_id, request.producer_id, request.producer_epoch, OFFSETS_TOPIC,
                           partition)

@@ -54,7 +54,7 @@ def kio_bytes(version: int, topics: list) -> bytes:
 
 
 @settings(max_examples=100, deadline=None)
-@pytest.mark.parametrize("version", range(3, 12))
+@pytest.mark.parametrize("version", range(3, 13))
 @given(topics=st.lists(st.tuples(st.text(min_size=1, max_size=20), results), max_size=4))
 def test_the_writer_writes_what_kio_writes(version: int, topics: list) -> None:
     if version < 8:  # no error message or record errors before v8
@@ -63,6 +63,6 @@ def test_the_writer_writes_what_kio_writes(version: int, topics: list) -> None:
 
 
 def test_other_versions_are_refused() -> None:
-    for version in (2, 12):
+    for version in (2, 13):
         with pytest.raises(ValueError):
             write_produce_response(version, [])
