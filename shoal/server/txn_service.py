@@ -432,7 +432,10 @@ class TransactionService:
         p = self.partition_for(txn_id)
         if not self.clustered or self.runtime.owns(p):
             if add:
-                code = await self.add_partitions(txn_id, producer_id, producer_epoch, partitions, tv2=True)
+                try:
+                    code = await self.add_partitions(txn_id, producer_id, producer_epoch, partitions, tv2=True)
+                except ApiError as e:  # one broker: the record could not be written
+                    code = e.error_code
                 return dict.fromkeys(partitions, code)
             return self.verify_partitions(txn_id, producer_id, producer_epoch, partitions)
         view = self.broker.cluster.partition(TRANSACTION_STATE, p)
