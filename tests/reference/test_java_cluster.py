@@ -7,15 +7,19 @@ whose leader, group coordinator and share coordinator may be three different bro
 
 from __future__ import annotations
 
+import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaException, TopicPartition
 
+from shoal.client.connection import Connection
 from tests.reference.conftest import SHOAL_OVERRIDES
 from tests.reference.driver import parse
 from tests.reference.test_java_clients import CODECS, records, tagged
+from tests.support.clients import consumer, wait_until
 from tests.support.cluster import LocalCluster
 from tests.support.kafka_ref import run_tool
 
@@ -86,6 +90,60 @@ def test_transactions_of_version_2_on_a_cluster(cluster: LocalCluster, java) -> 
     info = dict(line.split(" ", 1) for line in tagged_lines(proc.stdout, "I"))
     assert int(info["done"]) == n and int(info["aborts"]) > 0, proc.stdout[-2000:]
     assert Counter(tagged_lines(proc.stdout, "R")) == Counter(f"out-{i}" for i in range(n)), proc.stderr[-3000:]
+
+
+def test_transactions_of_version_2_survive_the_coordinators_kill(tmp_path: Path, java) -> None:
+    """The same loop while the broker coordinating its transactional id is killed with
+    SIGKILL in the middle: the Java client finds the new coordinator (which finishes or
+    aborts what was left) and the output still holds every input exactly once."""
+    src, dst, n = "jk-tx-in", "jk-tx-out", 3000
+    with LocalCluster(tmp_path, brokers=3, overrides=SHOAL_OVERRIDES) as c:
+        for t in (src, dst):
+            run_tool("kafka-topics", "--bootstrap-server", c.bootstrap, "--create", "--topic", t,
+                     "--partitions", "2", "--replication-factor", "3")
+        prog = java("TxnDriver")
+        with subprocess.Popen(prog.command("ctp", c.bootstrap, src, dst, str(n), "classic"), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) as proc:
+            try:
+                # some transactions committed (the consumer group has offsets): kill the coordinator
+                wait_until("committed transactions", lambda: _committed(c.bootstrap, "java-ctp-classic", src) > 300,
+                           timeout_s=120, interval_s=0.5)
+                victim = wait_until("the coordinator", lambda: _txn_coordinator(c, "java-ctp-classic"), timeout_s=30)
+                assert proc.poll() is None, "the loop ended before the kill"
+                c.broker_for(victim).kill()
+                out, err = proc.communicate(timeout=400)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+        assert proc.returncode == 0, err[-3000:]
+        info = dict(line.split(" ", 1) for line in tagged_lines(out, "I"))
+        assert int(info["done"]) == n and int(info["aborts"]) > 0, out[-2000:]
+        assert Counter(tagged_lines(out, "R")) == Counter(f"out-{i}" for i in range(n)), err[-3000:]
+        assert _txn_coordinator(c, "java-ctp-classic") not in (victim, None)
+
+
+def _committed(bootstrap: str, group: str, topic: str) -> int:
+    try:
+        c = consumer(bootstrap, **{"group.id": group})
+        try:
+            return sum(max(tp.offset, 0) for tp in c.committed([TopicPartition(topic, p) for p in (0, 1)], timeout=5))
+        finally:
+            c.close()
+    except KafkaException:
+        return 0
+
+
+def _txn_coordinator(c: LocalCluster, txn_id: str) -> int | None:
+    for b in c.brokers:
+        if not b.is_alive():
+            continue
+        try:
+            with Connection.to(b.bootstrap, timeout_s=5) as conn:
+                r = conn.call(10, 4, key_type=1, coordinator_keys=(txn_id,)).coordinators[0]
+        except (OSError, ConnectionError):
+            continue
+        return int(r.node_id) if int(r.error_code) == 0 else None
+    return None
 
 
 def tagged_lines(stdout: str, tag: str) -> list[str]:
