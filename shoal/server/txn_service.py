@@ -50,9 +50,9 @@ CompleteAbort recorded. A coordinator that takes over a partition sends the mark
 every transaction it finds in PrepareCommit / PrepareAbort again. EndTxn is answered
 once the Prepare record is replicated and the markers are written, or after
 ``END_TXN_MARKER_WAIT_S`` with the markers still being retried (the outcome is decided;
-as Kafka, which answers before its markers). TxnOffsetCommit is checked against the
-transaction here when this broker coordinates the transactional id too, else asked of
-its coordinator as a Produce's first batch is (below).
+as Kafka, which answers before its markers). A TxnOffsetCommit's group coordinator asks
+the transactional id's coordinator whether the transaction holds the group's offsets
+partition, as a Produce's first batch is asked about (below).
 
 KIP-890 part 1 (no hanging transaction): a partition leader asks the coordinator
 before appending a producer's first transactional batch on a partition (one with no
@@ -370,13 +370,6 @@ class TransactionService:
             # be written now it is retried, and clients see CONCURRENT_TRANSACTIONS meanwhile
             await self._finish_durable(result.after)
         return result.response
-
-    def verify(self, txn_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int) -> ErrorCode:
-        if self.clustered and not self.runtime.owns(self.partition_for(txn_id)):
-            return ErrorCode.none  # coordinated elsewhere: the partitions' producer epochs fence
-        if not self.loaded:
-            return ErrorCode.invalid_producer_id_mapping if txn_id else ErrorCode.invalid_request
-        return self.shard_of(txn_id).verify(txn_id, producer_id, producer_epoch, topic, partition)
 
     def producer_after_end(self, txn_id: str) -> tuple[int, int]:
         """EndTxn v5's producer id and epoch for ``txn_id`` (-1, -1 if unknown here)."""

@@ -212,17 +212,13 @@ async def handle_txn_offset_commit(ctx: Any, request: Any) -> Any:
         return answer(lambda t, p: ErrorCode.invalid_group_id)
     groups = group_service(ctx.broker)
     partition = groups.runtime.partition_for_group(request.group_id)
-    if svc.clustered or ctx.api_version >= 5:
-        # KIP-890: ask the transactional id's coordinator (often another broker); v5: add the
-        # partition to the transaction
-        key = (OFFSETS_TOPIC, partition)
-        code = (await svc.verify_in_transaction(request.transactional_id, request.producer_id,
-                                                request.producer_epoch, [key], add=ctx.api_version >= 5))[key]
-        if code != ErrorCode.transaction_abortable or ctx.api_version < 4:
-            code = _OFFSET_VERIFICATION_ERRORS.get(code, code)
-    else:
-        code = svc.verify(request.transactional_id, request.producer_id, request.producer_epoch, OFFSETS_TOPIC,
-                          partition)
+    # KIP-890: ask the transactional id's coordinator (in a cluster often another broker)
+    # whether the transaction holds the group's offsets partition; v5: add it
+    key = (OFFSETS_TOPIC, partition)
+    code = (await svc.verify_in_transaction(request.transactional_id, request.producer_id,
+                                            request.producer_epoch, [key], add=ctx.api_version >= 5))[key]
+    if code != ErrorCode.transaction_abortable or ctx.api_version < 4:
+        code = _OFFSET_VERIFICATION_ERRORS.get(code, code)
     if code in (ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced):
         code = fenced_code(ErrorCode.producer_fenced, ctx.api_version, first=3)
     if code != ErrorCode.none:
