@@ -54,3 +54,11 @@ def test_a_zombie_java_producer_is_fenced(shoal, java) -> None:
     assert len(errors) == 1 and errors[0].split()[1] in ("ProducerFencedException", "InvalidProducerEpochException"), \
         proc.stdout
     assert _lines(proc.stdout, "R") == ["fresh"]
+
+
+def test_kafka_features_describes_transaction_version_2(shoal) -> None:
+    """Kafka's kafka-features tool reads the feature from ApiVersions as the clients do."""
+    out = run_tool("org.apache.kafka.tools.FeatureCommand", "--bootstrap-server", shoal.bootstrap, "describe").stdout
+    fields = [line.split() for line in out.splitlines() if "transaction.version" in line]
+    assert len(fields) == 1 and fields[0][fields[0].index("FinalizedVersionLevel:") + 1] == "2", out
+    assert fields[0][fields[0].index("SupportedMaxVersion:") + 1] == "2", out
