@@ -94,7 +94,7 @@ from .runtime import CoordinatorRuntime
 log = logging.getLogger("shoal.transactions")
 
 __all__ = ["TransactionService", "transaction_service", "check_transactional_produce", "verification_error",
-           "TRANSACTION_STATE"]
+           "has_ongoing_transaction", "TRANSACTION_STATE"]
 
 RETRY_MARKERS_S = 1.0
 END_TXN_MARKER_WAIT_S = 10.0
@@ -835,6 +835,17 @@ def _leadership(broker: Any, topic: str, index: int, leader: bool) -> None:
         svc.leadership_changed(topic, index, leader)
 
 
+def has_ongoing_transaction(plog: Any, producer_id: int, producer_epoch: int) -> bool:
+    """Whether the partition has an open transaction of this producer id at this epoch
+    (Kafka's hasOngoingTransaction): a batch of it needs no question to the coordinator.
+    Another epoch (transaction version 2 bumps it at every end) is a new transaction,
+    even while the previous one's marker has not arrived yet."""
+    if producer_id not in plog.txns.ongoing:
+        return False
+    entry = plog.producers.entries.get(producer_id)
+    return entry is not None and entry.epoch == producer_epoch
+
+
 _RETRY_VERIFICATION = frozenset({
     ErrorCode.concurrent_transactions, ErrorCode.network_exception, ErrorCode.coordinator_load_in_progress,
     ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
@@ -890,10 +901,11 @@ def check_transactional_produce(broker: Any, txn_id: str, topic: str, partition:
             broker.replicas.leader_replica(topic, partition)
         except ApiError:
             return None  # not the leader: the append answers that
-        if h.producer_id in broker.store.partition(topic, partition).txns.ongoing:
+        if has_ongoing_transaction(broker.store.partition(topic, partition), h.producer_id, h.producer_epoch):
             return None
         return h.producer_id, h.producer_epoch
-    if produce_version >= 12 and h.producer_id not in broker.store.partition(topic, partition).txns.ongoing:
+    if produce_version >= 12 and not has_ongoing_transaction(broker.store.partition(topic, partition),
+                                                             h.producer_id, h.producer_epoch):
         return h.producer_id, h.producer_epoch  # transaction version 2: added to the transaction first
     code = svc.verify_partitions(txn_id, h.producer_id, h.producer_epoch, [(topic, partition)])[(topic, partition)]
     error = verification_error(code, produce_version)

@@ -61,7 +61,12 @@ from ...protocol.produce_response import write_produce_response
 from ...protocol.records import codec_of_compression_type, needs_worker, validate_produce_batch
 from ...security.authz import TRANSACTIONAL_ID, WRITE, allowed, topic_allowed
 from ..dispatch import api
-from ..txn_service import check_transactional_produce, transaction_service, verification_error
+from ..txn_service import (
+    check_transactional_produce,
+    has_ongoing_transaction,
+    transaction_service,
+    verification_error,
+)
 from .leader_hints import leader_hints
 from .metadata import INTERNAL_TOPICS
 
@@ -330,21 +335,21 @@ def _verify_then_append(broker: Any, txn_id: str,
     for key, records, r, _p in to_verify:
         prev, mine = queue.enqueue(key)
         task = asyncio.ensure_future(_append_later(broker, key, records, prev, mine, r, ecls, acks, timeout_ms,
-                                                   (answer, guards[key], pid, version)))
+                                                   (answer, guards[key], pid, version, epoch)))
         flushes.append((r, asyncio.shield(task), None, None))
 
 
-def _end_verification(broker: Any, key: tuple[str, int], verification: tuple[Any, Any, int, int]) -> bool:
+def _end_verification(broker: Any, key: tuple[str, int], verification: tuple[Any, Any, int, int, int]) -> bool:
     svc = transaction_service(broker)
     return svc is not None and svc.end_verification(key[0], key[1], verification[2], verification[1])
 
 
 def _verified(broker: Any, key: tuple[str, int], plog: Any,
-              verification: tuple[asyncio.Future[Any], Any, int, int]) -> None:
+              verification: tuple[asyncio.Future[Any], Any, int, int, int]) -> None:
     """Raise the Produce error for a partition the coordinator did not verify, or one
     whose verification a marker voided meanwhile (unless the producer's transaction on
     it is open again: a later batch of it was appended)."""
-    answer, _guard, pid, version = verification
+    answer, _guard, pid, version, epoch = verification
     still_valid = _end_verification(broker, key, verification)
     if answer.cancelled() or answer.exception() is not None:
         code = ErrorCode.network_exception
@@ -353,13 +358,13 @@ def _verified(broker: Any, key: tuple[str, int], plog: Any,
     error = verification_error(code, version)
     if error is not None:
         raise error
-    if not still_valid and pid not in plog.txns.ongoing:
+    if not still_valid and not has_ongoing_transaction(plog, pid, epoch):
         raise ApiError(ErrorCode.invalid_txn_state, "Record was not part of an ongoing transaction")
 
 
 async def _append_later(broker: Any, key: tuple[str, int], records: Any, prev: asyncio.Future[None] | None,
                         mine: asyncio.Future[None], r: dict[str, Any], ecls: type | None, acks: int,
-                        timeout_ms: int, verification: tuple[asyncio.Future[Any], Any, int, int] | None = None,
+                        timeout_ms: int, verification: tuple[asyncio.Future[Any], Any, int, int, int] | None = None,
                         ) -> None:
     """Validate in a worker thread (and wait for the coordinator's verification), wait for
     the partition's earlier produces, then append."""
