@@ -611,6 +611,7 @@ class TransactionService:
                 self._schedule_retry()
                 return None
             self.broker.append_waiters.notify(topic, p)
+            self.marker_written(topic, p, c.producer_id)
             if topic == OFFSETS_TOPIC:
                 groups = self.broker.extensions.get("groups")
                 if groups is not None:  # the transaction's offsets become visible, or are dropped
