@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.clients import admin_client, create_topic, produce_all, producer, wait_until
+from tests.support.clients import (
+    admin_client,
+    create_topic,
+    produce_all,
+    producer,
+    wait_until,
+)
 from tests.support.etcd import find_etcd
 from tests.support.transactions import write_transactions
 
@@ -165,7 +171,12 @@ def _wait_idle(q, n: int, timeout_s: float = 120.0) -> None:  # type: ignore[no-
 
 
 def _set_group_config(bs: str, group: str, name: str, value: str) -> None:
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
 
     admin = admin_client(bs)
     res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
@@ -417,18 +428,36 @@ def test_on_a_three_broker_cluster_each_partition_is_read_from_its_leader_throug
     assert sorted(int(r.value) for r in copied) == list(range(600))
 
 
-def test_micro_batches_are_sized_from_the_brokers_record_lock_cap(tmp_path: Path, state_dir: str) -> None:
+def test_micro_batches_are_sized_from_the_groups_record_lock_cap(tmp_path: Path, state_dir: str) -> None:
+    """The cap is the group's share.partition.max.record.locks: the brokers' default, or the
+    group's own value set with IncrementalAlterConfigs."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
     from shoal.spark.options import parse_options
     from shoal.spark.share import ShareStreamReader
     from tests.support.broker import BrokerProcess
 
-    with BrokerProcess(tmp_path / "broker", {"group.share.partition.max.record.locks": "3000"}) as b:
-        create_topic(b.bootstrap, "capped", partitions=2)
-        opts = parse_options({"kafka.bootstrap.servers": b.bootstrap, "subscribe": "capped", "shareGroup": "g-capped",
-                              "numTasks": "4", "stateDir": state_dir})
+    def task_sizes(b: BrokerProcess, group: str) -> list[int]:
+        opts = parse_options({"kafka.bootstrap.servers": b.bootstrap, "subscribe": "capped", "shareGroup": group,
+                              "numTasks": "1", "stateDir": state_dir})
         r = ShareStreamReader(opts, None)
         try:
-            tasks = r.partitions(r.initialOffset(), {**r.initialOffset(), "batch": 1})
+            return [t.max_records for t in r.partitions(r.initialOffset(), {**r.initialOffset(), "batch": 1})]
         finally:
             r.stop()
-    assert [t.max_records for t in tasks] == [1500] * 4  # 3000 in flight x 2 partitions, over 4 tasks
+
+    with BrokerProcess(tmp_path / "broker", {"group.share.partition.max.record.locks": "3000"}) as b:
+        create_topic(b.bootstrap, "capped", partitions=2)
+        assert task_sizes(b, "g-capped") == [6000]  # 3000 in flight x the 2 partitions the task fetches
+        res = ConfigResource(ResourceType.GROUP, "g-raised", incremental_configs=[
+            ConfigEntry("share.partition.max.record.locks", "3800", incremental_operation=AlterConfigOpType.SET)])
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        for fut in admin.incremental_alter_configs([res]).values():
+            fut.result(timeout=15)
+        assert task_sizes(b, "g-raised") == [7600]
