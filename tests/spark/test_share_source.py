@@ -6,6 +6,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -461,3 +462,59 @@ def test_micro_batches_are_sized_from_the_groups_record_lock_cap(tmp_path: Path,
         for fut in admin.incremental_alter_configs([res]).values():
             fut.result(timeout=15)
         assert task_sizes(b, "g-raised") == [7600]
+
+
+def test_each_task_fetches_its_own_partitions_and_the_batch_fills_every_cap(spark, tmp_path: Path,
+                                                                             state_dir: str) -> None:
+    """Two members on four partitions, record locks 300 per partition: the first member joins
+    alone and is assigned all four; once the second joins, each is assigned two. The first
+    member's session is continued from batch to batch, so it must forget the partitions it
+    no longer has; every micro-batch then takes 4 x 300 records, each task from its own two."""
+    import threading
+
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    from shoal.spark.options import parse_options, schema_ddl
+    from shoal.spark.share import ShareStreamReader, read_share_task
+    from shoal.spark.source import arrow_schema_of
+    from tests.support.broker import BrokerProcess
+
+    with BrokerProcess(tmp_path / "broker", {"group.share.min.partition.max.record.locks": "100"}) as b:
+        create_topic(b.bootstrap, "fill", partitions=4)
+        p = producer(b.bootstrap)
+        produce_all(p, "fill", [{"value": b"v%d" % i, "partition": i % 4} for i in range(4 * 1200)])
+        res = ConfigResource(ResourceType.GROUP, "g-fill", incremental_configs=[
+            ConfigEntry("share.partition.max.record.locks", "300", incremental_operation=AlterConfigOpType.SET)])
+        admin = admin_client(b.bootstrap)
+        for fut in admin.incremental_alter_configs([res]).values():
+            fut.result(timeout=15)
+        opts = parse_options({"kafka.bootstrap.servers": b.bootstrap, "subscribe": "fill", "shareGroup": "g-fill",
+                              "numTasks": "2", "stateDir": state_dir, "startingOffsets": "earliest"})
+        schema = spark.createDataFrame([], schema_ddl(opts)).schema
+        r = ShareStreamReader(opts, schema)
+        start = r.initialOffset()
+        batches = []
+        try:
+            for _ in range(4):
+                end = r.latestOffset(start, None)
+                tasks = r.partitions(start, end)
+                got: list[Any] = [None] * len(tasks)
+
+                def run(i: int, task: Any) -> None:
+                    got[i] = [part for batch in read_share_task(opts, task, arrow_schema_of(schema))
+                              for part in batch.column("partition").to_pylist()]
+
+                threads = [threading.Thread(target=run, args=(i, t)) for i, t in enumerate(tasks)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(60)
+                batches.append([(sorted(p for _, _, p in t.partitions), got[i]) for i, t in enumerate(tasks)])
+                r.commit(end)
+                start = end
+        finally:
+            r.stop()
+    for tasks in batches:
+        assert sum(len(rows) for _, rows in tasks) == 4 * 300, tasks  # every partition's cap, every batch
+    for assigned, rows in batches[-1]:  # assignments settled: each task reads its own partitions only
+        assert len(assigned) == 2 and set(rows) <= set(assigned), (assigned, sorted(set(rows)))
