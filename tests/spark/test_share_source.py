@@ -472,7 +472,12 @@ def test_each_task_fetches_its_own_partitions_and_the_batch_fills_every_cap(spar
     no longer has; every micro-batch then takes 4 x 300 records, each task from its own two."""
     import threading
 
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
 
     from shoal.spark.options import parse_options, schema_ddl
     from shoal.spark.share import ShareStreamReader, read_share_task
