@@ -58,7 +58,13 @@ def _plain_produce(bootstrap: str, topic: str, n: int, size: int) -> None:
 def _plain_share_consume(bootstrap: str, topic: str, group: str, n: int) -> int:
     """Records a confluent-kafka ShareConsumer (implicit acknowledgement) reads in ``group`` from the start."""
     from confluent_kafka import ShareConsumer
-    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
     res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
@@ -75,6 +81,22 @@ def _plain_share_consume(bootstrap: str, topic: str, group: str, n: int) -> int:
     finally:
         c.close()
     return got
+
+
+def _set_group_config(bootstrap: str, group: str, name: str, value: str) -> None:
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)])
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.incremental_alter_configs([res]).values():
+        fut.result(timeout=15)
 
 
 def _line(what: str, n: int, nbytes: int, seconds: float) -> None:
@@ -104,6 +126,9 @@ def main() -> int:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--only", default="write,read,share", help="the cases to run, comma-separated")
     ap.add_argument("--share-partitions", default="1,8", help="partition counts of the share-group cases")
+    ap.add_argument("--record-locks", type=int,
+                    help="the share groups' share.partition.max.record.locks (a group config, up to the brokers' "
+                         "group.share.max.partition.max.record.locks, 4000 by default); default: the brokers' 2000")
     args = ap.parse_args()
     cases = set(args.only.split(","))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -120,7 +145,8 @@ def main() -> int:
         import shoal.spark
 
         spark = (SparkSession.builder.master(args.master).config("spark.ui.enabled", "false")
-                 .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+                 .config("spark.sql.shuffle.partitions", "4")
+                 .config("spark.sql.streaming.numRecentProgressUpdates", "100000").getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
         shoal.spark.register(spark)
         n, size = args.records, args.value_bytes
@@ -172,10 +198,14 @@ def main() -> int:
             got = _plain_share_consume(bootstrap, topic, f"bench-plain-{parts}-{stamp}", n)
             plain = got / (time.perf_counter() - t)
             _line(f"plain ShareConsumer, {parts} partition(s)", got, got * (size // 3 * 3), time.perf_counter() - t)
+            group = f"bench-{parts}-{stamp}"
+            if args.record_locks:
+                _set_group_config(bootstrap, group, "share.partition.max.record.locks", str(args.record_locks))
+            locks = args.record_locks or 2000
             rows = 0
             t = time.perf_counter()
             q = (spark.readStream.format("shoal").option("kafka.bootstrap.servers", bootstrap)
-                 .option("subscribe", topic).option("shareGroup", f"bench-{parts}-{stamp}")
+                 .option("subscribe", topic).option("shareGroup", group)
                  .option("numTasks", str(min(parts, 2))).option("startingOffsets", "earliest")
                  .option("stateDir", os.path.join(work, "share-state")).load()
                  .select(F.length("value").alias("n")).writeStream.format("noop").start())
@@ -197,8 +227,14 @@ def main() -> int:
             batch_s = sum(p["durationMs"].get("triggerExecution", 0) for p in batches) / max(1, len(batches)) / 1000
             print(f"    {len(batches)} micro-batches, {per_batch:.0f} records and {batch_s * 1000:.0f} ms each; "
                   f"stream / plain ShareConsumer = {rows / elapsed / plain:.2f}; "
-                  f"records/s / (record locks x partitions / batch time) = "
-                  f"{rows / elapsed / (2000 * parts / batch_s) if batch_s else 0:.2f}", flush=True)
+                  f"records/s / (record locks ({locks}) x partitions / batch time) = "
+                  f"{rows / elapsed / (locks * parts / batch_s) if batch_s else 0:.2f}", flush=True)
+            print("    records per micro-batch: " + " ".join(str(p["numInputRows"]) for p in batches), flush=True)
+            later = batches[1:]
+            if later:
+                keys = sorted({k for p in later for k in p["durationMs"]})
+                print("    mean ms per micro-batch after the first: " + ", ".join(
+                    f"{k} {sum(p['durationMs'].get(k, 0) for p in later) / len(later):.0f}" for k in keys), flush=True)
         spark.stop()
     finally:
         if proc is not None:

@@ -13,8 +13,9 @@ its next epoch.
   life of the reader) and keeps them alive with ShareGroupHeartbeat from a background
   thread, at the interval the coordinator asks for, learning each member's assignment.
 * **Tasks.** Every micro-batch has ``numTasks`` input partitions; task k fetches as member
-  k with ShareFetch, up to ``maxRecordsPerTask`` records (by default the partitions'
-  record-lock cap, 2000 each, divided among the tasks; the first fetch waits up to
+  k with ShareFetch, up to ``maxRecordsPerTask`` records (by default the in-flight cap of
+  each partition it fetches, the group's ``share.partition.max.record.locks``, 2000 unless
+  raised, which the brokers enforce; the first fetch waits up to
   ``maxWaitMs`` only when the driver could not learn the group's lag, since a batch is
   planned only when records are waiting; later fetches never wait), at most
   ``FETCH_RECORDS`` per ShareFetch. It decodes each answer straight into columns
@@ -360,7 +361,8 @@ class ShareTask(InputPartition):
     def __init__(self, batch: int, index: int, member_id: str, partitions: list[tuple[str, str, int]],
                  overrides: dict[tuple[str, int, int], int], *, reader_id: str = "", wait_ms: int | None = None,
                  max_records: int = 1000, leaders: dict[tuple[str, int], int] | None = None,
-                 nodes: dict[int, tuple[str, int]] | None = None) -> None:
+                 nodes: dict[int, tuple[str, int]] | None = None,
+                 others: list[tuple[str, int]] | None = None) -> None:
         super().__init__((batch, index))
         self.batch = batch
         self.index = index
@@ -372,6 +374,7 @@ class ShareTask(InputPartition):
         self.max_records = max_records  # records to acquire at most
         self.leaders = leaders or {}  # (topic id, partition) -> leader's node id, when planned
         self.nodes = nodes or {}  # node id -> (host, port)
+        self.others = others or []  # (topic id, partition) of the subscription that are not this task's
 
 
 def read_share_task(opts: Options, task: ShareTask, arrow_schema: Any) -> Iterator[Any]:
@@ -427,6 +430,11 @@ def read_share_task(opts: Options, task: ShareTask, arrow_schema: Any) -> Iterat
                     if session is None:
                         session = sessions[node] = ShareSession(brokers.to(node), group, task.member_id,
                                                                 epoch=st.epochs.get(str(node), 0))
+                        if session.epoch:
+                            # a continued session may still hold partitions of an earlier assignment
+                            # (which another member now fetches): drop them from it
+                            session.partitions = {(uuid.UUID(t), p) for t, p in task.others}
+                            forget.setdefault(node, set()).update(session.partitions)
                     try:
                         res = session.fetch(parts, max_wait_ms=wait,
                                             max_records=min(FETCH_RECORDS, task.max_records - total),
@@ -619,6 +627,7 @@ class _Heartbeats(threading.Thread):
         renew_due = time.monotonic() + (self.renew_ms or 0) / 1000
         while not self.stopping.is_set():
             try:
+                epochs = [m.member_epoch for m in self.members]
                 for m in self.members:
                     if time.monotonic() >= due[m.member_id]:
                         try:
@@ -628,6 +637,11 @@ class _Heartbeats(threading.Thread):
                                 self.brokers.forget_coordinator(self.group)  # it moved: find it again
                             log.warning("heartbeat of %s: %s", m.member_id, e)
                         due[m.member_id] = time.monotonic() + max(0.1, m.interval_ms / 1000 * 0.8)
+                if epochs != [m.member_epoch for m in self.members]:
+                    # a member joined or its assignment moved: the group's target assignment changed,
+                    # so the others learn theirs now rather than at their next interval (until then a
+                    # member fetches partitions assigned to another, and the micro-batches fill unevenly)
+                    due = dict.fromkeys(due, 0.0)
                 if all(m.member_epoch > 0 for m in self.members):
                     self.joined.set()
                 if self.renew_ms and time.monotonic() >= renew_due:
@@ -676,7 +690,7 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._settled = 0  # batches <= this one are acknowledged
         self._planned = 0  # the newest batch handed to tasks
         self._available_now = False
-        self._record_locks = RECORD_LOCKS  # the brokers' in-flight cap per share-partition
+        self._record_locks = RECORD_LOCKS  # the group's in-flight cap per share-partition
         self._last_lag: dict[tuple[str, int], int] | None = None
         self._committed_only = False  # the group's share.isolation.level is read_committed
         self._offset_clients: tuple[Any, Any] | None = None  # ListOffsets, read_uncommitted and read_committed
@@ -695,9 +709,10 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.opts.starting_offsets in ("earliest", "latest"):
             _set_group_reset(self.opts, self.opts.starting_offsets)
         self._members = [ShareMembership(self.group, mid, topics=self.opts.subscribe) for mid in self.member_ids]
-        lock_ms = _group_lock_duration_ms(self.opts)
-        self._committed_only = _group_config(self.opts, "share.isolation.level") == "read_committed"
-        self._record_locks = _broker_record_locks(self.opts, self._cluster())
+        configs = _group_configs(self.opts)
+        lock_ms = int(configs["share.record.lock.duration.ms"]) if "share.record.lock.duration.ms" in configs else None
+        self._committed_only = configs.get("share.isolation.level") == "read_committed"
+        self._record_locks = _record_locks(configs)
         self._hb = _Heartbeats(self.opts.bootstrap, self._members, state_dir=self.state_dir, group=self.group,
                                renew_ms=max(500, lock_ms // 3) if lock_ms else None)
         self._hb.start()
@@ -855,8 +870,6 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._offset_readers.add(end["reader"])  # a batch planned by an earlier run, retried
         # the driver saw records to deliver: a task that finds none returns at once, no long poll
         wait_ms = 0 if self._last_lag else self.opts.max_wait_ms
-        per_task = self.opts.max_records_per_task or _records_per_task(len(everything), len(self.member_ids),
-                                                                       self._record_locks)
         leaders = {(str(i.topic_id), p): lead for i in topics.values() for p, lead in enumerate(i.leaders)}
         nodes = dict(self._cluster().nodes)
         tasks = []
@@ -864,10 +877,16 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for k, m in enumerate(self._members):
             assigned = [(str(tid), by_id[tid].name, p) for tid, ps in sorted(m.assignment.items(), key=str)
                         for p in ps if tid in by_id]
-            tasks.append(ShareTask(n, k, m.member_id, assigned or everything,
+            parts = assigned or everything
+            # the brokers cap each share-partition's records in flight; a task may take up to the
+            # cap of every partition it fetches (assignments can overlap while members join)
+            per_task = self.opts.max_records_per_task or _records_per_task(len(parts), self._record_locks)
+            mine = {(t, p) for t, _, p in parts}
+            tasks.append(ShareTask(n, k, m.member_id, parts,
                                    {(str(t), p, o): v for (t, p, o), v in overrides.items()},
                                    reader_id=self.reader_id, wait_ms=wait_ms, max_records=per_task,
-                                   leaders=leaders, nodes=nodes))
+                                   leaders=leaders, nodes=nodes,
+                                   others=[(t, p) for t, _, p in everything if (t, p) not in mine]))
         return tasks
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -929,28 +948,35 @@ RECORD_LOCKS = 2000
 """Kafka's default ``group.share.partition.max.record.locks``: records in flight per share-partition."""
 
 
-def _records_per_task(partitions: int, tasks: int, record_locks: int = RECORD_LOCKS) -> int:
-    """A task's share of what the partitions can have in flight, so one micro-batch can fill the cap."""
-    return max(500, -(-record_locks * max(1, partitions) // max(1, tasks)))
+def _records_per_task(partitions: int, record_locks: int = RECORD_LOCKS) -> int:
+    """What a task fetching ``partitions`` may acquire: their in-flight caps together, so that the
+    micro-batch fills every partition's cap whichever task reaches a partition first."""
+    return record_locks * max(1, partitions)
 
 
-def _broker_record_locks(opts: Options, brokers: Brokers) -> int:
-    """The brokers' ``group.share.partition.max.record.locks`` (asked of one broker; Kafka's
-    default when it cannot be read), which sizes a micro-batch."""
+def _group_configs(opts: Options) -> dict[str, str]:
+    """The group's configs (its own values, else the brokers' defaults), asked once when the
+    query starts; empty if they cannot be read (a broker without group configs)."""
     from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
+    admin = AdminClient({"bootstrap.servers": opts.bootstrap, "broker.address.family": "v4"})
     try:
-        brokers.refresh(opts.subscribe)
-        node = min(brokers.nodes)
-        admin = AdminClient({"bootstrap.servers": opts.bootstrap, "broker.address.family": "v4"})
-        res = ConfigResource(ResourceType.BROKER, str(node))
-        for fut in admin.describe_configs([res]).values():
-            entry = fut.result(timeout=15).get("group.share.partition.max.record.locks")
-            if entry is not None and entry.value is not None:
-                return int(entry.value)
-    except Exception as e:  # noqa: BLE001 - any failure: the default cap
-        log.info("share group %s: record-lock cap unknown (%s); assuming %d", opts.share_group, e, RECORD_LOCKS)
-    return RECORD_LOCKS
+        for fut in admin.describe_configs([ConfigResource(ResourceType.GROUP, opts.share_group)]).values():
+            return {name: e.value for name, e in fut.result(timeout=15).items() if e.value is not None}
+    except Exception as e:  # noqa: BLE001 - an older broker: no group configs
+        log.info("share group %s: group configs unknown (%s)", opts.share_group, e)
+    return {}
+
+
+def _record_locks(configs: Mapping[str, str]) -> int:
+    """The group's in-flight cap per share-partition (``share.partition.max.record.locks``,
+    which defaults to the brokers' ``group.share.partition.max.record.locks``): it sizes a
+    micro-batch. Kafka's default when unknown."""
+    value = configs.get("share.partition.max.record.locks")
+    try:
+        return int(value) if value is not None else RECORD_LOCKS
+    except ValueError:
+        return RECORD_LOCKS
 
 
 def _stop_on_sigterm() -> None:
@@ -977,37 +1003,15 @@ def _stop_on_sigterm() -> None:
 _RUNNER_MODULE = "pyspark.sql.streaming.python_streaming_source_runner"
 
 
-def _group_lock_duration_ms(opts: Options) -> int | None:
-    """The group's ``share.record.lock.duration.ms`` (its own config, else the broker's default)."""
-    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
-
-    admin = AdminClient({"bootstrap.servers": opts.bootstrap, "broker.address.family": "v4"})
-    try:
-        res = ConfigResource(ResourceType.GROUP, opts.share_group)
-        for fut in admin.describe_configs([res]).values():
-            entry = fut.result(timeout=15).get("share.record.lock.duration.ms")
-            if entry is not None and entry.value is not None:
-                return int(entry.value)
-    except Exception as e:  # an older broker: no group configs
-        log.info("share group %s: lock duration unknown (%s); locks are not renewed", opts.share_group, e)
-    return None
-def _group_config(opts: Options, name: str) -> str | None:
-    """A group config's value (the group's own, else the broker's default); None if unknown."""
-    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
-
-    admin = AdminClient({"bootstrap.servers": opts.bootstrap, "broker.address.family": "v4"})
-    try:
-        for fut in admin.describe_configs([ConfigResource(ResourceType.GROUP, opts.share_group)]).values():
-            entry = fut.result(timeout=15).get(name)
-            return None if entry is None else entry.value
-    except Exception as e:  # noqa: BLE001 - an older broker: no group configs
-        log.info("share group %s: %s unknown (%s)", opts.share_group, name, e)
-    return None
-
-
 def _set_group_reset(opts: Options, value: str) -> None:
     """Set the group's ``share.auto.offset.reset`` (where a new share-partition starts)."""
-    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
 
     admin = AdminClient({"bootstrap.servers": opts.bootstrap, "broker.address.family": "v4"})
     res = ConfigResource(ResourceType.GROUP, opts.share_group, incremental_configs=[

@@ -6,10 +6,17 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.support.clients import admin_client, create_topic, produce_all, producer, wait_until
+from tests.support.clients import (
+    admin_client,
+    create_topic,
+    produce_all,
+    producer,
+    wait_until,
+)
 from tests.support.etcd import find_etcd
 from tests.support.transactions import write_transactions
 
@@ -165,7 +172,12 @@ def _wait_idle(q, n: int, timeout_s: float = 120.0) -> None:  # type: ignore[no-
 
 
 def _set_group_config(bs: str, group: str, name: str, value: str) -> None:
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
 
     admin = admin_client(bs)
     res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
@@ -417,18 +429,97 @@ def test_on_a_three_broker_cluster_each_partition_is_read_from_its_leader_throug
     assert sorted(int(r.value) for r in copied) == list(range(600))
 
 
-def test_micro_batches_are_sized_from_the_brokers_record_lock_cap(tmp_path: Path, state_dir: str) -> None:
+def test_micro_batches_are_sized_from_the_groups_record_lock_cap(tmp_path: Path, state_dir: str) -> None:
+    """The cap is the group's share.partition.max.record.locks: the brokers' default, or the
+    group's own value set with IncrementalAlterConfigs."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
     from shoal.spark.options import parse_options
     from shoal.spark.share import ShareStreamReader
     from tests.support.broker import BrokerProcess
 
-    with BrokerProcess(tmp_path / "broker", {"group.share.partition.max.record.locks": "3000"}) as b:
-        create_topic(b.bootstrap, "capped", partitions=2)
-        opts = parse_options({"kafka.bootstrap.servers": b.bootstrap, "subscribe": "capped", "shareGroup": "g-capped",
-                              "numTasks": "4", "stateDir": state_dir})
+    def task_sizes(b: BrokerProcess, group: str) -> list[int]:
+        opts = parse_options({"kafka.bootstrap.servers": b.bootstrap, "subscribe": "capped", "shareGroup": group,
+                              "numTasks": "1", "stateDir": state_dir})
         r = ShareStreamReader(opts, None)
         try:
-            tasks = r.partitions(r.initialOffset(), {**r.initialOffset(), "batch": 1})
+            return [t.max_records for t in r.partitions(r.initialOffset(), {**r.initialOffset(), "batch": 1})]
         finally:
             r.stop()
-    assert [t.max_records for t in tasks] == [1500] * 4  # 3000 in flight x 2 partitions, over 4 tasks
+
+    with BrokerProcess(tmp_path / "broker", {"group.share.partition.max.record.locks": "3000"}) as b:
+        create_topic(b.bootstrap, "capped", partitions=2)
+        assert task_sizes(b, "g-capped") == [6000]  # 3000 in flight x the 2 partitions the task fetches
+        res = ConfigResource(ResourceType.GROUP, "g-raised", incremental_configs=[
+            ConfigEntry("share.partition.max.record.locks", "3800", incremental_operation=AlterConfigOpType.SET)])
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        for fut in admin.incremental_alter_configs([res]).values():
+            fut.result(timeout=15)
+        assert task_sizes(b, "g-raised") == [7600]
+
+
+def test_each_task_fetches_its_own_partitions_and_the_batch_fills_every_cap(spark, tmp_path: Path,
+                                                                             state_dir: str) -> None:
+    """Two members on four partitions, record locks 300 per partition: the first member joins
+    alone and is assigned all four; once the second joins, each is assigned two. The first
+    member's session is continued from batch to batch, so it must forget the partitions it
+    no longer has; every micro-batch then takes 4 x 300 records, each task from its own two."""
+    import threading
+
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    from shoal.spark.options import parse_options, schema_ddl
+    from shoal.spark.share import ShareStreamReader, read_share_task
+    from shoal.spark.source import arrow_schema_of
+    from tests.support.broker import BrokerProcess
+
+    with BrokerProcess(tmp_path / "broker", {"group.share.min.partition.max.record.locks": "100"}) as b:
+        create_topic(b.bootstrap, "fill", partitions=4)
+        p = producer(b.bootstrap)
+        produce_all(p, "fill", [{"value": b"v%d" % i, "partition": i % 4} for i in range(4 * 1200)])
+        res = ConfigResource(ResourceType.GROUP, "g-fill", incremental_configs=[
+            ConfigEntry("share.partition.max.record.locks", "300", incremental_operation=AlterConfigOpType.SET)])
+        admin = admin_client(b.bootstrap)
+        for fut in admin.incremental_alter_configs([res]).values():
+            fut.result(timeout=15)
+        opts = parse_options({"kafka.bootstrap.servers": b.bootstrap, "subscribe": "fill", "shareGroup": "g-fill",
+                              "numTasks": "2", "stateDir": state_dir, "startingOffsets": "earliest"})
+        schema = spark.createDataFrame([], schema_ddl(opts)).schema
+        r = ShareStreamReader(opts, schema)
+        start = r.initialOffset()
+        batches = []
+        try:
+            for _ in range(4):
+                end = r.latestOffset(start, None)
+                tasks = r.partitions(start, end)
+                got: list[Any] = [None] * len(tasks)
+
+                def run(i: int, task: Any) -> None:
+                    got[i] = [part for batch in read_share_task(opts, task, arrow_schema_of(schema))
+                              for part in batch.column("partition").to_pylist()]
+
+                threads = [threading.Thread(target=run, args=(i, t)) for i, t in enumerate(tasks)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(60)
+                batches.append([(sorted(p for _, _, p in t.partitions), got[i]) for i, t in enumerate(tasks)])
+                r.commit(end)
+                start = end
+        finally:
+            r.stop()
+    for tasks in batches:
+        assert sum(len(rows) for _, rows in tasks) == 4 * 300, tasks  # every partition's cap, every batch
+    for assigned, rows in batches[-1]:  # assignments settled: each task reads its own partitions only
+        assert len(assigned) == 2 and set(rows) <= set(assigned), (assigned, sorted(set(rows)))
