@@ -354,12 +354,6 @@ def test_wire_write_that_fails_keeps_the_loaded_share_partition(tmp_path: Path) 
 
 
 def test_fetch_path_follows_the_log_start_past_the_spso(tmp_path: Path) -> None:
-    from shoal.server.handlers.share_fetch import _acquire_one
-
-    class Ctx(_Ctx):
-        def now_ms(self) -> int:
-            return b.clock.now_ms()
-
     b = FakeBroker(tmp_path)
 
     async def body() -> None:
@@ -373,7 +367,7 @@ def test_fetch_path_follows_the_log_start_past_the_spso(tmp_path: Path) -> None:
         assert await svc.persist(sp) and update.status is UpdateStatus.COMMITTED
         assert sp.next_fetch_offset() == 0  # offset 0 is available again
         b.store.partition("t", 0).delete_records(6)  # DeleteRecords past SPSO and SPEO
-        _data, got = _acquire_one(Ctx(b), svc, "g", "n", tid, 0, 10, 1 << 20, AcquireMode.BATCH_OPTIMIZED, None)
+        _data, got = svc._acquire_one("g", "n", tid, 0, 10, 1 << 20, AcquireMode.BATCH_OPTIMIZED, None)
         assert [(a.first_offset, a.last_offset, a.delivery_count) for a in got] == [(6, 9, 1)]
         assert sp.start_offset == 6
         assert await svc.persist(sp)  # the new SPSO's write was started by the fetch path
