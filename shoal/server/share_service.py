@@ -32,11 +32,20 @@ Theory of operation
   rolls back) each. Every acknowledgement received before a round shares its fsync, and
   an acknowledgement is answered once it is durable; a rolled-back write is retried by
   a timer.
-  Acknowledgement handlers await :meth:`ShareService.wait_for` before answering. Lock
+  Acknowledgements are answered after :meth:`ShareService.wait_for`. Lock
   expiry: one ``loop.call_at`` per share-partition at ``next_deadline_ms()``. Whenever
   records become acquirable again (released, expired, rolled back, or the in-flight
-  limit freed), the parked ShareFetches of that partition are woken through
-  ``broker.append_waiters``.
+  limit freed), :meth:`ShareService.wake` completes the ShareFetches parked on that
+  share-partition.
+* **ShareFetch and ShareAcknowledge.** One call per request, as Kafka's
+  SharePartitionManager.fetchMessages / acknowledge: :meth:`ShareService.fetch` and
+  :meth:`ShareService.acknowledge` take a plain request (``shoal/share/requests.py``; the
+  handlers translate kio's) and return a ``ShareResult``. They check the request and the
+  share session, apply the acknowledgements, release what the member no longer fetches,
+  load (cluster mode), acquire, and answer once the acknowledgements are durable. A
+  ShareFetch short of MinBytes parks in ``self.purgatory`` (``share_purgatory.py``, a
+  DelayedShareFetch watched under its share-partitions and data partitions; it listens
+  to ``broker.append_waiters`` for appends), until a wake, an append or MaxWaitMs.
 * **Sessions.** A :class:`~shoal.share.session.ShareSessionCache`. Closing a session
   or a disconnect releases the member's acquired records; a member that leaves the
   group keeps them until its session closes (see :meth:`ShareService.on_share_member_removed`).
@@ -63,7 +72,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from time import perf_counter
 from typing import Any
 
@@ -97,6 +106,7 @@ from .dlq import DeadLetterWriter
 from .internal_topics import SHARE_STATE_TOPIC
 from .runtime import CoordinatorRuntime
 from .share_persister import RemoteStates
+from .share_purgatory import SharePurgatory
 
 log = logging.getLogger("shoal.share")
 
@@ -283,6 +293,9 @@ class ShareService:
         self.persister = Persister(self.runtime)
         self.dead_letters = DeadLetterWriter(broker)
         self.sessions = ShareSessionCache(int(cfg["group.share.max.share.sessions"]))
+        self.purgatory = SharePurgatory()
+        """Parked ShareFetches; also told of every append (a listener of ``broker.append_waiters``)."""
+        broker.append_waiters.listeners.append(self.purgatory)
         self.partitions: dict[PartitionId, SharePartition] = {}
         self._timers: dict[PartitionId, tuple[int, asyncio.TimerHandle]] = {}
         self._retry: dict[PartitionId, asyncio.TimerHandle] = {}
@@ -324,6 +337,10 @@ class ShareService:
             await self.persister.remote.close()
 
     def stop(self) -> None:
+        listeners = self.broker.append_waiters.listeners
+        if self.purgatory in listeners:
+            listeners.remove(self.purgatory)
+        self.purgatory.wake_all()
         for _d, h in self._timers.values():
             h.cancel()
         for h in self._retry.values():
@@ -862,10 +879,8 @@ class ShareService:
         self._retry[pid] = asyncio.get_running_loop().call_later(RETRY_WRITE_S, run)  # type: ignore[index]
 
     def wake(self, sp: SharePartition) -> None:
-        """Wake ShareFetches parked on this partition (records may be acquirable again)."""
-        meta = self.broker.store.topic_by_id(sp.topic_id)
-        if meta is not None:
-            self.broker.append_waiters.notify(meta.name, sp.partition)
+        """Complete the ShareFetches parked on this share-partition (records may be acquirable again)."""
+        self.purgatory.check_and_complete((sp.group_id, sp.topic_id, sp.partition))
 
     def reschedule(self, sp: SharePartition) -> None:
         """Keep one lock-expiry timer at ``sp.next_deadline_ms()``."""
@@ -1065,6 +1080,7 @@ class ShareService:
         min_bytes = max(1, request.min_bytes)
         remaining_records = max_records
         budget = max_bytes
+        watch: list[Hashable] | None = None
         while True:
             # Cluster mode: load (or, after a failover, reload) what is not loaded yet, for at
             # most the fetch's wait; a share-partition still loading gives nothing this time.
@@ -1099,17 +1115,25 @@ class ShareService:
             # A partition whose state cannot be written (a full disk) does not end the long
             # poll: its error is answered at the deadline, with whatever the others found, so
             # a client that retries at once does not spin.
-            keys = []
-            for t, p in order:
-                meta = broker.store.topic_by_id(t)
-                if meta is not None:
-                    keys.append((meta.name, p))
-            await broker.append_waiters.wait(keys, left / 1000)
+            if watch is None:
+                watch = self._watch_keys(group_id, order)
+            await self.purgatory.park(watch, left / 1000)
             # While parked, the session may have been closed (final epoch, disconnect) or
             # replaced by a new one (epoch 0): this request then acquires nothing; the
             # client no longer waits for its answer.
             if self.sessions.get(group_id, member_id) is not session:
                 return
+
+    def _watch_keys(self, group_id: str, order: list[Key]) -> list[Hashable]:
+        """What a parked ShareFetch of ``order`` is watched under: each share-partition, and
+        each data partition (see ``share_purgatory.py``)."""
+        keys: list[Hashable] = []
+        for t, p in order:
+            keys.append((group_id, t, p))
+            meta = self.broker.store.topic_by_id(t)
+            if meta is not None:
+                keys.append((meta.name, p))
+        return keys
 
     def _acquire_one(self, group_id: str, member_id: str, topic_id: uuid.UUID, partition: int,
                      max_records: int, budget: int, mode: AcquireMode,

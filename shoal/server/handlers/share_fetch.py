@@ -1,4 +1,15 @@
-"""ShareFetch (78) and ShareAcknowledge (79), v1-v2 (KIP-932).
+"""ShareFetch (78) and ShareAcknowledge (79), v1-v2 (KIP-932): translation only.
+
+Each handler turns the kio request of the version received into a plain
+:class:`~shoal.share.requests.ShareFetchParams` / ``ShareAcknowledgeParams`` (fields a
+version lacks take Kafka's values), makes one call into the share service
+(``ShareService.fetch`` / ``ShareService.acknowledge``, as Kafka's KafkaApis hands the
+request to SharePartitionManager) and turns its ``ShareResult`` into the kio response,
+adding each partition's current leader and the node endpoints (the leaders named in
+NOT_LEADER_OR_FOLLOWER results). With an authorizer, ``authorized_share_request`` checks
+the group and topics first.
+
+What the service does, in order:
 
 A ShareFetch is first checked as Kafka checks it (INVALID_REQUEST for the whole
 request, nothing applied): acknowledgements in a request that opens a session (epoch
@@ -21,10 +32,12 @@ close its session: for each session partition in rotated order, whole batches ar
 from the log at ``next_fetch_offset()``, their (base, last) offsets go to
 ``SharePartition.acquire``, and the batches overlapping the acquired ranges are
 returned (never a split batch; ``acquired_records`` says which offsets the member
-owns). Until the acquired records add up to MinBytes the request parks on
-``broker.append_waiters`` (an append, a release or a lock expiry touching one of its
-partitions wakes it, and what it acquires is added to the answer), at most MaxWaitMs; a
-parked request whose session was closed or replaced meanwhile acquires nothing.
+owns). Until the acquired records add up to MinBytes the request is a delayed operation
+in the share service's purgatory (``server/share_purgatory.py``), watched under each of
+its share-partitions and data partitions: an append, an acknowledgement or release that
+makes records available again, a lock timeout or the end of a load completes it, and
+what it then acquires is added to the answer; at most MaxWaitMs. A parked request whose
+session was closed or replaced meanwhile acquires nothing.
 """
 
 from __future__ import annotations

@@ -21,6 +21,13 @@ from shoal.server.share_service import SHARE_STATE_TOPIC, ShareService
 from shoal.server.state_files import DynamicConfigs
 from shoal.share.coordinator import SharePartitionKey, StateBatch
 from shoal.share.partition import UpdateStatus
+from shoal.share.requests import (
+    AcknowledgementBatch,
+    ShareAcknowledgeParams,
+    ShareFetchParams,
+    SharePartitionRequest,
+    ShareResult,
+)
 from shoal.share.state import AcknowledgeType, AcquireMode, RecordState
 
 
@@ -434,6 +441,51 @@ def test_wire_write_refused_by_the_disk_answers_the_partition_with_an_error(tmp_
         plog.append = real  # type: ignore[method-assign]
         resp = await handle_write_share_group_state(Ctx(b), _wire_write(tid, 5, 1, []))
         assert [p.error_code for p in resp.results[0].partitions] == [ErrorCode.none]
+        svc.stop()
+        b.close()
+
+    run(body)
+
+
+def _share_fetch(tid: uuid.UUID, member: str, epoch: int, max_wait_ms: int = 30_000) -> ShareFetchParams:
+    return ShareFetchParams(group_id="g", member_id=member, session_epoch=epoch,
+                            partitions=(SharePartitionRequest(tid, 0),), forgotten=(), version=2,
+                            max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=500,
+                            connection_id=f"conn-{member}")
+
+
+def _offsets(result: ShareResult) -> dict[int, int]:
+    """{offset: delivery count} of what a ShareFetch acquired."""
+    assert result.error_code == ErrorCode.none
+    return {o: a.delivery_count for p in result.partitions for a in p.acquired
+            for o in range(a.first_offset, a.last_offset + 1)}
+
+
+def test_a_parked_share_fetch_is_completed_by_a_release_and_by_an_append(tmp_path: Path) -> None:
+    async def body() -> None:
+        b, svc = started(tmp_path, {"share.auto.offset.reset": "earliest"})
+        tid = _topic_with_records(b, "t", 2, svc)
+        assert _offsets(await svc.fetch(_share_fetch(tid, "a", 0))) == {0: 1, 1: 1}
+        # Nothing is acquirable for "b": its fetch parks, watched under the share-partition.
+        parked = asyncio.ensure_future(svc.fetch(_share_fetch(tid, "b", 0)))
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+        assert not parked.done() and b.append_waiters.parked() == 1
+        # "a" releases its records: the parked fetch completes long before its 30 s.
+        acked = await svc.acknowledge(ShareAcknowledgeParams(
+            group_id="g", member_id="a", session_epoch=1, version=2, connection_id="conn-a",
+            partitions=(SharePartitionRequest(tid, 0, (AcknowledgementBatch(0, 1, (int(AcknowledgeType.RELEASE),)),)),)))
+        assert [(p.partition, p.error_code) for p in acked.partitions] == [(0, ErrorCode.none)]
+        assert _offsets(await asyncio.wait_for(parked, 10)) == {0: 2, 1: 2}
+        # At the log end, a fetch parks until an append to the partition.
+        parked = asyncio.ensure_future(svc.fetch(_share_fetch(tid, "b", 1)))
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+        assert not parked.done() and b.append_waiters.parked() == 1
+        b.store.partition("t", 0).append(build_batch([(None, b"2", (), b.clock.now_ms())]), b.clock.now_ms())
+        b.append_waiters.notify("t", 0)
+        assert _offsets(await asyncio.wait_for(parked, 10)) == {2: 1}
+        assert b.append_waiters.parked() == 0
         svc.stop()
         b.close()
 
