@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import uuid
 from pathlib import Path
@@ -486,6 +487,39 @@ def test_a_parked_share_fetch_is_completed_by_a_release_and_by_an_append(tmp_pat
         b.append_waiters.notify("t", 0)
         assert _offsets(await asyncio.wait_for(parked, 10)) == {2: 1}
         assert b.append_waiters.parked() == 0
+        svc.stop()
+        b.close()
+
+    run(body)
+
+
+def test_a_parked_share_fetch_is_watched_under_its_own_share_partition(tmp_path: Path) -> None:
+    """A release in one group completes that group's parked fetches only; another group's
+    fetch of the same partition stays parked (it has nothing new to acquire) until an append."""
+    async def body() -> None:
+        b, svc = started(tmp_path, {"share.auto.offset.reset": "earliest"})
+        b.dynamic_configs.set_group("h", {"share.auto.offset.reset": "earliest"})
+        tid = _topic_with_records(b, "t", 2, svc, groups=("g", "h"))
+        assert _offsets(await svc.fetch(_share_fetch(tid, "a", 0))) == {0: 1, 1: 1}
+        other = dataclasses.replace(_share_fetch(tid, "x", 0), group_id="h")
+        assert _offsets(await svc.fetch(other)) == {0: 1, 1: 1}
+        parked = asyncio.ensure_future(svc.fetch(dataclasses.replace(other, session_epoch=1)))
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+        assert not parked.done()
+        (op,) = {op for ops in svc.purgatory._watchers.values() for op in ops}
+        assert (("h", tid, 0) in op.keys and ("t", 0) in op.keys) and ("g", tid, 0) not in op.keys
+        acked = await svc.acknowledge(ShareAcknowledgeParams(
+            group_id="g", member_id="a", session_epoch=1, version=2, connection_id="conn-a",
+            partitions=(SharePartitionRequest(tid, 0, (AcknowledgementBatch(0, 1, (int(AcknowledgeType.RELEASE),)),)),)))
+        assert acked.partitions[0].error_code == ErrorCode.none
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+        # Not completed (and parked again): the same delayed operation is still watched.
+        assert not parked.done() and not op.future.done() and b.append_waiters.parked() == 1
+        b.store.partition("t", 0).append(build_batch([(None, b"2", (), b.clock.now_ms())]), b.clock.now_ms())
+        b.append_waiters.notify("t", 0)
+        assert _offsets(await asyncio.wait_for(parked, 10)) == {2: 1}
         svc.stop()
         b.close()
 
