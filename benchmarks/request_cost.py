@@ -2,7 +2,7 @@
 
 Usage:
     python benchmarks/request_cost.py TREE [TREE ...] [--rate N] [--seconds S] [--rounds R]
-        [--kinds produce1,produce_all,fetch,heartbeat] [-o key=value ...]
+        [--kinds produce1,produce_all,fetch,heartbeat,share_fetch] [-o key=value ...]
 
 Starts one broker per tree (``PYTHONPATH=TREE python -m shoal serve``, run from a
 directory outside the trees), then, per round and per kind, drives each broker in turn
@@ -16,7 +16,13 @@ connections:
   every append, and ``-o log.flush.interval.messages=...`` changes it);
 - ``fetch``: Fetch v12 at the log end with max_wait 100 ms (an empty long poll that
   times out);
-- ``heartbeat``: ShareGroupHeartbeat v1 of members already in a share group.
+- ``heartbeat``: ShareGroupHeartbeat v1 of members already in a share group;
+- ``share_fetch``: ShareFetch v2 of one record, each acknowledging (ACCEPT) the record the
+  member's previous ShareFetch acquired, by ``--connections`` members of a new share group
+  on their own connections, over records produced beforehand (one record per batch). A
+  member's next ShareFetch needs the previous answer (its session epoch and the offset to
+  acknowledge), so this kind is closed loop: each member has one request in flight, and
+  the rate printed is the rate achieved (``--rate`` is not used).
 
 Printed per run: the rate achieved, the broker's CPU microseconds per request (user +
 system time from /proc/<pid>/stat before and after, at the kernel's clock-tick
@@ -49,14 +55,15 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from kio.schema.create_topics.v7 import request as create7
 from kio.schema.fetch.v12 import request as fetch12
 from kio.schema.produce.v9 import request as produce9
+from kio.schema.share_fetch.v2 import request as share_fetch2
 from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
-from kio.static.primitive import i32, i32Timedelta
+from kio.static.primitive import i8, i32, i32Timedelta, i64
 from produce_consume import cpu_seconds, free_port, wait_port
 
 from shoal.protocol.batch import build_batch
 from tests.support.wire import RawConnection, request_bytes
 
-KINDS = ("produce1", "produce_all", "fetch", "heartbeat")
+KINDS = ("produce1", "produce_all", "fetch", "heartbeat", "share_fetch")
 TOPIC = "cost"
 GROUP = "cost-share"
 
@@ -147,6 +154,97 @@ def join_share_members(bootstrap: str, n: int) -> list[tuple[RawConnection, byte
                                  0)) for m in members]
 
 
+def share_fetch_loop(bootstrap: str, pid: int, seconds: float, connections: int) -> tuple[float, ...]:
+    """The ``share_fetch`` kind: (rate, CPU us per request, p50 ms, p99 ms)."""
+    group = f"{GROUP}-fetch-{uuid.uuid4().hex[:8]}"
+    conns = [RawConnection(bootstrap, timeout_s=60) for _ in range(connections)]
+    try:
+        members = []
+        topic_id = None
+        for conn in conns:
+            member_id = str(uuid.uuid4())
+            r = conn.request(ShareGroupHeartbeatRequest(group_id=group, member_id=member_id, member_epoch=i32(0),
+                                                        subscribed_topic_names=(TOPIC,)))
+            assert r.error_code.value == 0, r
+            tps = r.assignment.topic_partitions if r.assignment is not None else ()
+            if tps:
+                topic_id = tps[0].topic_id
+            members.append([conn, member_id, int(r.member_epoch), bool(tps)])
+        deadline = time.perf_counter() + 30
+        pending = members
+        while pending:  # until each member has the partition (an assignment is sent when it changes)
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"the share group did not assign the partition: {r}")
+            for m in pending:
+                r = m[0].request(ShareGroupHeartbeatRequest(group_id=group, member_id=m[1], member_epoch=i32(m[2])))
+                assert r.error_code.value == 0, r
+                m[2] = int(r.member_epoch)
+                tps = r.assignment.topic_partitions if r.assignment is not None else ()
+                if tps:
+                    topic_id, m[3] = tps[0].topic_id, True
+            pending = [m for m in members if not m[3]]
+            if pending:
+                time.sleep(0.2)
+        # The share-partition starts at the log end (share.auto.offset.reset latest): the
+        # records to fetch come after it; a few more than can be fetched in the time given.
+        with RawConnection(bootstrap, timeout_s=60) as producer:
+            template = produce_template(1)
+            for start in range(0, int(6000 * (seconds + 1)), 500):
+                for cid in range(start, start + 500):
+                    req = bytearray(template)
+                    struct.pack_into(">i", req, 8, cid)
+                    producer.send(bytes(req))
+                for _ in range(500):
+                    producer.read_response(0, 9)
+
+        state = [[m[0], m[1], 0, None] for m in members]  # conn, member id, session epoch, offset to acknowledge
+
+        def one_pass(latencies: list[float]) -> int:
+            t0 = time.perf_counter()
+            for st in state:
+                acks = () if st[3] is None else (share_fetch2.AcknowledgementBatch(
+                    first_offset=i64(st[3]), last_offset=i64(st[3]), acknowledge_types=(i8(1),)),)
+                st[0].send(request_bytes(share_fetch2.ShareFetchRequest(
+                    group_id=group, member_id=st[1], share_session_epoch=i32(st[2]),
+                    max_wait=datetime.timedelta(milliseconds=100), min_bytes=i32(1), max_bytes=i32(1 << 20),
+                    max_records=i32(1), batch_size=i32(1), share_acquire_mode=i8(1), is_renew_ack=False,
+                    topics=(share_fetch2.FetchTopic(topic_id=topic_id, partitions=(share_fetch2.FetchPartition(
+                        partition_index=i32(0), acknowledgement_batches=acks),)),),
+                    forgotten_topics_data=()), st[2]))
+            got = 0
+            for st in state:
+                _cid, r = st[0].read_response(78, 2)
+                latencies.append(time.perf_counter() - t0)
+                assert r.error_code == 0, r
+                st[2] += 1
+                st[3] = None
+                for t in r.responses:
+                    for p in t.partitions:
+                        assert p.error_code == 0 and p.acknowledge_error_code == 0, p
+                        for a in p.acquired_records:
+                            st[3] = int(a.first_offset)
+                            got += 1
+            return got
+
+        warm: list[float] = []
+        end = time.perf_counter() + 0.5
+        while time.perf_counter() < end:
+            one_pass(warm)
+        lat: list[float] = []
+        cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+        end = t0 + seconds
+        while time.perf_counter() < end:
+            if not one_pass(lat):
+                raise RuntimeError("ran out of records to fetch")
+        cpu1, t1 = cpu_seconds(pid), time.perf_counter()
+    finally:
+        for c in conns:
+            c.close()
+    lat.sort()
+    return (len(lat) / (t1 - t0), (cpu1 - cpu0) / len(lat) * 1e6, lat[len(lat) // 2] * 1e3,
+            lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3)
+
+
 def drive(socks: list[socket.socket], templates: list[bytes], rate: float, seconds: float) -> tuple[int, list[float]]:
     """Send ``rate`` requests/s for ``seconds`` round-robin over ``socks`` (request ``i`` from
     ``templates[i % len]`` with correlation id ``i``), read every response; returns the
@@ -210,6 +308,8 @@ def drive(socks: list[socket.socket], templates: list[bytes], rate: float, secon
 
 
 def run_kind(kind: str, bootstrap: str, pid: int, rate: float, seconds: float, connections: int) -> tuple[float, ...]:
+    if kind == "share_fetch":
+        return share_fetch_loop(bootstrap, pid, seconds, connections)
     conns: list[RawConnection] = []
     try:
         if kind == "heartbeat":

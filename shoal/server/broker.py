@@ -175,10 +175,15 @@ def _resolve(fut: asyncio.Future[None]) -> None:
 
 
 class AppendWaiters:
-    """Long polls (Fetch, ShareFetch) park here until a partition they read changes."""
+    """Fetch long polls park here until a partition they read changes.
+
+    ``listeners`` are told of every change too (``notify(topic, partition)``, ``wake_all()``,
+    and their ``parked()`` counts in): the share service's ShareFetch purgatory is one.
+    """
 
     def __init__(self) -> None:
         self._waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
+        self.listeners: list[Any] = []
 
     def notify(self, topic: str, partition: int) -> None:
         waiters = self._waiters.pop((topic, partition), None)
@@ -186,6 +191,8 @@ class AppendWaiters:
             for fut in waiters:
                 if not fut.done():
                     fut.set_result(None)
+        for listener in self.listeners:
+            listener.notify(topic, partition)
 
     def wake_all(self) -> None:
         """Wake every parked long poll (at shutdown: each then answers with what it has)."""
@@ -194,10 +201,13 @@ class AppendWaiters:
             for fut in futs:
                 if not fut.done():
                     fut.set_result(None)
+        for listener in self.listeners:
+            listener.wake_all()
 
     def parked(self) -> int:
-        """Long polls parked now (the Fetch purgatory's size, for the metrics)."""
-        return len({id(f) for futs in self._waiters.values() for f in futs})
+        """Long polls parked now, Fetch and the listeners' (the Fetch purgatory's size, for the metrics)."""
+        return len({id(f) for futs in self._waiters.values() for f in futs}) + sum(
+            listener.parked() for listener in self.listeners)
 
     async def wait(self, keys: Iterable[tuple[str, int]], timeout_s: float) -> None:
         """Return when any of ``keys`` is notified or after ``timeout_s``."""

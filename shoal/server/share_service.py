@@ -32,11 +32,20 @@ Theory of operation
   rolls back) each. Every acknowledgement received before a round shares its fsync, and
   an acknowledgement is answered once it is durable; a rolled-back write is retried by
   a timer.
-  Acknowledgement handlers await :meth:`ShareService.wait_for` before answering. Lock
+  Acknowledgements are answered after :meth:`ShareService.wait_for`. Lock
   expiry: one ``loop.call_at`` per share-partition at ``next_deadline_ms()``. Whenever
   records become acquirable again (released, expired, rolled back, or the in-flight
-  limit freed), the parked ShareFetches of that partition are woken through
-  ``broker.append_waiters``.
+  limit freed), :meth:`ShareService.wake` completes the ShareFetches parked on that
+  share-partition.
+* **ShareFetch and ShareAcknowledge.** One call per request, as Kafka's
+  SharePartitionManager.fetchMessages / acknowledge: :meth:`ShareService.fetch` and
+  :meth:`ShareService.acknowledge` take a plain request (``shoal/share/requests.py``; the
+  handlers translate kio's) and return a ``ShareResult``. They check the request and the
+  share session, apply the acknowledgements, release what the member no longer fetches,
+  load (cluster mode), acquire, and answer once the acknowledgements are durable. A
+  ShareFetch short of MinBytes parks in ``self.purgatory`` (``share_purgatory.py``, a
+  DelayedShareFetch watched under its share-partitions and data partitions; it listens
+  to ``broker.append_waiters`` for appends), until a wake, an append or MaxWaitMs.
 * **Sessions.** A :class:`~shoal.share.session.ShareSessionCache`. Closing a session
   or a disconnect releases the member's acquired records; a member that leaves the
   group keeps them until its session closes (see :meth:`ShareService.on_share_member_removed`).
@@ -63,7 +72,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from time import perf_counter
 from typing import Any
 
@@ -77,14 +86,27 @@ from ..share.coordinator import (
     StateBatch,
     partition_for,
 )
-from ..share.partition import PendingUpdate, SharePartition, StateWrite
-from ..share.session import ShareSessionCache
+from ..protocol.batch import iter_batches
+from ..share.partition import AcquiredRecords, PendingUpdate, SharePartition, StateWrite, UpdateStatus
+from ..share.requests import (
+    DEFAULT_MAX_RECORDS,
+    PartitionResult,
+    ShareAcknowledgeParams,
+    ShareFetchParams,
+    SharePartitionRequest,
+    ShareResult,
+    invalid_ids,
+    invalid_share_fetch,
+)
+from ..share.session import INITIAL_EPOCH, ShareSessionCache
+from ..share.state import AcknowledgeType, AcquireMode
 from ..share.state_rpc import RETRIABLE, Rpc, StateOp
 from .broker import on_disconnect, on_leadership_change, on_start, on_stop, on_topic_deleted
 from .dlq import DeadLetterWriter
 from .internal_topics import SHARE_STATE_TOPIC
 from .runtime import CoordinatorRuntime
 from .share_persister import RemoteStates
+from .share_purgatory import SharePurgatory
 
 log = logging.getLogger("shoal.share")
 
@@ -95,6 +117,14 @@ RETRY_WRITE_S = 0.5
 
 PartitionId = tuple[str, uuid.UUID, int]
 """(group_id, topic_id, partition)."""
+Key = tuple[uuid.UUID, int]
+"""(topic_id, partition) of a request."""
+
+PARTITION_MAX_READ_BYTES = 1 << 20
+"""A ShareFetch reads at most this much of one partition's log at a time."""
+
+_WAIT_OUT = frozenset({ErrorCode.coordinator_not_available, ErrorCode.kafka_storage_error})
+"""Partition errors of state that cannot be written: a ShareFetch still waits out its max wait."""
 
 FENCED = frozenset({ErrorCode.fenced_leader_epoch, ErrorCode.fenced_state_epoch})
 """A load answered with one of these: a newer leader (or state) exists."""
@@ -263,6 +293,9 @@ class ShareService:
         self.persister = Persister(self.runtime)
         self.dead_letters = DeadLetterWriter(broker)
         self.sessions = ShareSessionCache(int(cfg["group.share.max.share.sessions"]))
+        self.purgatory = SharePurgatory()
+        """Parked ShareFetches; also told of every append (a listener of ``broker.append_waiters``)."""
+        broker.append_waiters.listeners.append(self.purgatory)
         self.partitions: dict[PartitionId, SharePartition] = {}
         self._timers: dict[PartitionId, tuple[int, asyncio.TimerHandle]] = {}
         self._retry: dict[PartitionId, asyncio.TimerHandle] = {}
@@ -304,6 +337,10 @@ class ShareService:
             await self.persister.remote.close()
 
     def stop(self) -> None:
+        listeners = self.broker.append_waiters.listeners
+        if self.purgatory in listeners:
+            listeners.remove(self.purgatory)
+        self.purgatory.wake_all()
         for _d, h in self._timers.values():
             h.cancel()
         for h in self._retry.values():
@@ -842,10 +879,8 @@ class ShareService:
         self._retry[pid] = asyncio.get_running_loop().call_later(RETRY_WRITE_S, run)  # type: ignore[index]
 
     def wake(self, sp: SharePartition) -> None:
-        """Wake ShareFetches parked on this partition (records may be acquirable again)."""
-        meta = self.broker.store.topic_by_id(sp.topic_id)
-        if meta is not None:
-            self.broker.append_waiters.notify(meta.name, sp.partition)
+        """Complete the ShareFetches parked on this share-partition (records may be acquirable again)."""
+        self.purgatory.check_and_complete((sp.group_id, sp.topic_id, sp.partition))
 
     def reschedule(self, sp: SharePartition) -> None:
         """Keep one lock-expiry timer at ``sp.next_deadline_ms()``."""
@@ -880,6 +915,309 @@ class ShareService:
         meta = self.broker.store.topic_by_id(sp.topic_id)
         if metrics is not None and meta is not None:
             metrics.lock_timed_out(sp.group_id, meta.name, sp.partition, sum(hi - lo + 1 for lo, hi in released))
+
+    # -- ShareFetch and ShareAcknowledge ------------------------------------------------------
+    # One call per request, as Kafka's SharePartitionManager.fetchMessages / acknowledge: the
+    # handlers translate the kio request into a ShareFetchParams / ShareAcknowledgeParams and
+    # the ShareResult back; the session, acknowledgements, releases, loading, acquisition,
+    # persistence and the long poll are all done here.
+
+    async def acknowledge(self, request: ShareAcknowledgeParams) -> ShareResult:
+        """ShareAcknowledge: check the share session, apply each partition's acknowledgements
+        (all or nothing per partition) and answer once their writes are durable (or failed);
+        a final epoch (-1) then closes the session and releases what the member holds."""
+        group_id = request.group_id or ""
+        member_id = request.member_id or ""
+        result = ShareResult(self.record_lock_duration_ms(group_id))
+        invalid = invalid_ids(request.group_id, request.member_id)
+        if invalid is not None:
+            result.error_code, result.error_message = ErrorCode.invalid_request, invalid
+            return result
+        # A member that left the group keeps its share session until the client closes it,
+        # and may still acknowledge what it holds (see on_share_member_removed).
+        previous = self.sessions.get(group_id, member_id)
+        previous_parts = tuple(previous.partitions) if previous is not None else ()
+        outcome = self.sessions.share_acknowledge(group_id, member_id, request.session_epoch,
+                                                  connection_id=request.connection_id)
+        if not outcome.ok:
+            result.error_code = outcome.error_code
+            return result
+        with_acks = [p for p in request.partitions if p.acknowledgements]
+        await self.load_partitions(group_id, [p.key for p in with_acks])
+        codes = await self._acknowledgement_codes(
+            self._apply_acknowledgements(group_id, member_id, with_acks, request.version))
+        if outcome.closed:
+            self.release_member(group_id, member_id, previous_parts)
+        result.partitions = [PartitionResult(p.topic_id, p.partition, codes.get(p.key, ErrorCode.none))
+                             for p in request.partitions]
+        return result
+
+    async def fetch(self, request: ShareFetchParams) -> ShareResult:
+        """ShareFetch: session, acknowledgements, releases, then acquisition with its long poll.
+
+        See the handler module's docstring for the order of things and what is answered.
+        """
+        group_id = request.group_id or ""
+        member_id = request.member_id or ""
+        result = ShareResult(self.record_lock_duration_ms(group_id))
+        invalid = invalid_ids(request.group_id, request.member_id) or invalid_share_fetch(request)
+        if invalid is not None:
+            result.error_code, result.error_message = ErrorCode.invalid_request, invalid
+            return result
+        previous = self.sessions.get(group_id, member_id)
+        previous_parts = tuple(previous.partitions) if previous is not None else ()
+        outcome = self.sessions.share_fetch(
+            group_id, member_id, request.session_epoch,
+            add=[(str(p.topic_id), p.partition) for p in request.partitions],
+            forget=[(str(t), p) for t, p in request.forgotten], connection_id=request.connection_id)
+        if not outcome.ok:
+            result.error_code = outcome.error_code
+            return result
+
+        # Cluster mode: the share-partitions' state may have to come from another broker first
+        # (and a new session checks that no offsets reset happened behind their back).
+        if request.session_epoch == INITIAL_EPOCH and outcome.partitions:
+            await self.drop_if_reset(group_id, [(uuid.UUID(t), p) for t, p in outcome.partitions],
+                                     max(1.0, request.max_wait_ms / 1000))
+        with_acks = [p for p in request.partitions if p.acknowledgements]
+        await self.load_partitions(group_id, [p.key for p in with_acks])
+        acks = self._apply_acknowledgements(group_id, member_id, with_acks, request.version)
+        settle_first = outcome.closed or bool(outcome.replaced) or bool(outcome.forgotten)
+        if settle_first:
+            # Settle the acknowledgements before releasing: a write that fails leaves its
+            # records acquired by the member, and the release below must see them.
+            ack_codes = await self._acknowledgement_codes(acks)
+
+        # Release what the member held where it no longer fetches. A session replaced by
+        # epoch 0 (the client reset it after an error) keeps the member's records in the
+        # partitions the new session still names, as in Kafka: they stay the member's to
+        # acknowledge, and are not released and re-acquired by this very request with a
+        # delivery count one higher.
+        if outcome.closed:
+            self.release_member(group_id, member_id, previous_parts)
+        else:
+            dropped = [sp for sp in outcome.replaced if sp not in outcome.added] + list(outcome.forgotten)
+            if dropped:
+                self.release_member(group_id, member_id, dropped)
+
+        errors: dict[Key, ErrorCode] = {}
+        fetched: dict[Key, tuple[dict[int, bytes], list[AcquiredRecords]]] = {}
+        if not outcome.closed and not request.renew_only and outcome.partitions:
+            await self._acquire_with_long_poll(group_id, member_id, request,
+                                               [(uuid.UUID(t), p) for t, p in outcome.partitions], errors, fetched)
+
+        # The fetch ran while the acknowledgements' writes were in flight; answer only once
+        # they are durable (or failed).
+        if not settle_first:
+            ack_codes = await self._acknowledgement_codes(acks)
+        for key in dict.fromkeys([*ack_codes, *errors, *fetched]):
+            batches, acquired = fetched.get(key, ({}, []))
+            result.partitions.append(PartitionResult(key[0], key[1], errors.get(key, ErrorCode.none),
+                                                     ack_codes.get(key, ErrorCode.none), batches, sorted(acquired)))
+        return result
+
+    def _apply_acknowledgements(self, group_id: str, member_id: str, partitions: Iterable[SharePartitionRequest],
+                                version: int) -> list[tuple[Key, SharePartition | None, Any]]:
+        """Apply every partition's acknowledgement batches in memory and start their writes.
+
+        Returns one (key, share-partition, PendingUpdate or ErrorCode) per partition; pass
+        it to :meth:`_acknowledgement_codes` before answering.
+        """
+        now = self.broker.clock.now_ms()
+        metrics = self.broker.metrics
+        pending: list[tuple[Key, SharePartition | None, Any]] = []
+        for p in partitions:
+            key = p.key
+            batches = p.acknowledgements
+            try:
+                if any(x == AcknowledgeType.RENEW for b in batches for x in b.acknowledge_types):
+                    if version < 2:
+                        raise ApiError(ErrorCode.invalid_request, "renew needs version 2")
+                    if not self.renew_acknowledge_enabled(group_id):
+                        # As Kafka: the partition's acknowledgements fail, none of them applied.
+                        raise ApiError(ErrorCode.invalid_record_state,
+                                       "Renewing acquisition locks is not enabled for the group.")
+                sp = self.get_partition(group_id, key[0], key[1])
+                update = sp.acknowledge(member_id, [(b.first_offset, b.last_offset, b.acknowledge_types)
+                                                    for b in batches], now)
+            except ApiError as e:
+                pending.append((key, None, ErrorCode(e.error_code)))
+                continue
+            pending.append((key, sp, update))
+            if metrics is not None:
+                _count_acknowledgements(metrics, group_id, batches)
+            self.schedule_persist(sp)
+            self.reschedule(sp)  # renewals move deadlines
+        return pending
+
+    async def _acknowledgement_codes(self, pending: list[tuple[Key, SharePartition | None, Any]]
+                                     ) -> dict[Key, ErrorCode]:
+        """Wait until each acknowledgement's write is durable (or failed); its error code per partition."""
+        codes: dict[Key, ErrorCode] = {}
+        for key, sp, update in pending:
+            if sp is None:
+                codes[key] = update
+                continue
+            await self.wait_for(sp, update)
+            codes[key] = ErrorCode.none if update.status is UpdateStatus.COMMITTED \
+                else ErrorCode.coordinator_not_available
+        return codes
+
+    async def _acquire_with_long_poll(self, group_id: str, member_id: str, request: ShareFetchParams,
+                                      order: list[Key], errors: dict[Key, ErrorCode],
+                                      fetched: dict[Key, tuple[dict[int, bytes], list[AcquiredRecords]]]) -> None:
+        """Acquire for ``member_id`` from the session's partitions (``order``: rotated) until the
+        acquired records add up to MinBytes, at most MaxWaitMs; fills ``errors`` and ``fetched``."""
+        broker = self.broker
+        session = self.sessions.get(group_id, member_id)
+        max_records = request.max_records if request.max_records > 0 else DEFAULT_MAX_RECORDS
+        mode = AcquireMode(request.acquire_mode)
+        batch_size = request.batch_size if request.batch_size > 0 else None
+        max_bytes = request.max_bytes if request.max_bytes > 0 else 2**31 - 1
+        deadline = broker.clock.now_ms() + request.max_wait_ms
+        # MinBytes: the request waits (up to MaxWaitMs) until the records it acquired
+        # add up to MinBytes; what each pass acquires is kept and added to.
+        min_bytes = max(1, request.min_bytes)
+        remaining_records = max_records
+        budget = max_bytes
+        watch: list[Hashable] | None = None
+        while True:
+            # Cluster mode: load (or, after a failover, reload) what is not loaded yet, for at
+            # most the fetch's wait; a share-partition still loading gives nothing this time.
+            await self.load_partitions(group_id, [k for k in order if k not in errors],
+                                       max(0.0, deadline - broker.clock.now_ms()) / 1000)
+            for key in order:
+                if key in errors or remaining_records <= 0 or budget <= 0:
+                    continue
+                if self.is_loading(group_id, key[0], key[1]):
+                    continue  # nothing to acquire yet; its load wakes this fetch when done
+                try:
+                    data, acquired = self._acquire_one(group_id, member_id, key[0], key[1], remaining_records,
+                                                       budget, mode, batch_size)
+                except ApiError as e:
+                    errors[key] = ErrorCode(e.error_code)
+                    continue
+                if acquired:
+                    # A batch may hold records of two passes (one split by RECORD_LIMIT):
+                    # it is sent once.
+                    parts, got = fetched.setdefault(key, ({}, []))
+                    budget -= sum(len(b) for base, b in data.items() if base not in parts)
+                    parts.update(data)
+                    got.extend(acquired)
+                    remaining_records -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
+            left = deadline - broker.clock.now_ms()
+            got_bytes = max_bytes - budget
+            if (fetched and (got_bytes >= min_bytes or remaining_records <= 0 or budget <= 0)) \
+                    or left <= 0 or broker.shutting_down:
+                return
+            if any(c not in _WAIT_OUT for c in errors.values()):
+                return
+            # A partition whose state cannot be written (a full disk) does not end the long
+            # poll: its error is answered at the deadline, with whatever the others found, so
+            # a client that retries at once does not spin.
+            if watch is None:
+                watch = self._watch_keys(group_id, order)
+            await self.purgatory.park(watch, left / 1000)
+            # While parked, the session may have been closed (final epoch, disconnect) or
+            # replaced by a new one (epoch 0): this request then acquires nothing; the
+            # client no longer waits for its answer.
+            if self.sessions.get(group_id, member_id) is not session:
+                return
+
+    def _watch_keys(self, group_id: str, order: list[Key]) -> list[Hashable]:
+        """What a parked ShareFetch of ``order`` is watched under: each share-partition, and
+        each data partition (see ``share_purgatory.py``)."""
+        keys: list[Hashable] = []
+        for t, p in order:
+            keys.append((group_id, t, p))
+            meta = self.broker.store.topic_by_id(t)
+            if meta is not None:
+                keys.append((meta.name, p))
+        return keys
+
+    def _acquire_one(self, group_id: str, member_id: str, topic_id: uuid.UUID, partition: int,
+                     max_records: int, budget: int, mode: AcquireMode,
+                     batch_size: int | None) -> tuple[dict[int, bytes], list[AcquiredRecords]]:
+        """Acquire what ``member_id`` may get of one share-partition.
+
+        Returns ({base offset: batch bytes} of the log batches holding acquired records,
+        the acquired ranges).
+        """
+        store = self.broker.store
+        sp = self.get_partition(group_id, topic_id, partition)
+        self._configure(sp)
+        if budget <= 0:
+            return {}, []
+        meta = store.topic_by_id(topic_id)
+        plog = store.partition(meta.name, partition)
+        self.follow_log_start(sp, plog.log_start_offset)
+        offset = sp.next_fetch_offset()
+        if offset is None:
+            return {}, []
+        # Read a little at a time: the records wanted are usually few batches, and every
+        # batch read is parsed and offered to acquire.
+        chunk = max(8192, max_records * 128)
+        acquired: list[AcquiredRecords] = []
+        parts: dict[int, bytes] = {}
+        # share.isolation.level read_committed: nothing at or above the last stable offset, and
+        # aborted transactions' batches are left out (acquire archives what it is not offered)
+        committed = self.read_committed(group_id)
+        end = plog.last_stable_offset if committed else plog.high_watermark
+        skipped_from: int | None = None  # read_committed: where the trailing batches with nothing to deliver begin
+        while max_records > 0 and budget > 0 and offset < end:
+            try:
+                data = plog.read(offset, min(budget, chunk, PARTITION_MAX_READ_BYTES))
+            except ApiError as e:
+                if e.error_code != ErrorCode.offset_out_of_range or offset >= plog.log_start_offset:
+                    raise
+                # Retention or DeleteRecords removed what was to be read: SPSO follows.
+                self.follow_log_start(sp, plog.log_start_offset)
+                nxt = sp.next_fetch_offset()
+                if nxt is None or nxt <= offset:
+                    break
+                offset = nxt
+                continue
+            if not data:
+                break
+            headers = list(iter_batches(data))
+            if committed:
+                headers = [h for h in headers if h.next_offset <= end]
+                if not headers:
+                    break
+            offset = headers[-1].next_offset
+            first_read = headers[0].base_offset
+            headers = [h for h in headers if not h.is_control]
+            if committed:
+                headers = plog.without_aborted(headers)
+                if headers:
+                    skipped_from = headers[-1].next_offset if headers[-1].next_offset < offset else None
+                elif skipped_from is None:
+                    skipped_from = first_read
+            got = sp.acquire(member_id, [(h.base_offset, h.last_offset) for h in headers], self.broker.clock.now_ms(),
+                             max_records, acquire_mode=mode, batch_size=batch_size)
+            j = 0
+            for h in headers:
+                while j < len(got) and got[j].last_offset < h.base_offset:
+                    j += 1
+                if j < len(got) and got[j].first_offset <= h.last_offset:
+                    parts[h.base_offset] = bytes(data[h.position:h.position + h.size])
+                    budget -= h.size
+            acquired.extend(got)
+            max_records -= sum(a.last_offset - a.first_offset + 1 for a in got)
+            chunk *= 4
+            if sp.next_fetch_offset() is None:
+                break
+        if skipped_from is not None and offset > skipped_from:
+            sp.archive_gap(skipped_from, offset - 1)  # markers and aborted records up to the LSO
+        if sp.needs_write:
+            self.schedule_persist(sp)
+        if acquired:
+            self.reschedule(sp)
+            metrics = self.broker.metrics
+            if metrics is not None:
+                metrics.acquired(group_id, meta.name, sum(a.last_offset - a.first_offset + 1 for a in acquired))
+                metrics.fetched(meta.name, sum(len(b) for b in parts.values()))
+        return parts, acquired
 
     # -- releases ---------------------------------------------------------------------------
     def release_member(self, group_id: str, member_id: str,
@@ -1038,6 +1376,20 @@ class ShareService:
     def forget_topic(self, topic_id: uuid.UUID) -> None:
         for pid in [p for p in self.partitions if p[1] == topic_id]:
             self._drop(pid)
+
+
+def _count_acknowledgements(metrics: Any, group_id: str, batches: Iterable[Any]) -> None:
+    """Add one partition's applied acknowledgements to the metrics, by type (gaps are not records)."""
+    metrics.acknowledgement_request(group_id)
+    for b in batches:
+        types = b.acknowledge_types
+        if len(types) == 1:
+            if types[0] != AcknowledgeType.GAP:
+                metrics.acknowledged(group_id, AcknowledgeType(types[0]).name, b.last_offset - b.first_offset + 1)
+        else:
+            for t in types:
+                if t != AcknowledgeType.GAP:
+                    metrics.acknowledged(group_id, AcknowledgeType(t).name, 1)
 
 
 def share_service(broker: Any) -> ShareService:

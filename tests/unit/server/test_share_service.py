@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import uuid
 from pathlib import Path
@@ -21,6 +22,13 @@ from shoal.server.share_service import SHARE_STATE_TOPIC, ShareService
 from shoal.server.state_files import DynamicConfigs
 from shoal.share.coordinator import SharePartitionKey, StateBatch
 from shoal.share.partition import UpdateStatus
+from shoal.share.requests import (
+    AcknowledgementBatch,
+    ShareAcknowledgeParams,
+    ShareFetchParams,
+    SharePartitionRequest,
+    ShareResult,
+)
 from shoal.share.state import AcknowledgeType, AcquireMode, RecordState
 
 
@@ -354,12 +362,6 @@ def test_wire_write_that_fails_keeps_the_loaded_share_partition(tmp_path: Path) 
 
 
 def test_fetch_path_follows_the_log_start_past_the_spso(tmp_path: Path) -> None:
-    from shoal.server.handlers.share_fetch import _acquire_one
-
-    class Ctx(_Ctx):
-        def now_ms(self) -> int:
-            return b.clock.now_ms()
-
     b = FakeBroker(tmp_path)
 
     async def body() -> None:
@@ -373,7 +375,7 @@ def test_fetch_path_follows_the_log_start_past_the_spso(tmp_path: Path) -> None:
         assert await svc.persist(sp) and update.status is UpdateStatus.COMMITTED
         assert sp.next_fetch_offset() == 0  # offset 0 is available again
         b.store.partition("t", 0).delete_records(6)  # DeleteRecords past SPSO and SPEO
-        _data, got = _acquire_one(Ctx(b), svc, "g", "n", tid, 0, 10, 1 << 20, AcquireMode.BATCH_OPTIMIZED, None)
+        _data, got = svc._acquire_one("g", "n", tid, 0, 10, 1 << 20, AcquireMode.BATCH_OPTIMIZED, None)
         assert [(a.first_offset, a.last_offset, a.delivery_count) for a in got] == [(6, 9, 1)]
         assert sp.start_offset == 6
         assert await svc.persist(sp)  # the new SPSO's write was started by the fetch path
@@ -440,6 +442,84 @@ def test_wire_write_refused_by_the_disk_answers_the_partition_with_an_error(tmp_
         plog.append = real  # type: ignore[method-assign]
         resp = await handle_write_share_group_state(Ctx(b), _wire_write(tid, 5, 1, []))
         assert [p.error_code for p in resp.results[0].partitions] == [ErrorCode.none]
+        svc.stop()
+        b.close()
+
+    run(body)
+
+
+def _share_fetch(tid: uuid.UUID, member: str, epoch: int, max_wait_ms: int = 30_000) -> ShareFetchParams:
+    return ShareFetchParams(group_id="g", member_id=member, session_epoch=epoch,
+                            partitions=(SharePartitionRequest(tid, 0),), forgotten=(), version=2,
+                            max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=500,
+                            connection_id=f"conn-{member}")
+
+
+def _offsets(result: ShareResult) -> dict[int, int]:
+    """{offset: delivery count} of what a ShareFetch acquired."""
+    assert result.error_code == ErrorCode.none
+    return {o: a.delivery_count for p in result.partitions for a in p.acquired
+            for o in range(a.first_offset, a.last_offset + 1)}
+
+
+def test_a_parked_share_fetch_is_completed_by_a_release_and_by_an_append(tmp_path: Path) -> None:
+    async def body() -> None:
+        b, svc = started(tmp_path, {"share.auto.offset.reset": "earliest"})
+        tid = _topic_with_records(b, "t", 2, svc)
+        assert _offsets(await svc.fetch(_share_fetch(tid, "a", 0))) == {0: 1, 1: 1}
+        # Nothing is acquirable for "b": its fetch parks, watched under the share-partition.
+        parked = asyncio.ensure_future(svc.fetch(_share_fetch(tid, "b", 0)))
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+        assert not parked.done() and b.append_waiters.parked() == 1
+        # "a" releases its records: the parked fetch completes long before its 30 s.
+        acked = await svc.acknowledge(ShareAcknowledgeParams(
+            group_id="g", member_id="a", session_epoch=1, version=2, connection_id="conn-a",
+            partitions=(SharePartitionRequest(tid, 0, (AcknowledgementBatch(0, 1, (int(AcknowledgeType.RELEASE),)),)),)))
+        assert [(p.partition, p.error_code) for p in acked.partitions] == [(0, ErrorCode.none)]
+        assert _offsets(await asyncio.wait_for(parked, 10)) == {0: 2, 1: 2}
+        # At the log end, a fetch parks until an append to the partition.
+        parked = asyncio.ensure_future(svc.fetch(_share_fetch(tid, "b", 1)))
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+        assert not parked.done() and b.append_waiters.parked() == 1
+        b.store.partition("t", 0).append(build_batch([(None, b"2", (), b.clock.now_ms())]), b.clock.now_ms())
+        b.append_waiters.notify("t", 0)
+        assert _offsets(await asyncio.wait_for(parked, 10)) == {2: 1}
+        assert b.append_waiters.parked() == 0
+        svc.stop()
+        b.close()
+
+    run(body)
+
+
+def test_a_parked_share_fetch_is_watched_under_its_own_share_partition(tmp_path: Path) -> None:
+    """A release in one group completes that group's parked fetches only; another group's
+    fetch of the same partition stays parked (it has nothing new to acquire) until an append."""
+    async def body() -> None:
+        b, svc = started(tmp_path, {"share.auto.offset.reset": "earliest"})
+        b.dynamic_configs.set_group("h", {"share.auto.offset.reset": "earliest"})
+        tid = _topic_with_records(b, "t", 2, svc, groups=("g", "h"))
+        assert _offsets(await svc.fetch(_share_fetch(tid, "a", 0))) == {0: 1, 1: 1}
+        other = dataclasses.replace(_share_fetch(tid, "x", 0), group_id="h")
+        assert _offsets(await svc.fetch(other)) == {0: 1, 1: 1}
+        parked = asyncio.ensure_future(svc.fetch(dataclasses.replace(other, session_epoch=1)))
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+        assert not parked.done()
+        (op,) = {op for ops in svc.purgatory._watchers.values() for op in ops}
+        assert (("h", tid, 0) in op.keys and ("t", 0) in op.keys) and ("g", tid, 0) not in op.keys
+        acked = await svc.acknowledge(ShareAcknowledgeParams(
+            group_id="g", member_id="a", session_epoch=1, version=2, connection_id="conn-a",
+            partitions=(SharePartitionRequest(tid, 0, (AcknowledgementBatch(0, 1, (int(AcknowledgeType.RELEASE),)),)),)))
+        assert acked.partitions[0].error_code == ErrorCode.none
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+        # Not completed (and parked again): the same delayed operation is still watched.
+        assert not parked.done() and not op.future.done() and b.append_waiters.parked() == 1
+        b.store.partition("t", 0).append(build_batch([(None, b"2", (), b.clock.now_ms())]), b.clock.now_ms())
+        b.append_waiters.notify("t", 0)
+        assert _offsets(await asyncio.wait_for(parked, 10)) == {2: 1}
         svc.stop()
         b.close()
 
