@@ -22,7 +22,12 @@ from kio.schema.errors import ErrorCode
 from kio.schema.init_producer_id.v4 import request as init4
 from kio.schema.produce.v9 import request as produce9
 
+from shoal.coordinator.partitioning import coordinator_partition
+from shoal.coordinator.records import TRANSACTION_STATE
+from shoal.log.partition_log import PartitionLog
+from shoal.log.policy import LogConfig
 from shoal.protocol.batch import build_batch
+from shoal.transactions.coordinator import TxnMetadata, TxnState, record_of
 from tests.integration.test_transactions import read_all
 from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic, producer
@@ -142,3 +147,31 @@ def test_a_crash_right_after_end_txn_still_ends_the_transaction(
     got = read_all(b.bootstrap, topic_name, 4, "read_committed", 8 if commit else 4)
     expected = [b"plain-%d" % i for i in range(4)] + ([b"v-%d" % i for i in range(4)] if commit else [])
     assert sorted(got) == sorted(expected)
+
+
+def test_a_prepare_record_without_its_completion_is_finished_at_start(
+        start_broker: Callable[..., BrokerProcess], topic_name: str) -> None:
+    """The state a crash leaves between EndTxn's answer and the completion: PrepareCommit
+    durable, no CompleteCommit (and perhaps no markers). Made exactly so here, by appending
+    the PrepareCommit record to ``__transaction_state`` of the stopped broker."""
+    b = start_broker()
+    create_topic(b.bootstrap, topic_name, partitions=2)
+    with RawConnection(b.bootstrap) as conn:
+        init = conn.request(_init("tx-prepared"), 1)
+        pid, epoch = int(init.producer_id), int(init.producer_epoch)
+        _open_txn(conn, "tx-prepared", topic_name, pid, epoch, 2, 0, b"p", 2)
+    b.stop()
+    now = int(time.time() * 1000)
+    prepared = TxnMetadata("tx-prepared", pid, epoch, 30_000, TxnState.PREPARE_COMMIT,
+                           {(topic_name, 0), (topic_name, 1)}, now - 1000, now)
+    key, value = record_of(prepared).to_bytes()
+    plog = PartitionLog.open(b.data_dir / f"{TRANSACTION_STATE}-{coordinator_partition('tx-prepared', 50)}",
+                             LogConfig())
+    plog.append(build_batch([(key, value, (), now)]), now)
+    plog.close()
+    b.start()
+    assert "completed 1 interrupted transaction(s)" in b.stderr_tail(200)
+    assert read_all(b.bootstrap, topic_name, 2, "read_committed", 2) in ([b"p-0", b"p-1"], [b"p-1", b"p-0"])
+    with RawConnection(b.bootstrap) as conn:
+        init = conn.request(_init("tx-prepared"), 1)
+        assert (init.error_code, init.producer_id, init.producer_epoch) == (ErrorCode.none, pid, epoch + 1)
