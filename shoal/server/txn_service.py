@@ -579,11 +579,12 @@ class TransactionService:
         append the markers, and record the completion once they are durable."""
         try:
             await self.runtime.wait_durable(p, wrote=True)
-        except BaseException as e:
+        except asyncio.CancelledError:
+            prepared.cancel()  # the service is closing
+            raise
+        except Exception as e:  # ApiError: the fsync failed, so did the partition
             if not prepared.done():
-                prepared.cancel() if isinstance(e, asyncio.CancelledError) else prepared.set_exception(e)
-            if isinstance(e, asyncio.CancelledError):
-                raise
+                prepared.set_exception(e)
             return False
         if not prepared.done():
             prepared.set_result(None)
