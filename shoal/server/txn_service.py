@@ -25,10 +25,11 @@ transaction without its markers. From the Prepare record's append until the comp
 is recorded, a request of the same transactional id (AddPartitionsToTxn,
 AddOffsetsToTxn, InitProducerId, EndTxn) is *parked* (``after_completion``), then served
 as if it had come a moment later, where Kafka answers CONCURRENT_TRANSACTIONS and the
-client retries after a backoff (librdkafka: 20 ms for AddPartitionsToTxn,
-``retry.backoff.ms`` for the others). A request still parked after
-``PARKED_REQUEST_WAIT_S`` is served anyway (CONCURRENT_TRANSACTIONS); in cluster mode
-requests wait the same way while the markers are being sent. A fenced or timed-out
+client retries after a backoff (librdkafka and the Java producer: 20 ms for a
+transaction's first AddPartitionsToTxn, ``retry.backoff.ms`` for the others). A
+request still parked after ``PARKED_REQUEST_WAIT_S`` is served anyway
+(CONCURRENT_TRANSACTIONS); in cluster mode requests wait the same way while the markers
+are being sent. A fenced or timed-out
 transaction is ended the same way; at load, the transactions found in a Prepare state are
 completed before the first request is served (their markers fsynced one by one).
 AddPartitionsToTxn waits for its record's fsync, shared with concurrent writes
