@@ -2,13 +2,18 @@
 transactions (kafka-transactions.sh).
 
 Speaks the Kafka protocol through :mod:`shoal.client.connection`: ListTransactions,
-DescribeTransactions, DescribeProducers, Metadata and WriteTxnMarkers, to the broker it
-reaches (transactions are served by one broker). ``find-hanging`` reports, as Kafka's
-tool does, the open transactions of partitions whose last write is older than
-``--max-transaction-timeout`` minutes and that the transaction coordinator does not know
-as an ongoing transaction holding that partition; ``abort`` writes an abort marker for
-one (named by ``--start-offset``, or by producer id, epoch and coordinator epoch), so
-read_committed readers move past it.
+DescribeTransactions, DescribeProducers, Metadata, FindCoordinator and WriteTxnMarkers,
+each to the broker that serves it, as Kafka's admin client routes them (see
+:class:`_Client`): in a cluster the tool needs any one broker's address.
+``find-hanging`` reports, as Kafka's tool does, the open transactions of partitions whose
+last write is older than ``--max-transaction-timeout`` minutes and that the transaction
+coordinator does not know as an ongoing transaction holding that partition; ``abort``
+writes an abort marker for one (named by ``--start-offset``, or by producer id, epoch and
+coordinator epoch), so read_committed readers move past it.
+
+``describe`` of a transactional id with no transaction open shows no start time and
+duration: DescribeTransactions then says -1 (as Kafka does), which kio's reader refuses,
+so the tool reads that answer with :func:`shoal.client.lenient.lenient_response`.
 """
 
 from __future__ import annotations
@@ -17,10 +22,14 @@ import argparse
 import time
 from typing import Any
 
+from ..client.lenient import lenient_response
+from ..protocol.entities import make
 from .common import CliError, add_connection_options, add_output_options, emit, reach, tool_main
 from .main import command
 
-METADATA, WRITE_TXN_MARKERS, DESCRIBE_PRODUCERS, DESCRIBE_TXNS, LIST_TXNS = 3, 27, 61, 65, 66
+METADATA, FIND_COORDINATOR, WRITE_TXN_MARKERS, DESCRIBE_PRODUCERS, DESCRIBE_TXNS, LIST_TXNS = (
+    3, 10, 27, 61, 65, 66)
+KEY_TRANSACTION = 1
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
@@ -57,57 +66,146 @@ def _check(code: Any, what: str) -> None:
 
 
 class _Client:
+    """The tool's connections: the bootstrap broker, and one per other broker it must ask.
+
+    Each request goes where Kafka's admin client sends it: ListTransactions to every broker
+    (each lists the transactional ids it coordinates), DescribeTransactions to the
+    transactional id's coordinator (FindCoordinator, key type TRANSACTION),
+    DescribeProducers and WriteTxnMarkers to each partition's leader (Metadata). On one
+    broker all of them are that broker."""
+
     def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
         self.conn = reach(args)
+        self._conns: dict[tuple[str, int], Any] = {(self.conn.host, int(self.conn.port)): self.conn}
+        self._brokers: dict[int, tuple[str, int]] | None = None
+        self._leaders: dict[str, list[int]] = {}
+        self._internal: set[str] = set()
 
     def close(self) -> None:
-        self.conn.close()
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
 
-    def _call(self, key: int, lo: int, hi: int, **fields: Any) -> Any:
-        return self.conn.call(key, self.conn.version_for(key, lo, hi), **fields)
+    # -- routing ---------------------------------------------------------------------------
+    def _metadata(self) -> None:
+        resp = self._call(METADATA, 1, 12, topics=None, allow_auto_topic_creation=False,
+                          include_topic_authorized_operations=False)
+        self._brokers = {int(b.node_id): (b.host, int(b.port)) for b in resp.brokers}
+        self._leaders = {}
+        self._internal = {t.name for t in resp.topics if t.is_internal}
+        for t in resp.topics:
+            if int(t.error_code) != 0:
+                continue
+            leaders = [-1] * len(t.partitions)
+            for part in t.partitions:
+                if 0 <= int(part.partition_index) < len(leaders):
+                    leaders[int(part.partition_index)] = int(part.leader_id)
+            self._leaders[t.name] = leaders
 
+    def brokers(self) -> dict[int, tuple[str, int]]:
+        if self._brokers is None:
+            self._metadata()
+        assert self._brokers is not None
+        return self._brokers
+
+    def to(self, node: int) -> Any:
+        """A connection to broker ``node`` (the bootstrap one when it is that broker)."""
+        address = self.brokers().get(node)
+        if address is None:
+            raise CliError(f"broker {node} is not in the cluster's metadata")
+        conn = self._conns.get(address)
+        if conn is None:
+            conn = self._conns[address] = reach(argparse.Namespace(
+                **{**vars(self.args), "bootstrap_server": f"{address[0]}:{address[1]}"}))
+        return conn
+
+    def leader(self, topic: str, partition: int) -> int:
+        """The node id of the leader of ``topic``-``partition``."""
+        if topic not in self._leaders:
+            self._metadata()
+        leaders = self._leaders.get(topic)
+        if leaders is None:
+            raise CliError(f"Topic '{topic}' does not exist.")
+        if not 0 <= partition < len(leaders):
+            raise CliError(f"{topic} has no partition {partition}")
+        if leaders[partition] < 0:
+            raise CliError(f"{topic}-{partition} has no leader")
+        return leaders[partition]
+
+    def coordinator(self, txn_id: str) -> Any:
+        """A connection to the transaction coordinator of ``txn_id``."""
+        v = self.conn.version_for(FIND_COORDINATOR, 1, 6)
+        if v >= 4:
+            c = self.conn.call(FIND_COORDINATOR, v, key_type=KEY_TRANSACTION,
+                               coordinator_keys=(txn_id,)).coordinators[0]
+        else:
+            c = self.conn.call(FIND_COORDINATOR, v, key=txn_id, key_type=KEY_TRANSACTION)
+        _check(c.error_code, f"cannot find the transaction coordinator of {txn_id!r}")
+        self.brokers()[int(c.node_id)] = (c.host, int(c.port))
+        return self.to(int(c.node_id))
+
+    def _call(self, key: int, lo: int, hi: int, conn: Any = None, **fields: Any) -> Any:
+        conn = self.conn if conn is None else conn
+        return conn.call(key, conn.version_for(key, lo, hi), **fields)
+
+    # -- requests --------------------------------------------------------------------------
     def list(self, states: list[str], pids: list[int], duration: int) -> list[Any]:
-        resp = self._call(LIST_TXNS, 0, 1, state_filters=tuple(states), producer_id_filters=tuple(pids),
-                          duration_filter=duration)
-        _check(resp.error_code, "cannot list transactions")
-        if resp.unknown_state_filters:
-            raise CliError(f"unknown transaction states: {', '.join(resp.unknown_state_filters)}")
-        return list(resp.transaction_states)
+        out: dict[str, Any] = {}
+        for node in sorted(self.brokers()):
+            resp = self._call(LIST_TXNS, 0, 1, self.to(node), state_filters=tuple(states),
+                              producer_id_filters=tuple(pids), duration_filter=duration)
+            _check(resp.error_code, f"cannot list the transactions of broker {node}")
+            if resp.unknown_state_filters:
+                raise CliError(f"unknown transaction states: {', '.join(resp.unknown_state_filters)}")
+            for t in resp.transaction_states:
+                out.setdefault(t.transactional_id, t)
+        return list(out.values())
 
     def describe(self, txn_id: str) -> Any:
-        resp = self._call(DESCRIBE_TXNS, 0, 0, transactional_ids=(txn_id,))
+        """The transaction state of ``txn_id``; its ``transaction_start_time`` in
+        milliseconds, -1 when no transaction is open (Kafka's value, which kio refuses)."""
+        conn = self.coordinator(txn_id)
+        version = conn.version_for(DESCRIBE_TXNS, 0, 0)
+        request = make(conn.request_type(DESCRIBE_TXNS, version), transactional_ids=(txn_id,))
+        resp = conn.send(request, response_type=lenient_response(DESCRIBE_TXNS, version))
         st = resp.transaction_states[0]
         _check(st.error_code, f"cannot describe transactional id {txn_id!r}")
         return st
 
     def producers(self, topic: str, partitions: list[int]) -> dict[int, list[Any]]:
-        from ..protocol.entities import make, sub
+        from ..protocol.entities import sub
 
-        version = self.conn.version_for(DESCRIBE_PRODUCERS, 0, 0)
-        cls = self.conn.request_type(DESCRIBE_PRODUCERS, version)
-        resp = self.conn.send(make(cls, topics=(make(sub(cls, "TopicRequest"), name=topic,
-                                                     partition_indexes=tuple(partitions)),)))
+        by_leader: dict[int, list[int]] = {}
+        for p in partitions:
+            by_leader.setdefault(self.leader(topic, p), []).append(p)
         out = {}
-        for p in resp.topics[0].partitions:
-            _check(p.error_code, f"cannot describe the producers of {topic}-{p.partition_index}")
-            out[int(p.partition_index)] = list(p.active_producers)
+        for node, ps in sorted(by_leader.items()):
+            conn = self.to(node)
+            version = conn.version_for(DESCRIBE_PRODUCERS, 0, 0)
+            cls = conn.request_type(DESCRIBE_PRODUCERS, version)
+            resp = conn.send(make(cls, topics=(make(sub(cls, "TopicRequest"), name=topic,
+                                                    partition_indexes=tuple(ps)),)))
+            for p in resp.topics[0].partitions:
+                _check(p.error_code, f"cannot describe the producers of {topic}-{p.partition_index}")
+                out[int(p.partition_index)] = list(p.active_producers)
         return out
 
     def topics(self) -> dict[str, int]:
-        resp = self._call(METADATA, 1, 12, topics=None, allow_auto_topic_creation=False,
-                          include_topic_authorized_operations=False)
-        return {t.name: len(t.partitions) for t in resp.topics if not t.is_internal}
+        self._metadata()
+        return {t: len(leaders) for t, leaders in self._leaders.items() if t not in self._internal}
 
     def abort(self, topic: str, partition: int, pid: int, epoch: int, coordinator_epoch: int) -> None:
-        from ..protocol.entities import make, sub
+        from ..protocol.entities import sub
 
-        version = self.conn.version_for(WRITE_TXN_MARKERS, 1, 2)
-        cls = self.conn.request_type(WRITE_TXN_MARKERS, version)
+        conn = self.to(self.leader(topic, partition))
+        version = conn.version_for(WRITE_TXN_MARKERS, 1, 2)
+        cls = conn.request_type(WRITE_TXN_MARKERS, version)
         req = make(cls, markers=(make(sub(cls, "WritableTxnMarker"), producer_id=pid, producer_epoch=epoch,
                                       transaction_result=False, coordinator_epoch=coordinator_epoch,
                                       topics=(make(sub(cls, "WritableTxnMarkerTopic"), name=topic,
                                                    partition_indexes=(partition,)),)),))
-        resp = self.conn.send(req)
+        resp = conn.send(req)
         _check(resp.markers[0].topics[0].partitions[0].error_code,
                f"cannot abort the transaction of producer {pid} in {topic}-{partition}")
 
@@ -134,7 +232,7 @@ def _list(client: _Client, args: argparse.Namespace) -> int:
 
 def _describe(client: _Client, args: argparse.Namespace) -> int:
     st = client.describe(args.transactional_id)
-    start = int(st.transaction_start_time.timestamp() * 1000)
+    start = int(st.transaction_start_time)
     now = int(time.time() * 1000)
     parts = ",".join(f"{t.topic}-{p}" for t in st.topics for p in t.partitions)
     emit(args, ["TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState", "TransactionTimeoutMs",

@@ -245,8 +245,9 @@ class Connection:
         """Build the request of ``api_key`` v``version`` from ``fields`` (see ``make``) and send it."""
         return self.send(make(self.request_type(api_key, version), **fields))
 
-    def send(self, request: Any) -> Any:
-        """Send a kio request entity; return the response entity of the same version.
+    def send(self, request: Any, *, response_type: type | None = None) -> Any:
+        """Send a kio request entity; return the response entity of the same version
+        (read as ``response_type`` when given: a lenient copy, see :mod:`.lenient`).
 
         Raises OSError/ConnectionError if the connection breaks (the connection is then closed),
         ProtocolViolation if the response cannot be read.
@@ -284,8 +285,9 @@ class Connection:
                 _tag, pos = read_uvarint(frame, pos)
                 size, pos = read_uvarint(frame, pos)
                 pos += size
+        reader_type = codec.response_type if response_type is None else response_type
         try:
-            value, _ = entity_reader(codec.response_type)(frame, pos)
+            value, _ = entity_reader(reader_type)(frame, pos)
         except Exception as e:
             raise ProtocolViolation(f"cannot decode {codec.response_type.__name__} v{version}: {e}") from e
         return value

@@ -11,19 +11,33 @@ transactional id, or InitProducerId with one), as Kafka creates it. A transactio
 ``abs(hash(id)) % partitions`` (Kafka's rule). Every write goes through
 ``runtime.apply``: appended, fsynced and replayed before the answer is computed from it.
 
-Ending a transaction (EndTxn, a fenced or timed-out transaction) is done before the
-request is answered: the PrepareCommit / PrepareAbort record is made durable, then a
-commit or abort marker is appended to every partition of the transaction (directly to
-this broker's logs, waking parked Fetch requests; for EndTxn the markers are appended
-without an fsync each and then made durable together by the flusher's worker threads,
-as Produce's appends are), then CompleteCommit / CompleteAbort is recorded. EndTxn does
-not wait for that last record's fsync (it shares the next one of its partition): if a
-crash loses it, the replay finds the Prepare state and completes the transaction again,
-and a second marker for a closed transaction changes nothing. AddPartitionsToTxn waits
-for its record's fsync, shared with concurrent writes (``apply_durable``). A marker that cannot be written (a
-full disk) leaves the transaction in its Prepare state (clients get
-CONCURRENT_TRANSACTIONS) and is retried every second; a restart finishes what a crash
-interrupted (the shard lists its Prepare states after the replay).
+Ending a transaction (EndTxn) on one broker: EndTxn is answered once its PrepareCommit /
+PrepareAbort record is durable, as Kafka answers once Prepare* is replicated: the outcome
+is decided. The commit or abort markers are then appended to every partition of the
+transaction (directly to this broker's logs, waking parked Fetch requests), without an
+fsync each; a task waits until they are durable (the flusher's worker threads fsync the
+partitions concurrently, shared with Produce's fsyncs) and records CompleteCommit /
+CompleteAbort, without waiting for that record's own fsync (it shares the next one of
+its partition: if a crash loses it, the replay finds the Prepare state and writes the
+markers again; a second marker for a closed transaction changes nothing). The completion
+is never written before the markers are durable, so a crash cannot leave a completed
+transaction without its markers. From the Prepare record's append until the completion
+is recorded, a request of the same transactional id (AddPartitionsToTxn,
+AddOffsetsToTxn, InitProducerId, EndTxn) is *parked* (``after_completion``), then served
+as if it had come a moment later, where Kafka answers CONCURRENT_TRANSACTIONS and the
+client retries after a backoff (librdkafka and the Java producer: 20 ms for a
+transaction's first AddPartitionsToTxn, ``retry.backoff.ms`` for the others). A
+request still parked after ``PARKED_REQUEST_WAIT_S`` is served anyway
+(CONCURRENT_TRANSACTIONS); in cluster mode requests wait the same way while the markers
+are being sent. A fenced or timed-out
+transaction is ended the same way; at load, the transactions found in a Prepare state are
+completed before the first request is served (their markers fsynced one by one).
+AddPartitionsToTxn waits for its record's fsync, shared with concurrent writes
+(``apply_durable``); that fsync also covers the completion it may have been parked
+behind, appended before it. A marker that cannot be written (a full disk) leaves the
+transaction in its Prepare state (clients get CONCURRENT_TRANSACTIONS) and is retried
+every second; a restart finishes what a crash interrupted (the shard lists its Prepare
+states after the replay).
 
 Expiry: every ``transaction.remove.expired.transaction.cleanup.interval.ms`` each shard
 forgets the transactional ids idle for ``transactional.id.expiration.ms`` (tombstones).
@@ -97,6 +111,8 @@ __all__ = ["TransactionService", "transaction_service", "check_transactional_pro
            "has_ongoing_transaction", "TRANSACTION_STATE"]
 
 RETRY_MARKERS_S = 1.0
+PARKED_REQUEST_WAIT_S = 5.0
+"""How long a request of a transactional id waits for its transaction's completion to be recorded."""
 END_TXN_MARKER_WAIT_S = 10.0
 MARKER_REQUEST_TIMEOUT_S = 30.0
 WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION = 27, 1
@@ -129,7 +145,8 @@ class TransactionService:
         self.clustered = self.runtime.follow_leadership
         """Cluster mode: shards follow the leadership of their partitions; markers go over the network."""
         self._sending: dict[str, asyncio.Future[bool]] = {}
-        """Cluster mode: transactional id -> the task writing its markers."""
+        """Transactional id -> the task writing its markers and recording its completion
+        (one broker: waiting for the markers' fsync; cluster mode: sending them)."""
         self._peers: dict[int, tuple[str, int, PeerConnection, asyncio.Lock]] = {}
         self._verifiers: dict[int, _Verifier] = {}
         """Cluster mode: coordinator node id -> the batcher of this leader's verifications (KIP-890)."""
@@ -277,7 +294,7 @@ class TransactionService:
         if result.after is not None:  # an open transaction of an earlier instance: fenced and aborted
             log.info("transactional id %s: a new producer instance fences the open transaction; aborting it",
                      txn_id)
-            self._finish(result.after)
+            self._complete(result.after)
         return result.response
 
     async def init_producer_id_clustered(self, txn_id: str, timeout_ms: int, producer_id: int,
@@ -318,6 +335,7 @@ class TransactionService:
         in cluster mode, on every in-sync replica). ``tv2``: added on behalf of a producer of
         transaction version 2 by its partition leader or group coordinator."""
         self.ensure_loaded()
+        await self.after_completion(txn_id)
         if (code := self.owner_error(txn_id)) != ErrorCode.none:
             return code
         result = self.shard_of(txn_id).add_partitions(txn_id, producer_id, producer_epoch, partitions,
@@ -334,10 +352,13 @@ class TransactionService:
 
     async def end_txn(self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool,
                       tv2: bool = False) -> ErrorCode:
-        """Answered once PrepareCommit / PrepareAbort and the markers are durable (the
-        markers' fsyncs run together, off the event loop) and the completion is recorded.
-        ``tv2``: EndTxn v5 (the epoch is bumped; :meth:`producer_after_end` says to what)."""
+        """One broker: answered once PrepareCommit / PrepareAbort is durable, the markers
+        appended (their fsync and the completion follow in a task). Cluster mode: once the
+        Prepare record is replicated and the markers are written (or after
+        ``END_TXN_MARKER_WAIT_S``). ``tv2``: EndTxn v5 (the epoch is bumped;
+        :meth:`producer_after_end` says to what)."""
         self.ensure_loaded()
+        await self.after_completion(txn_id)
         if (code := self.owner_error(txn_id)) != ErrorCode.none:
             return code
         p = self.partition_for(txn_id)
@@ -352,6 +373,16 @@ class TransactionService:
                 fresh.append(self.broker.producer_ids.allocate())
         result = self.shard_of(txn_id).end_txn(txn_id, producer_id, producer_epoch, commit, self.now_ms(), tv2,
                                                fresh.pop if fresh else None)
+        if result.after is not None and not self.clustered:
+            # Prepare* is replayed now; from here on requests of txn_id are parked until the
+            # completion is recorded. The answer waits only for Prepare*'s fsync: the outcome
+            # is decided, as Kafka answers; if a marker cannot be written now it is retried,
+            # and clients see CONCURRENT_TRANSACTIONS meanwhile
+            self.runtime.apply_deferred(p, result)
+            prepared: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._track(txn_id, asyncio.ensure_future(self._prepare_and_complete(p, result.after, prepared)))
+            await prepared
+            return result.response
         try:
             await self.runtime.apply_durable(p, result)
         except ApiError as e:
@@ -359,22 +390,26 @@ class TransactionService:
                 raise
             self._resume_if_prepared(result.after)
             return e.error_code
-        if result.after is not None and self.clustered:
+        if result.after is not None:
             task = self._start_markers(result.after)
             try:
                 await asyncio.wait_for(asyncio.shield(task), END_TXN_MARKER_WAIT_S)
             except TimeoutError:
                 pass  # decided and replicated: the markers keep being retried
-        elif result.after is not None:
-            # Prepare* is durable: the outcome is decided, as Kafka answers; if a marker cannot
-            # be written now it is retried, and clients see CONCURRENT_TRANSACTIONS meanwhile
-            await self._finish_durable(result.after)
         return result.response
 
     def producer_after_end(self, txn_id: str) -> tuple[int, int]:
         """EndTxn v5's producer id and epoch for ``txn_id`` (-1, -1 if unknown here)."""
         m = self.find(txn_id) if self.runtime.owns(self.partition_for(txn_id)) else None
         return (-1, -1) if m is None else TransactionCoordinatorShard.producer_after_end(m)
+
+    async def after_completion(self, txn_id: str) -> None:
+        """Park a request of ``txn_id`` while its transaction's markers are being written:
+        return once its completion is recorded (or the writing failed, or after
+        ``PARKED_REQUEST_WAIT_S``); the caller then serves the request from the state."""
+        task = self._sending.get(txn_id)
+        if task is not None and not task.done():
+            await asyncio.wait((task,), timeout=PARKED_REQUEST_WAIT_S)
 
     def verify_partitions(self, txn_id: str, producer_id: int, producer_epoch: int,
                           partitions: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
@@ -459,12 +494,13 @@ class TransactionService:
 
     # ------------------------------------------------------------ markers
     def _complete(self, c: Completion) -> None:
-        """Write the markers of ``c`` and record its completion: now (one broker) or by a
-        task that sends them to the partitions' leaders (cluster mode)."""
+        """Write the markers of ``c`` and record its completion: appended now and completed
+        once durable (one broker), or by a task that sends them to the partitions' leaders
+        (cluster mode). Requests of its transactional id wait for it meanwhile."""
         if self.clustered:
             self._start_markers(c)
         else:
-            self._finish(c)
+            self._complete_in_background(c)
 
     def _resume_if_prepared(self, c: Completion | None) -> None:
         """Cluster mode, a Prepare record appended and replayed whose replication wait failed:
@@ -631,18 +667,53 @@ class TransactionService:
             return False
         return True
 
-    async def _finish_durable(self, c: Completion) -> bool:
-        """:meth:`_finish` with the markers appended without an fsync each, then made
-        durable together by the flusher (worker threads), then the completion recorded."""
+    def _track(self, txn_id: str, task: asyncio.Future[bool]) -> None:
+        """``task`` completes ``txn_id``'s transaction: requests of that id wait for it."""
+        self._sending[txn_id] = task
+        task.add_done_callback(lambda t, k=txn_id: self._sending.pop(k, None) if self._sending.get(k) is t else None)
+
+    def _complete_in_background(self, c: Completion) -> None:
+        """One broker, ``c``'s Prepare record durable: append its markers now (without an
+        fsync each), then, in a task that parked requests of its transactional id wait for,
+        record the completion once every marker is durable."""
         written = self._append_markers(c, defer_flush=True)
         if written is None:
+            return  # retried (_schedule_retry); the transaction stays in its Prepare state meanwhile
+        self._track(c.transactional_id, asyncio.ensure_future(self._complete_when_durable(c, written)))
+
+    async def _prepare_and_complete(self, p: int, c: Completion, prepared: asyncio.Future[None]) -> bool:
+        """EndTxn on one broker, ``c``'s Prepare record appended and replayed: resolve
+        ``prepared`` once it is durable (EndTxn's answer; its error if the write failed),
+        append the markers, and record the completion once they are durable."""
+        try:
+            await self.runtime.wait_durable(p, wrote=True)
+        except asyncio.CancelledError:
+            prepared.cancel()  # the service is closing
+            raise
+        except Exception as e:  # ApiError: the fsync failed, so did the partition
+            if not prepared.done():
+                prepared.set_exception(e)
             return False
+        if not prepared.done():
+            prepared.set_result(None)
+        if self._closed:
+            return False
+        written = self._append_markers(c, defer_flush=True)
+        if written is None:
+            return False  # retried (_schedule_retry); the transaction stays in its Prepare state meanwhile
+        return await self._complete_when_durable(c, written)
+
+    async def _complete_when_durable(self, c: Completion, written: list[tuple[Any, Any]]) -> bool:
+        """Wait until the markers ``written`` are durable (the partitions' fsyncs run
+        concurrently, off the event loop), then record the completion of ``c``."""
         waits = [self.broker.flusher.durable(plog, appended.last_offset + 1) for plog, appended in written]
         try:
             await asyncio.gather(*waits)
         except OSError as e:
             log.error("fsync of transaction markers failed: %s", e)
             self._schedule_retry()
+            return False
+        if self._closed:
             return False
         try:
             # not awaited durable: if it is lost, the replay finds Prepare* and completes again
@@ -661,6 +732,8 @@ class TransactionService:
             self._retry = None
             for shard in self.runtime.shards:
                 for c in shard.pending_completions():
+                    if c.transactional_id in self._sending:
+                        continue  # its markers are being made durable: that task completes it
                     if not self._finish(c):
                         return
 

@@ -8,6 +8,7 @@ the last stable offset, so read_committed readers stall, until ``abort`` writes 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -75,6 +76,14 @@ def test_list_describe_find_hanging_and_abort(start_broker, topic_name: str) -> 
     assert [r[0] for r in rows[1:]] == ["tool-open"]
     rows = shoal_tx(b.bootstrap, "describe", "--transactional-id", "tool-open")
     assert rows[1][0] == "tool-open" and rows[1][3] == "Ongoing" and rows[1][-1] == f"{topic_name}-0"
+    # no transaction open: Kafka's DescribeTransactions says start time -1, read as none
+    idle = Producer(rdkafka_conf(b.bootstrap, **{"transactional.id": "tool-idle"}))
+    idle.init_transactions(15)
+    rows = shoal_tx(b.bootstrap, "describe", "--transactional-id", "tool-idle")
+    assert rows[1][0] == "tool-idle" and rows[1][3] == "Empty" and rows[1][5:] == ["-", "-", "-"]
+    rows = shoal_tx(b.bootstrap, "--output", "json", "describe", "--transactional-id", "tool-idle")
+    described = json.loads(" ".join(rows[0]))[0]
+    assert described["transactionstate"] == "Empty" and described["currenttransactionstarttimems"] is None
     rows = shoal_tx(b.bootstrap, "describe-producers", "--topic", topic_name, "--partition", "0")
     starts = {int(r[0]): r[5] for r in rows[1:]}
     assert starts[4242] == "1"  # the hanging one starts at offset 1; the open one after "committed"

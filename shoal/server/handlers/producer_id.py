@@ -4,7 +4,9 @@ One broker reserves ids in blocks in its data directory; in cluster mode the blo
 from etcd, so no two brokers hand out the same id. With a transactional id the
 transaction coordinator answers (``txn_service.py``: the id's producer id, a bumped
 epoch, fencing of an earlier instance); PRODUCER_FENCED goes to versions before 4 as
-INVALID_PRODUCER_EPOCH, as Kafka does. In cluster mode a transactional id is answered by
+INVALID_PRODUCER_EPOCH, as Kafka does. A request that arrives while the transactional id's
+last transaction is completing waits for that (``TransactionService.after_completion``).
+In cluster mode a transactional id is answered by
 the broker leading its ``__transaction_state`` partition (NOT_COORDINATOR elsewhere).
 """
 
@@ -34,6 +36,7 @@ async def handle_init_producer_id(ctx: Any, request: Any) -> Any:
         timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
         args = (request.transactional_id, timeout_ms, getattr(request, "producer_id", -1),
                 getattr(request, "producer_epoch", -1))
+        await svc.after_completion(request.transactional_id)  # parked while its markers are written
         if svc.clustered:
             code, pid, epoch = await svc.init_producer_id_clustered(*args)
         else:
