@@ -62,3 +62,38 @@ def test_kafka_features_describes_transaction_version_2(shoal) -> None:
     fields = [line.split() for line in out.splitlines() if "transaction.version" in line]
     assert len(fields) == 1 and fields[0][fields[0].index("FinalizedVersionLevel:") + 1] == "2", out
     assert fields[0][fields[0].index("SupportedMaxVersion:") + 1] == "2", out
+
+
+def test_java_exactly_once_through_a_broker_kill(tmp_path, java) -> None:
+    """The Java consume-transform-produce loop over 100,000 records with random aborts while
+    its only broker is killed with SIGKILL and started again on the same data: the producer
+    and the consumer reconnect, and the output read with read_committed holds every input
+    exactly once."""
+    import subprocess
+
+    from tests.reference.conftest import SHOAL_OVERRIDES
+    from tests.reference.test_java_cluster import _committed
+    from tests.support.broker import BrokerProcess
+    from tests.support.clients import wait_until
+
+    src, dst, n = "jkill-in", "jkill-out", 100_000
+    with BrokerProcess(tmp_path / "broker", SHOAL_OVERRIDES) as b:
+        for t in (src, dst):
+            run_tool("kafka-topics", "--bootstrap-server", b.bootstrap, "--create", "--topic", t, "--partitions", "2")
+        prog = java("TxnDriver")
+        with subprocess.Popen(prog.command("ctp", b.bootstrap, src, dst, str(n), "classic"), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) as proc:
+            try:
+                wait_until("committed transactions", lambda: _committed(b.bootstrap, "java-ctp-classic", src) > 20_000,
+                           timeout_s=120, interval_s=0.2)
+                assert proc.poll() is None, "the loop ended before the kill"
+                b.restart(crash=True)  # kill -9, then the broker starts again on the same data dir and port
+                out, err = proc.communicate(timeout=300)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    info = dict(line.split(" ", 1) for line in _lines(out, "I"))
+    assert int(info["done"]) == n and int(info["aborts"]) > 0, out[-2000:]
+    got = Counter(_lines(out, "R"))
+    assert got == Counter(f"out-{i}" for i in range(n)), err[-3000:]
