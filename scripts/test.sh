@@ -40,7 +40,7 @@ bash reference/kafka/kit.sh fetch
 .venv/bin/python reference/spark/fetch.py >/dev/null
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
-# The pure core type-checks clean ([tool.mypy] in pyproject.toml lists it).
+# The pure core and shoal/server type-check clean ([tool.mypy] in pyproject.toml lists them).
 .venv/bin/python -m mypy
 # Two workers (tests/conftest.py keeps Spark, the Kafka reference tests and each integration
 # module on one worker each); the slowest tests are listed at the end.

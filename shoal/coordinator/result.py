@@ -47,6 +47,12 @@ class Result(Generic[R]):
     commit marker (``replay_marker``)."""
     producer_epoch: int = -1
 
+    def answer(self) -> R:
+        """``response``, for the operations that always set one (a missing one is a bug)."""
+        if self.response is None:
+            raise ValueError("the operation's result carries no response")
+        return self.response
+
     @classmethod
     def of(cls, response: R, records: list[CoordinatorRecord] | None = None) -> Result[R]:
         return cls(records=list(records or ()), response=response)

@@ -80,6 +80,7 @@ an open connection. The broker keeps serving everyone else.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -358,7 +359,7 @@ class Connection(asyncio.Protocol):
             # its fsync): the slot is filled when the task ends.
             task = asyncio.ensure_future(response if quota is None else quota.timed(response))
             slot.task = task
-            task.add_done_callback(lambda t, s=slot, c=ctx, t0=started, q=quota: self._async_done(s, c, t, t0, q))
+            task.add_done_callback(functools.partial(self._async_done, slot, ctx, started=started, quota=quota))
             return slot
         pieces = self._encode(ctx, response) if quota is None else self._encode_charged(ctx, response, quota)
         if pieces is None:

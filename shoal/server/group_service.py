@@ -789,7 +789,7 @@ class GroupCoordinatorService:
         """DeleteGroups of one share group, in two stages (see the module docstring)."""
         share_groups = self.share_groups(partition)
         begun = self.apply(partition, share_groups.begin_delete_group(group_id))
-        code, to_delete = begun.response
+        code, to_delete = begun.answer()
         await self.wait_replicated(partition, wrote=bool(begun.records))
         if code is not ErrorCode.none:
             return code
@@ -810,7 +810,7 @@ class GroupCoordinatorService:
                 return ErrorCode.coordinator_not_available
         done = self.apply(partition, share_groups.complete_delete_group(group_id))
         await self.wait_replicated(partition, wrote=bool(done.records))
-        return done.response
+        return done.answer()
 
 
 def is_empty_classic(group: Any) -> bool:

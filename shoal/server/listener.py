@@ -213,8 +213,11 @@ class Listener:
                 _, protocol = await self._loop.connect_accepted_socket(self._factory, sock)
             else:  # the transport's protocol is TLS's; the connection is what the factory made
                 made: list[Any] = []
-                await self._loop.connect_accepted_socket(lambda: made.append(self._factory()) or made[0], sock,
-                                                         ssl=self._ssl)
+
+                def make_protocol() -> Any:
+                    made.append(self._factory())
+                    return made[0]
+                await self._loop.connect_accepted_socket(make_protocol, sock, ssl=self._ssl)
                 protocol = made[0]
         except (OSError, asyncio.TimeoutError) as e:  # a TLS handshake that failed, a peer gone
             sock.close()

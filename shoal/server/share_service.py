@@ -74,7 +74,7 @@ import logging
 import uuid
 from collections.abc import Hashable, Iterable, Mapping
 from time import perf_counter
-from typing import Any
+from typing import Any, cast
 
 from ..errors import ApiError, ErrorCode
 from ..share.coordinator import (
@@ -120,6 +120,12 @@ PartitionId = tuple[str, uuid.UUID, int]
 Key = tuple[uuid.UUID, int]
 """(topic_id, partition) of a request."""
 
+
+def _partition_id(sp: SharePartition) -> PartitionId:
+    """The service's key of ``sp``: the service creates its share-partitions with UUID topic ids."""
+    return sp.group_id, cast(uuid.UUID, sp.topic_id), sp.partition
+
+
 PARTITION_MAX_READ_BYTES = 1 << 20
 """A ShareFetch reads at most this much of one partition's log at a time."""
 
@@ -160,7 +166,7 @@ class Persister:
             result = self.runtime.run(self.partition_of(key), op)
         except ApiError as e:
             return PartitionOutcome(e.error_code, str(e), None)
-        return result.response
+        return result.answer()
 
     def initialize(self, key: SharePartitionKey, state_epoch: int, start_offset: int) -> PartitionOutcome:
         return self._run(key, lambda s: s.initialize(key, state_epoch, start_offset, now_ms=self._now_ms()))
@@ -184,7 +190,7 @@ class Persister:
                                   now_ms=self._now_ms()))
         except ApiError as e:
             return partition, PartitionOutcome(e.error_code, str(e), None)
-        return partition, result.response
+        return partition, result.answer()
 
     async def durable(self, partition: int, *, inline: bool = True) -> PartitionOutcome | None:
         """Wait until every write appended to ``partition`` is fsynced (in cluster mode: and
@@ -867,16 +873,16 @@ class ShareService:
                 self.schedule_persist(sp)
 
     def _schedule_retry(self, sp: SharePartition) -> None:
-        pid = (sp.group_id, sp.topic_id, sp.partition)  # type: ignore[misc]
+        pid = _partition_id(sp)
         if pid in self._retry:
             return
 
         def run() -> None:
             self._retry.pop(pid, None)
-            if self.partitions.get(pid) is sp and not self.broker.shutting_down:  # type: ignore[arg-type]
+            if self.partitions.get(pid) is sp and not self.broker.shutting_down:
                 self.schedule_persist(sp)
 
-        self._retry[pid] = asyncio.get_running_loop().call_later(RETRY_WRITE_S, run)  # type: ignore[index]
+        self._retry[pid] = asyncio.get_running_loop().call_later(RETRY_WRITE_S, run)
 
     def wake(self, sp: SharePartition) -> None:
         """Complete the ShareFetches parked on this share-partition (records may be acquirable again)."""
@@ -1303,7 +1309,7 @@ class ShareService:
         """Every share-partition of ``group_id`` with persisted state: those in the state
         partitions this broker coordinates, and those the group's metadata names as
         initialized (in a cluster the others are coordinated elsewhere)."""
-        out = set()
+        out: set[SharePartitionKey] = set()
         for i, shard in enumerate(self.runtime.shards):
             if self.runtime.owns(i):
                 out.update(k for k in shard.keys() if k.group_id == group_id)

@@ -84,6 +84,7 @@ producer state (markers bump the epoch).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any
 
@@ -264,7 +265,7 @@ class TransactionService:
                 continue
             try:
                 self.runtime.apply(i, result)
-                log.info("forgot %d idle transactional id(s): %s", len(result.response), ", ".join(result.response))
+                log.info("forgot %d idle transactional id(s): %s", len(result.answer()), ", ".join(result.answer()))
             except ApiError as e:
                 log.warning("cannot forget idle transactional ids: %s", e.message)
         self._schedule_cleanup()
@@ -295,7 +296,7 @@ class TransactionService:
             log.info("transactional id %s: a new producer instance fences the open transaction; aborting it",
                      txn_id)
             self._complete(result.after)
-        return result.response
+        return result.answer()
 
     async def init_producer_id_clustered(self, txn_id: str, timeout_ms: int, producer_id: int,
                                          producer_epoch: int) -> tuple[ErrorCode, int, int]:
@@ -327,7 +328,7 @@ class TransactionService:
             log.info("transactional id %s: a new producer instance fences the open transaction; aborting it",
                      txn_id)
             self._start_markers(result.after)
-        return result.response
+        return result.answer()
 
     async def add_partitions(self, txn_id: str, producer_id: int, producer_epoch: int,
                              partitions: list[tuple[str, int]], tv2: bool = False) -> ErrorCode:
@@ -348,7 +349,7 @@ class TransactionService:
             return e.error_code
         if result.records:
             self._arm()
-        return result.response
+        return result.answer()
 
     async def end_txn(self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool,
                       tv2: bool = False) -> ErrorCode:
@@ -382,7 +383,7 @@ class TransactionService:
             prepared: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._track(txn_id, asyncio.ensure_future(self._prepare_and_complete(p, result.after, prepared)))
             await prepared
-            return result.response
+            return result.answer()
         try:
             await self.runtime.apply_durable(p, result)
         except ApiError as e:
@@ -396,7 +397,7 @@ class TransactionService:
                 await asyncio.wait_for(asyncio.shield(task), END_TXN_MARKER_WAIT_S)
             except TimeoutError:
                 pass  # decided and replicated: the markers keep being retried
-        return result.response
+        return result.answer()
 
     def producer_after_end(self, txn_id: str) -> tuple[int, int]:
         """EndTxn v5's producer id and epoch for ``txn_id`` (-1, -1 if unknown here)."""
@@ -521,8 +522,7 @@ class TransactionService:
             return task
         task = asyncio.ensure_future(self._send_markers(c))
         self._sending[c.transactional_id] = task
-        task.add_done_callback(lambda t, k=c.transactional_id: self._sending.pop(k, None)
-                               if self._sending.get(k) is t else None)
+        task.add_done_callback(functools.partial(self._sent, c.transactional_id))
         return task
 
     async def _send_markers(self, c: Completion) -> bool:
@@ -670,7 +670,12 @@ class TransactionService:
     def _track(self, txn_id: str, task: asyncio.Future[bool]) -> None:
         """``task`` completes ``txn_id``'s transaction: requests of that id wait for it."""
         self._sending[txn_id] = task
-        task.add_done_callback(lambda t, k=txn_id: self._sending.pop(k, None) if self._sending.get(k) is t else None)
+        task.add_done_callback(functools.partial(self._sent, txn_id))
+
+    def _sent(self, txn_id: str, task: asyncio.Future[bool]) -> None:
+        """``task``, completing ``txn_id``'s transaction, ended: forget it unless a newer one replaced it."""
+        if self._sending.get(txn_id) is task:
+            self._sending.pop(txn_id, None)
 
     def _complete_in_background(self, c: Completion) -> None:
         """One broker, ``c``'s Prepare record durable: append its markers now (without an

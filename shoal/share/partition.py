@@ -62,6 +62,7 @@ import bisect
 import dataclasses
 import enum
 import heapq
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -158,7 +159,7 @@ class StateWrite:
     """
 
     group_id: str
-    topic_id: object
+    topic_id: uuid.UUID | str
     partition: int
     start_offset: int
     state_epoch: int
@@ -213,7 +214,7 @@ class SharePartition:
     def __init__(
         self,
         group_id: str,
-        topic_id: object,
+        topic_id: uuid.UUID | str,
         partition: int,
         start_offset: int,
         *,
@@ -274,7 +275,7 @@ class SharePartition:
     def from_persisted(
         cls,
         group_id: str,
-        topic_id: object,
+        topic_id: uuid.UUID | str,
         partition: int,
         *,
         start_offset: int,

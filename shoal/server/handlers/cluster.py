@@ -156,7 +156,10 @@ async def handle_find_coordinator(ctx: Any, request: Any) -> Any:
         coord = coordinator_of(key) if code is ErrorCode.none else None
         if code is ErrorCode.none and coord is None:
             code = ErrorCode.coordinator_not_available
-        ok = code is ErrorCode.none
-        out.append(make(ccls, key=key, node_id=coord.node_id if ok else -1, host=coord.host if ok else "",
-                        port=coord.port if ok else -1, error_code=code, error_message=msg))
+        if coord is None or code is not ErrorCode.none:
+            node_id, host, port = -1, "", -1
+        else:
+            node_id, host, port = coord.node_id, coord.host, coord.port
+        out.append(make(ccls, key=key, node_id=node_id, host=host, port=port, error_code=code,
+                        error_message=msg))
     return make(cls, throttle_time=0, coordinators=tuple(out))

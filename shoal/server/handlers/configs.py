@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,7 +196,7 @@ def check_group_config(broker: Any, name: str, value: str) -> None:
                                "share.auto.offset.reset must be latest, earliest or by_duration:<ISO-8601>") from None
 
 
-def _check_group_configs_together(broker: Any, overrides: dict[str, str | None]) -> None:
+def _check_group_configs_together(broker: Any, overrides: Mapping[str, str | None]) -> None:
     """KIP-932: a group's heartbeat interval must be shorter than its session timeout."""
     def effective(name: str) -> Any:
         raw = overrides.get(name)
@@ -207,7 +208,7 @@ def _check_group_configs_together(broker: Any, overrides: dict[str, str | None])
                        f"share.heartbeat.interval.ms ({hb}) must be less than share.session.timeout.ms ({session})")
 
 
-def _check_broker_configs_together(broker: Any, dynamic: dict[str, str | None]) -> None:
+def _check_broker_configs_together(broker: Any, dynamic: Mapping[str, str | None]) -> None:
     """The share-group broker settings as they would be once ``dynamic`` replaces the
     dynamic broker configs: each default within its min and max, heartbeat < session."""
     values = broker.dynamic_configs.static_values()

@@ -76,9 +76,10 @@ def handle_consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
     if convert and result.records:
         result.records.insert(0, group_metadata_tombstone(group_id))
     svc.apply(p, result)
-    if result.response.error_code is ErrorCode.group_max_size_reached:
-        log_once(log, ("group.consumer.max.size", group_id), result.response.error_message or "")
-    return svc.answer(p, as_version(result.response, ctx.response_type), wrote=bool(result.records))
+    response = result.answer()
+    if response.error_code is ErrorCode.group_max_size_reached:
+        log_once(log, ("group.consumer.max.size", group_id), response.error_message or "")
+    return svc.answer(p, as_version(response, ctx.response_type), wrote=bool(result.records))
 
 
 @api(69, 0, 1)

@@ -74,7 +74,7 @@ def _requested(ctx: Any, request: Any, epochs: dict[tuple[str, int], int]) -> tu
     return wanted, unknown, forgotten
 
 
-_REFUSED = {"error_code": ErrorCode.topic_authorization_failed, "high_watermark": -1, "log_start_offset": -1,
+_REFUSED: dict[str, Any] = {"error_code": ErrorCode.topic_authorization_failed, "high_watermark": -1, "log_start_offset": -1,
             "records": b""}
 
 
@@ -87,8 +87,12 @@ def _unreadable(ctx: Any, request: Any, partitions: Any) -> frozenset[tuple[str,
     return frozenset(k for k in partitions if k[0] in bad) if bad else frozenset()
 
 
+# Cluster mode's read context: (replicas, replica_id, epochs, now_ms, replica_epoch).
+_Cluster = tuple[Any, int, dict[tuple[str, int], int], int, int]
+
+
 def _read(store: Any, key: tuple[str, int], sp: SessionPartition, budget: int,
-          cluster: Any = None, min_slice: int | None = None, committed: bool = False) -> dict[str, Any]:
+          cluster: _Cluster | None = None, min_slice: int | None = None, committed: bool = False) -> dict[str, Any]:
     """One partition's answer; its records may be a FileSlice (read when the answer is
     sent) when ``min_slice`` is given, the connection being able to send one.
     ``committed`` (isolation level read_committed): only batches below the last stable
@@ -234,7 +238,7 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
     deadline = broker.clock.now_ms() + max_wait_ms
     min_slice = LARGE_VALUE if getattr(ctx.connection, "sends_file_slices", False) else None
     committed = getattr(request, "isolation_level", 0) == 1
-    cluster = None
+    cluster: _Cluster | None = None
     if broker.replicas is not None:
         replica_id = getattr(request, "replica_id", -1)
         replica_epoch = -1

@@ -34,10 +34,10 @@ def handle_describe_groups(ctx: Any, request: Any) -> Any:
     answers: dict[str, Any] = {}
     response = None
     for p, ids in by_partition.items():
-        response = svc.shard(p).handle_describe_groups(dataclasses.replace(request, groups=tuple(ids)), now).response
+        response = svc.shard(p).handle_describe_groups(dataclasses.replace(request, groups=tuple(ids)), now).answer()
         for g in response.groups:
-            e = errors.get(g.group_id)
-            answers[g.group_id] = g if e is None else dataclasses.replace(g, error_code=e.error_code)
+            error = errors.get(g.group_id)
+            answers[g.group_id] = g if error is None else dataclasses.replace(g, error_code=error.error_code)
     if response is None:
         return make(ctx.response_type, throttle_time=0, groups=())
     done = response
@@ -57,7 +57,7 @@ def handle_list_groups(ctx: Any, request: Any) -> Any:
     response = None
     owned = svc.owned_partitions()
     for p in owned:
-        response = svc.shard(p).handle_list_groups(request, now).response
+        response = svc.shard(p).handle_list_groups(request, now).answer()
         groups.extend(response.groups)
     if response is None:
         return make(ctx.response_type, throttle_time=0, error_code=ErrorCode.none, groups=())
@@ -95,7 +95,7 @@ async def handle_delete_groups(ctx: Any, request: Any) -> Any:
             else:
                 one = dataclasses.replace(request, groups_names=(group_id,))
                 result = svc.apply(p, svc.shard(p).handle_delete_groups(one, ctx.now_ms()))
-                code = result.response.results[0].error_code
+                code = result.answer().results[0].error_code
                 await svc.wait_replicated(p, wrote=bool(result.records))
         except ApiError as e:  # the deletion could not be written or replicated: this group's result says so
             code = e.error_code

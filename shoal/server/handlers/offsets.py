@@ -57,7 +57,7 @@ def _unknown_partitions(ctx: Any, request: Any) -> dict[tuple[str, int], ErrorCo
     """The partitions of an OffsetCommit that no topic has: Kafka answers them
     UNKNOWN_TOPIC_OR_PARTITION and commits the others; those of topics the request may
     not READ, TOPIC_AUTHORIZATION_FAILED."""
-    out = {}
+    out: dict[tuple[str, int], ErrorCode] = {}
     broker = ctx.broker
     for t in request.topics:
         if not topic_allowed(ctx, READ, t.name):
@@ -116,12 +116,13 @@ async def handle_offset_fetch(ctx: Any, request: Any) -> Any:
     answers: dict[str, Any] = {}
     response = None
     for p, groups in by_partition.items():
-        response = svc.shard(p).handle_offset_fetch(dataclasses.replace(request, groups=tuple(groups)), now).response
+        response = svc.shard(p).handle_offset_fetch(dataclasses.replace(request, groups=tuple(groups)), now).answer()
         for g in response.groups:
-            e = errors.get(g.group_id)
-            answers[g.group_id] = g if e is None else dataclasses.replace(g, topics=(), error_code=e.error_code)
+            error = errors.get(g.group_id)
+            answers[g.group_id] = g if error is None else dataclasses.replace(g, topics=(),
+                                                                              error_code=error.error_code)
     if response is None:
-        response = svc.shard(0).handle_offset_fetch(request, now).response
+        response = svc.shard(0).handle_offset_fetch(request, now).answer()
     for p, groups in by_partition.items():
         if all(g.group_id not in errors for g in groups):
             try:
@@ -168,7 +169,8 @@ def handle_offset_delete(ctx: Any, request: Any) -> Any:
     if denied_topics:
         cls = ctx.response_type
         tcls, pcls = sub(cls, "OffsetDeleteResponseTopic"), sub(cls, "OffsetDeleteResponsePartition")
-        result.response = dataclasses.replace(result.response, topics=(*result.response.topics, *(
+        response = result.answer()
+        result.response = dataclasses.replace(response, topics=(*response.topics, *(
             make(tcls, name=t.name, partitions=tuple(
                 make(pcls, partition_index=x.partition_index, error_code=ErrorCode.topic_authorization_failed)
                 for x in t.partitions)) for t in denied_topics)))

@@ -405,7 +405,7 @@ async def _append_later(broker: Any, key: tuple[str, int], records: Any, prev: a
             r.update(error_code=code, base_offset=-1)
 
 
-def _response(cls: type, tcls: type, pcls: type, topic_results: list[tuple[str, list[dict[str, Any]]]],
+def _response(cls: type[Any], tcls: type, pcls: type, topic_results: list[tuple[str, list[dict[str, Any]]]],
               cluster: Any = None, acks: int = -1) -> Any:
     """The response; in cluster mode with KIP-951 leader hints for NOT_LEADER_OR_FOLLOWER partitions.
 

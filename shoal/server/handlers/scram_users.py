@@ -51,19 +51,19 @@ async def handle_describe_user_scram_credentials(ctx: Any, request: Any) -> Any:
     else:
         wanted = [u.name for u in request.users]
         counts = Counter(wanted)
-        results = []
+        found: list[Any] = []
         for name in dict.fromkeys(wanted):
             if counts[name] > 1:
-                results.append(make(rcls, user=name, error_code=ErrorCode.duplicate_resource,
+                found.append(make(rcls, user=name, error_code=ErrorCode.duplicate_resource,
                                     error_message=f"Cannot describe SCRAM credentials for the same user twice in a "
                                                   f"single request: {name}", credential_infos=()))
             elif name not in users:
-                results.append(make(rcls, user=name, error_code=ErrorCode.resource_not_found,
+                found.append(make(rcls, user=name, error_code=ErrorCode.resource_not_found,
                                     error_message=f"Attempt to describe a user credential that does not exist: {name}",
                                     credential_infos=()))
             else:
-                results.append(result(name))
-        results = tuple(results)
+                found.append(result(name))
+        results = tuple(found)
     return make(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, results=results)
 
 
@@ -79,7 +79,7 @@ async def handle_alter_user_scram_credentials(ctx: Any, request: Any) -> Any:
         if item.name not in order:
             order.append(item.name)
         seen[(item.name, item.mechanism)] += 1
-    for (name, mech), n in seen.items():
+    for (name, _mechanism), n in seen.items():
         if n > 1:
             errors.setdefault(name, (ErrorCode.duplicate_resource,
                                      "A user credential cannot be altered twice in the same request"))

@@ -74,7 +74,7 @@ async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
         max_size=broker.config["group.share.max.size"])
     svc.apply(p, result)
     await svc.wait_replicated(p, wrote=bool(result.records))
-    response = result.response
+    response = result.answer()
     if response.error_code is ErrorCode.group_max_size_reached:
         log_once(log, ("group.share.max.size", group_id), response.error_message or "")
     if response.error_code is ErrorCode.none and request.member_epoch != -1:

@@ -23,6 +23,7 @@ acquired are available again after the reload, as after a restart.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -66,11 +67,11 @@ async def _route(ctx: Any, request: Any, method: str,
             try:
                 # Appended and replayed now; one fsync per state partition below covers them all.
                 runtime.check_owner(shard_index)
-                result = runtime.run_deferred(shard_index, lambda shard, one=one: getattr(shard, method)(one))
+                result = runtime.run_deferred(shard_index, operator.methodcaller(method, one))
             except ApiError as e:  # not the coordinator (cluster mode), or the state cannot be written
                 parts.append(error(p, e))
                 continue
-            response = result.response
+            response = result.answer()
             parts.append(response.results[0].partitions[0])
             touched.setdefault(shard_index, []).append((topic, p, len(parts) - 1))
             if result.records:
@@ -105,7 +106,7 @@ def _result_class(cls: type) -> type:
     module = sys.modules[cls.__module__]
     for name in dir(module):
         c = getattr(module, name)
-        if dataclasses.is_dataclass(c) and [f.name for f in dataclasses.fields(c)] == ["topic_id", "partitions"]:
+        if isinstance(c, type) and dataclasses.is_dataclass(c) and [f.name for f in dataclasses.fields(c)] == ["topic_id", "partitions"]:
             return c
     raise LookupError(f"no per-topic result entity next to {cls.__name__}")
 

@@ -247,5 +247,5 @@ async def handle_txn_offset_commit(ctx: Any, request: Any) -> Any:
     except ApiError as e:
         failed = e.error_code
         return answer(lambda t, p: failed)
-    codes = {(t.name, x.partition_index): x.error_code for t in result.response.topics for x in t.partitions}
+    codes = {(t.name, x.partition_index): x.error_code for t in result.answer().topics for x in t.partitions}
     return answer(lambda t, p: left_out(t, p) or codes[(t, p)])

@@ -94,7 +94,7 @@ def handle_describe_transactions(ctx: Any, request: Any) -> Any:
     for txn_id in request.transactional_ids:
         permitted = ctx.broker.authorizer is None or allowed(ctx, DESCRIBE, TRANSACTIONAL_ID, txn_id)
         owner = ErrorCode.coordinator_not_available if svc is None else svc.owner_error(txn_id)
-        m = None if owner != ErrorCode.none or not permitted else svc.find(txn_id)
+        m = None if svc is None or owner != ErrorCode.none or not permitted else svc.find(txn_id)
         if m is None:
             code = (ErrorCode.transactional_id_authorization_failed if not permitted else
                     owner if owner != ErrorCode.none else ErrorCode.transactional_id_not_found)
