@@ -25,18 +25,18 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "Scope",
-    "Definition",
     "CONFIG_DEFS",
-    "ConfigError",
-    "BrokerConfig",
-    "parse_value",
-    "load_properties",
-    "topic_defaults",
-    "group_defaults",
-    "topic_keys",
-    "check_topic_key",
     "KAFKA_TOPIC_KEYS_NOT_SUPPORTED",
+    "BrokerConfig",
+    "ConfigError",
+    "Definition",
+    "Scope",
+    "check_topic_key",
+    "group_defaults",
+    "load_properties",
+    "parse_value",
+    "topic_defaults",
+    "topic_keys",
 ]
 
 
@@ -73,7 +73,7 @@ DAY_MS = 24 * 60 * 60 * 1000
 class Range:
     """A numeric range check, named as Kafka's ConfigDef names it ("at least 1", "between 2 and 10")."""
 
-    __slots__ = ("lo", "hi")
+    __slots__ = ("hi", "lo")
 
     def __init__(self, lo: int | None, hi: int | None = None) -> None:
         self.lo = lo

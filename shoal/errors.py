@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-__all__ = ["ProtocolViolation", "ApiError", "ErrorCode", "FsyncError"]
+__all__ = ["ApiError", "ErrorCode", "FsyncError", "ProtocolViolation"]
 
 
 class ProtocolViolation(Exception):

@@ -26,10 +26,24 @@ from typing import Any
 from ..config import load_properties
 
 __all__ = [
-    "CliError", "add_connection_options", "client_security", "librdkafka_config", "add_output_options", "client_config", "reach", "tool_main", "emit",
-    "verbose", "timeout_s", "Progress", "admin_client", "kafka_error_text", "error_code", "group_limit_text",
+    "CliError",
+    "Progress",
+    "add_connection_options",
+    "add_output_options",
+    "admin_client",
+    "client_config",
+    "client_security",
+    "emit",
+    "error_code",
+    "group_limit_text",
     "is_group_full",
+    "kafka_error_text",
+    "librdkafka_config",
     "quiet_logger",
+    "reach",
+    "timeout_s",
+    "tool_main",
+    "verbose",
 ]
 
 DEFAULT_TIMEOUT_MS = 10_000

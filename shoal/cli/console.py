@@ -151,10 +151,8 @@ class LineReader:
 def _lines(stream: Any) -> Iterator[str]:
     for raw in stream:
         line = raw.decode("utf-8", errors="replace")
-        if line.endswith("\n"):
-            line = line[:-1]
-        if line.endswith("\r"):
-            line = line[:-1]
+        line = line.removesuffix("\n")
+        line = line.removesuffix("\r")
         yield line
 
 

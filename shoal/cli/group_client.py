@@ -27,7 +27,7 @@ from typing import Any
 from ..errors import ErrorCode
 from .common import CliError, reach, timeout_s, verbose
 
-__all__ = ["GroupClient", "RETRIABLE"]
+__all__ = ["RETRIABLE", "GroupClient"]
 
 FIND_COORDINATOR, METADATA, LIST_GROUPS = 10, 3, 16
 RETRIABLE = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress,

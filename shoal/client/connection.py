@@ -52,8 +52,14 @@ from ..protocol.framing import FrameDecoder
 from ..protocol.header import read_uvarint
 from .security import ClientSecurity
 
-__all__ = ["Connection", "KafkaProtocolError", "AuthenticationError", "parse_bootstrap", "API_VERSIONS",
-           "MAX_FRAME_BYTES"]
+__all__ = [
+    "API_VERSIONS",
+    "MAX_FRAME_BYTES",
+    "AuthenticationError",
+    "Connection",
+    "KafkaProtocolError",
+    "parse_bootstrap",
+]
 
 API_VERSIONS = 18
 SASL_HANDSHAKE = 17

@@ -20,7 +20,7 @@ from kio.static.primitive import i64
 
 from ..protocol.codec import codec_for
 
-__all__ = ["lenient_response", "LENIENT_TIMESTAMPS"]
+__all__ = ["LENIENT_TIMESTAMPS", "lenient_response"]
 
 _CLASS_ATTRS = ("__type__", "__version__", "__flexible__", "__api_key__", "__header_schema__")
 

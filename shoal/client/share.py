@@ -33,9 +33,20 @@ from ..protocol.entities import make, sub
 from .connection import Connection, KafkaProtocolError
 
 __all__ = [
-    "ACCEPT", "RELEASE", "REJECT", "GAP", "RENEW",
-    "TopicInfo", "topic_metadata", "share_group_lag", "ShareMembership", "ShareSession", "AcquiredRecord",
-    "FetchResult", "next_epoch", "coalesce",
+    "ACCEPT",
+    "GAP",
+    "REJECT",
+    "RELEASE",
+    "RENEW",
+    "AcquiredRecord",
+    "FetchResult",
+    "ShareMembership",
+    "ShareSession",
+    "TopicInfo",
+    "coalesce",
+    "next_epoch",
+    "share_group_lag",
+    "topic_metadata",
 ]
 
 METADATA = 3

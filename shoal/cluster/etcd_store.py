@@ -47,7 +47,7 @@ from .partition_state import PartitionState
 
 log = logging.getLogger("shoal.cluster.etcd")
 
-__all__ = ["EtcdStore", "Snapshot", "BrokerInfo", "TopicRecord", "parse_endpoints"]
+__all__ = ["BrokerInfo", "EtcdStore", "Snapshot", "TopicRecord", "parse_endpoints"]
 
 PREFIX = b"/shoal/"
 

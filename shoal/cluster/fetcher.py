@@ -66,7 +66,7 @@ class FetchState:
 
 
 class Fetcher:
-    def __init__(self, manager: "ReplicaManager", leader_id: int, host: str, port: int) -> None:
+    def __init__(self, manager: ReplicaManager, leader_id: int, host: str, port: int) -> None:
         self.manager = manager
         self.leader_id = leader_id
         self.host, self.port = host, port
@@ -115,7 +115,7 @@ class Fetcher:
                 later = [s.retry_at for s in self.partitions.values()]
                 try:
                     await asyncio.wait_for(self._wake.wait(), max(0.01, min(later) - now) if later else None)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 continue
             try:

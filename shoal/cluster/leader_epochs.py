@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-__all__ = ["LeaderEpochCache", "UNDEFINED"]
+__all__ = ["UNDEFINED", "LeaderEpochCache"]
 
 UNDEFINED = (-1, -1)
 
@@ -91,7 +91,7 @@ class LeaderEpochCache:
         return "0\n%d\n%s" % (len(self.entries), "".join(f"{e} {o}\n" for e, o in self.entries))
 
     @classmethod
-    def from_text(cls, text: str) -> "LeaderEpochCache":
+    def from_text(cls, text: str) -> LeaderEpochCache:
         """Parse a checkpoint; a malformed one gives an empty cache (it is rebuilt from fetches)."""
         lines = text.split("\n")
         try:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["BrokerEndpoint", "PartitionView", "ClusterMetadata", "LocalMetadata"]
+__all__ = ["BrokerEndpoint", "ClusterMetadata", "LocalMetadata", "PartitionView"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,8 +52,18 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["PartitionState", "initial_state", "choose_leader", "reconcile", "shrink_isr", "expand_isr",
-           "start_reassignment", "complete_reassignment", "cancel_reassignment", "ReassignmentError"]
+__all__ = [
+    "PartitionState",
+    "ReassignmentError",
+    "cancel_reassignment",
+    "choose_leader",
+    "complete_reassignment",
+    "expand_isr",
+    "initial_state",
+    "reconcile",
+    "shrink_isr",
+    "start_reassignment",
+]
 
 NO_LEADER = -1
 
@@ -78,7 +88,7 @@ class PartitionState:
         return json.dumps(d, sort_keys=True).encode()
 
     @classmethod
-    def from_json(cls, data: bytes | str | Mapping[str, Any]) -> "PartitionState":
+    def from_json(cls, data: bytes | str | Mapping[str, Any]) -> PartitionState:
         d = json.loads(data) if isinstance(data, (bytes, str)) else data
         return cls(tuple(d["replicas"]), tuple(d["isr"]), int(d["leader"]), int(d["leader_epoch"]),
                    int(d["partition_epoch"]), int(d.get("leader_registration", 0)),
@@ -93,7 +103,7 @@ class PartitionState:
         """The replica set this partition ends with (the replicas when no reassignment runs)."""
         return tuple(r for r in self.replicas if r not in self.removing)
 
-    def _next(self, **changes: Any) -> "PartitionState":
+    def _next(self, **changes: Any) -> PartitionState:
         return replace(self, partition_epoch=self.partition_epoch + 1, **changes)
 
 

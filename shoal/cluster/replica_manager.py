@@ -80,9 +80,24 @@ _I64 = struct.Struct(">q")
 class Replica:
     """This broker's replica of one partition."""
 
-    __slots__ = ("topic", "index", "plog", "role", "leader_id", "leader_epoch", "state", "mod_revision",
-                 "epochs", "follower_leo", "caught_up_ms", "last_fetch_leo", "last_fetch_ms", "waiters",
-                 "isr_write_pending", "leader_hw")
+    __slots__ = (
+        "caught_up_ms",
+        "epochs",
+        "follower_leo",
+        "index",
+        "isr_write_pending",
+        "last_fetch_leo",
+        "last_fetch_ms",
+        "leader_epoch",
+        "leader_hw",
+        "leader_id",
+        "mod_revision",
+        "plog",
+        "role",
+        "state",
+        "topic",
+        "waiters",
+    )
 
     def __init__(self, topic: str, index: int, plog: Any) -> None:
         self.topic, self.index, self.plog = topic, index, plog
@@ -130,7 +145,7 @@ class Replica:
 
 
 class ReplicaManager:
-    def __init__(self, node: "ClusterNode") -> None:
+    def __init__(self, node: ClusterNode) -> None:
         self.node = node
         self.broker = node.broker
         self.config = node.broker.config
@@ -507,7 +522,7 @@ class ReplicaManager:
             await asyncio.wait((fut,), timeout=max(timeout_ms, 1) / 1000)
         return self.isr_outcome(r, fut)
 
-    def isr_waiter(self, r: Replica, end_offset: int) -> "asyncio.Future[ErrorCode] | None":
+    def isr_waiter(self, r: Replica, end_offset: int) -> asyncio.Future[ErrorCode] | None:
         """acks=all: a future resolved when the high watermark reaches ``end_offset`` (with
         NONE) or the leadership ends (with the error); None when it is there already. Wait
         for it (with the request's timeout), then ask :meth:`isr_outcome`."""
@@ -517,7 +532,7 @@ class ReplicaManager:
         r.waiters.append((end_offset, fut))
         return fut
 
-    def isr_outcome(self, r: Replica, fut: "asyncio.Future[ErrorCode] | None") -> ErrorCode:
+    def isr_outcome(self, r: Replica, fut: asyncio.Future[ErrorCode] | None) -> ErrorCode:
         """The error to answer for a wait on :meth:`isr_waiter`'s future, done or timed out."""
         if fut is not None:
             if not fut.done():

@@ -26,7 +26,7 @@ from collections.abc import Collection, Iterable, Mapping
 
 from ..errors import ErrorCode
 
-__all__ = ["high_watermark", "caught_up_at", "lagging", "follower_fetch_error"]
+__all__ = ["caught_up_at", "follower_fetch_error", "high_watermark", "lagging"]
 
 
 def high_watermark(old_hw: int, leader_leo: int, leader: int, isr: Iterable[int],

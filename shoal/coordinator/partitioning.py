@@ -8,7 +8,7 @@ mapped to 0. Unlike Python's ``hash``, it is the same in every process. Pure.
 
 from __future__ import annotations
 
-__all__ = ["java_string_hash", "coordinator_partition"]
+__all__ = ["coordinator_partition", "java_string_hash"]
 
 
 def java_string_hash(text: str) -> int:

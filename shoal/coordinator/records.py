@@ -49,16 +49,16 @@ from shoal.coordinator.schemas import (
 )
 
 __all__ = [
-    "RecordType",
-    "ShareStateRecordType",
-    "CoordinatorRecord",
     "CONSUMER_OFFSETS",
     "SHARE_GROUP_STATE",
     "TRANSACTION_STATE",
-    "encode_key",
+    "CoordinatorRecord",
+    "RecordType",
+    "ShareStateRecordType",
     "decode_key",
-    "encode_value",
     "decode_value",
+    "encode_key",
+    "encode_value",
     "is_legacy_json",
     "record",
     "tombstone",

@@ -52,12 +52,12 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "Field",
-    "Schema",
     "CONSUMER_OFFSETS",
+    "RECORD_SCHEMAS",
     "SHARE_GROUP_STATE",
     "TRANSACTION_STATE",
-    "RECORD_SCHEMAS",
+    "Field",
+    "Schema",
     "snake",
 ]
 

@@ -43,19 +43,19 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 __all__ = [
-    "Assignment",
-    "MemberSubscription",
-    "Assignor",
-    "uniform_assign",
-    "range_assign",
-    "simple_assign",
     "CONSUMER_ASSIGNORS",
     "SHARE_ASSIGNORS",
+    "Assignment",
+    "Assignor",
+    "MemberSubscription",
+    "assignment_from_json",
+    "assignment_to_json",
+    "from_partitions",
     "normalize",
     "partitions_of",
-    "from_partitions",
-    "assignment_to_json",
-    "assignment_from_json",
+    "range_assign",
+    "simple_assign",
+    "uniform_assign",
 ]
 
 Assignment = dict[uuid.UUID, frozenset[int]]

@@ -59,14 +59,14 @@ from shoal.coordinator.records import CoordinatorRecord
 from .records import GroupValue, MemberValue, group_metadata_record, group_metadata_tombstone
 
 __all__ = [
-    "ClassicGroupState",
     "ClassicConfig",
-    "Parked",
-    "Reply",
+    "ClassicGroup",
+    "ClassicGroupState",
+    "ClassicMember",
     "Effects",
     "JoinRequest",
-    "ClassicMember",
-    "ClassicGroup",
+    "Parked",
+    "Reply",
     "join_error",
     "parse_subscription_topics",
 ]

@@ -99,26 +99,26 @@ from .assignors import (
     MemberSubscription,
     assignment_from_json,
     assignment_to_json,
+    from_partitions,
     normalize,
     partitions_of,
-    from_partitions,
 )
 
 __all__ = [
     "GROUP_TYPE",
     "JOIN_GROUP_MEMBER_EPOCH",
+    "KAFKA_STATE_NUMBERING",
     "LEAVE_GROUP_MEMBER_EPOCH",
     "LEAVE_GROUP_STATIC_MEMBER_EPOCH",
+    "ConsumerGroup",
+    "ConsumerGroupState",
+    "ConsumerGroups",
+    "ConsumerMember",
+    "GroupListing",
     "MemberState",
-    "KAFKA_STATE_NUMBERING",
+    "TopicsMetadata",
     "member_state",
     "with_kafka_member_state",
-    "ConsumerGroupState",
-    "ConsumerMember",
-    "ConsumerGroup",
-    "ConsumerGroups",
-    "GroupListing",
-    "TopicsMetadata",
 ]
 
 GROUP_TYPE = "consumer"
@@ -766,8 +766,7 @@ class ConsumerGroups(GroupKindQueries[ConsumerGroup]):
                     old_target = g.target.get(holder, {})
                     for rec in _member_tombstones(gid, holder):
                         emit(rec)
-                    member = replace(old, member_id=member_id, member_epoch=old.previous_member_epoch
-                                     if old.previous_member_epoch >= 0 else 0)
+                    member = replace(old, member_id=member_id, member_epoch=max(old.previous_member_epoch, 0))
                     emit(_member_record(gid, member))
                     emit(_target_record(gid, member_id, old_target))
                     emit(_current_record(gid, member))

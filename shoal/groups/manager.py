@@ -57,7 +57,7 @@ from .consumer import with_kafka_member_state
 from .offsets import CommitPartition, OffsetStore
 from .records import decode_group_metadata
 
-__all__ = ["GroupCoordinatorShard", "Completion", "GroupKind", "build_response", "response_class"]
+__all__ = ["Completion", "GroupCoordinatorShard", "GroupKind", "build_response", "response_class"]
 
 _MS = datetime.timedelta(milliseconds=1)
 

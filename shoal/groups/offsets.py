@@ -45,7 +45,7 @@ from shoal.coordinator.records import CoordinatorRecord
 
 from .records import OffsetValue, decode_offset_commit, offset_commit_record, offset_commit_tombstone
 
-__all__ = ["OffsetStore", "CommitPartition", "OFFSET_METADATA_MAX_BYTES"]
+__all__ = ["OFFSET_METADATA_MAX_BYTES", "CommitPartition", "OffsetStore"]
 
 OFFSET_METADATA_MAX_BYTES = 4096
 """Kafka's offset.metadata.max.bytes default."""

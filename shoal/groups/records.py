@@ -33,18 +33,18 @@ from typing import Any
 from shoal.coordinator.records import CoordinatorRecord, RecordType, record, tombstone
 
 __all__ = [
-    "OFFSET_COMMIT_VALUE_VERSION",
-    "OFFSET_COMMIT_EXPIRING_VALUE_VERSION",
     "GROUP_METADATA_VALUE_VERSION",
-    "OffsetValue",
-    "MemberValue",
+    "OFFSET_COMMIT_EXPIRING_VALUE_VERSION",
+    "OFFSET_COMMIT_VALUE_VERSION",
     "GroupValue",
-    "offset_commit_record",
-    "offset_commit_tombstone",
+    "MemberValue",
+    "OffsetValue",
+    "decode_group_metadata",
+    "decode_offset_commit",
     "group_metadata_record",
     "group_metadata_tombstone",
-    "decode_offset_commit",
-    "decode_group_metadata",
+    "offset_commit_record",
+    "offset_commit_tombstone",
 ]
 
 OFFSET_COMMIT_VALUE_VERSION = 3

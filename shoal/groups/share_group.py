@@ -124,11 +124,11 @@ from .metadata_hash import metadata_hash
 
 __all__ = [
     "GROUP_TYPE",
-    "ShareGroupState",
-    "ShareMember",
-    "ShareGroup",
-    "ShareGroups",
     "ShareEffects",
+    "ShareGroup",
+    "ShareGroupState",
+    "ShareGroups",
+    "ShareMember",
     "heartbeat_assignment",
 ]
 

@@ -56,7 +56,7 @@ from shoal.log.policy import keep_record, plan_compaction
 from shoal.log.segment import Segment
 from shoal.protocol.batch import build_batch, decode_records
 
-__all__ = ["compact", "plan_groups", "rewrite_records", "CompactionStats"]
+__all__ = ["CompactionStats", "compact", "plan_groups", "rewrite_records"]
 
 _MAX_RELATIVE_OFFSET = 2**31 - 1
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import struct
 from bisect import bisect_right
 
-__all__ = ["SparseIndex", "OFFSET_ENTRY", "TIME_ENTRY", "decode_offset_index", "decode_time_index"]
+__all__ = ["OFFSET_ENTRY", "TIME_ENTRY", "SparseIndex", "decode_offset_index", "decode_time_index"]
 
 OFFSET_ENTRY = struct.Struct(">ii")
 TIME_ENTRY = struct.Struct(">qi")

@@ -98,7 +98,7 @@ from shoal.protocol.batch import (
 )
 from shoal.protocol.markers import COMMIT, build_marker, marker_of
 
-__all__ = ["PartitionLog", "AppendResult", "atomic_write"]
+__all__ = ["AppendResult", "PartitionLog", "atomic_write"]
 
 _log = logging.getLogger("shoal.log")
 
@@ -252,7 +252,7 @@ class PartitionLog:
     # --- opening -----------------------------------------------------------------------
     @classmethod
     def open(cls, directory: Path, config: LogConfig, *, now_ms: int = 0,
-             files: OpenSegments | None = None, sync_parent: bool = True) -> "PartitionLog":
+             files: OpenSegments | None = None, sync_parent: bool = True) -> PartitionLog:
         """Open (or create) the log in ``directory``, recovering its tail.
 
         ``files`` is the LRU of open segment descriptors to share (one per store).  A new
@@ -797,7 +797,7 @@ class PartitionLog:
             self._last_flush_ms = now_ms
 
     # --- read ----------------------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int, min_slice: int | None = None) -> "bytes | FileSlice":
+    def read(self, offset: int, max_bytes: int, min_slice: int | None = None) -> bytes | FileSlice:
         """Whole batches from the one containing ``offset``: at least one, else up to max_bytes.
 
         Returns b"" at the log end.  With ``min_slice``, the batches may come as a

@@ -26,7 +26,7 @@ from typing import Any
 
 from shoal.config import BrokerConfig
 
-__all__ = ["LogConfig", "SegmentSummary", "should_roll", "plan_retention", "plan_compaction", "keep_record"]
+__all__ = ["LogConfig", "SegmentSummary", "keep_record", "plan_compaction", "plan_retention", "should_roll"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +47,7 @@ class LogConfig:
     min_cleanable_dirty_ratio: float = 0.5
 
     @classmethod
-    def resolve(cls, broker: BrokerConfig, overrides: Mapping[str, Any] | None = None) -> "LogConfig":
+    def resolve(cls, broker: BrokerConfig, overrides: Mapping[str, Any] | None = None) -> LogConfig:
         """Effective settings from parsed topic overrides, falling back to broker keys."""
         r = broker.resolve
         o = overrides or {}

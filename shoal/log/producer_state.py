@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 from shoal.errors import ApiError, ErrorCode
 
-__all__ = ["AbortedTxn", "BatchMetadata", "ProducerEntry", "ProducerStateTable", "TxnState", "BATCHES_TO_RETAIN"]
+__all__ = ["BATCHES_TO_RETAIN", "AbortedTxn", "BatchMetadata", "ProducerEntry", "ProducerStateTable", "TxnState"]
 
 BATCHES_TO_RETAIN = 5
 _SEQ_MOD = 0x80000000

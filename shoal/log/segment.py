@@ -69,8 +69,15 @@ from shoal.protocol.batch import (
     scan_valid_prefix,
 )
 
-__all__ = ["Segment", "OpenSegments", "FileSlice", "Damage", "segment_name", "RECOVERY_CHUNK",
-           "open_files_limit"]
+__all__ = [
+    "RECOVERY_CHUNK",
+    "Damage",
+    "FileSlice",
+    "OpenSegments",
+    "Segment",
+    "open_files_limit",
+    "segment_name",
+]
 
 log = logging.getLogger("shoal.log")
 
@@ -109,7 +116,7 @@ class OpenSegments:
     sockets and short-lived descriptors.  Event loop only, never awaits.
     """
 
-    __slots__ = ("capacity", "max_capacity", "_lru", "opens", "evictions")
+    __slots__ = ("_lru", "capacity", "evictions", "max_capacity", "opens")
 
     def __init__(self, capacity: int | None = None) -> None:
         self.capacity = max(MIN_OPEN_SEGMENTS, capacity if capacity is not None else open_files_limit() // 2)
@@ -127,7 +134,7 @@ class OpenSegments:
     def __contains__(self, seg: object) -> bool:
         return seg in self._lru
 
-    def open(self, seg: "Segment", flags: int = _LOG_FLAGS) -> int:
+    def open(self, seg: Segment, flags: int = _LOG_FLAGS) -> int:
         """Open ``seg``'s log file, make it the most recently used, evict beyond capacity.
 
         Raises OSError if the file cannot be opened, even after closing descriptors on
@@ -178,10 +185,10 @@ class OpenSegments:
         finally:
             os.close(fd)
 
-    def touch(self, seg: "Segment") -> None:
+    def touch(self, seg: Segment) -> None:
         self._lru.move_to_end(seg)
 
-    def forget(self, seg: "Segment") -> None:
+    def forget(self, seg: Segment) -> None:
         self._lru.pop(seg, None)
 
     def _close_oldest(self, n: int) -> None:
@@ -285,9 +292,9 @@ class FileSlice:
     holds its bytes; :meth:`usable` says so at the moment of sending, on the event loop.
     """
 
-    __slots__ = ("segment", "position", "length", "_changes")
+    __slots__ = ("_changes", "length", "position", "segment")
 
-    def __init__(self, segment: "Segment", position: int, length: int) -> None:
+    def __init__(self, segment: Segment, position: int, length: int) -> None:
         self.segment = segment
         self.position = position
         self.length = length
@@ -299,7 +306,7 @@ class FileSlice:
     def __repr__(self) -> str:
         return f"FileSlice({self.segment.log_path.name}, {self.position}, {self.length})"
 
-    def part(self, skip: int, length: int) -> "FileSlice":
+    def part(self, skip: int, length: int) -> FileSlice:
         """``length`` bytes of this slice from ``skip`` on, usable while this slice is."""
         sub = FileSlice(self.segment, self.position + skip, length)
         sub._changes = self._changes
@@ -333,10 +340,27 @@ class FileSlice:
 
 
 class Segment:
-    __slots__ = ("dir", "base_offset", "_fd", "_files", "size", "next_offset", "max_timestamp",
-                 "offset_of_max_timestamp", "first_timestamp", "_oidx", "_tidx", "_index_on_disk",
-                 "index_interval", "_bytes_since_index", "_pos_cache", "_dirty", "_changes",
-                 "_verified", "_holes")
+    __slots__ = (
+        "_bytes_since_index",
+        "_changes",
+        "_dirty",
+        "_fd",
+        "_files",
+        "_holes",
+        "_index_on_disk",
+        "_oidx",
+        "_pos_cache",
+        "_tidx",
+        "_verified",
+        "base_offset",
+        "dir",
+        "first_timestamp",
+        "index_interval",
+        "max_timestamp",
+        "next_offset",
+        "offset_of_max_timestamp",
+        "size",
+    )
 
     def __init__(self, directory: Path, base_offset: int, index_interval: int,
                  files: OpenSegments | None = None, *, create: bool = False) -> None:
@@ -451,7 +475,7 @@ class Segment:
     @classmethod
     def open(cls, directory: Path, base_offset: int, index_interval: int, *, recover: bool,
              files: OpenSegments | None = None, salvage_below: int | None = None,
-             next_segment: "Segment | None" = None) -> tuple["Segment", "Damage | None"]:
+             next_segment: Segment | None = None) -> tuple[Segment, Damage | None]:
         """Open a segment; returns (segment, damage found and handled, or None).
 
         With ``recover`` (or if the index files are unusable) the whole file is validated
@@ -537,7 +561,7 @@ class Segment:
         return True
 
     def recover(self, *, check_crc: bool = True, salvage_below: int | None = None,
-                limit_offset: int | None = None) -> "Damage | None":
+                limit_offset: int | None = None) -> Damage | None:
         """Validate every batch, rebuild the indexes, and cut what is not whole, valid batches.
 
         Returns None if the whole file is valid, else the :class:`Damage` (truthy).  By
@@ -609,7 +633,7 @@ class Segment:
         # re-indexes, and a roll writes the files. A new partition then creates one file.
         return damage
 
-    def holds_copy_of(self, other: "Segment") -> bool:
+    def holds_copy_of(self, other: Segment) -> bool:
         """Whether ``other``'s first batch is, byte for byte, one of this segment's (what a
         compaction merge copied before it was interrupted).  Raises OSError."""
         if other.size == 0:
@@ -822,7 +846,7 @@ class Segment:
             pos += LOG_OVERHEAD + length
         return None
 
-    def read(self, offset: int, max_bytes: int, min_slice: int | None = None) -> "bytes | FileSlice | None":
+    def read(self, offset: int, max_bytes: int, min_slice: int | None = None) -> bytes | FileSlice | None:
         """Whole batches from the one holding ``offset`` (or the first after it), as
         :meth:`read_batches` returns them; None if no batch of this segment ends at or after
         ``offset``.
@@ -952,7 +976,7 @@ class Segment:
         finally:
             self._verified.add(start, pos)
 
-    def read_batches(self, position: int, max_bytes: int, min_slice: int | None = None) -> "bytes | FileSlice":
+    def read_batches(self, position: int, max_bytes: int, min_slice: int | None = None) -> bytes | FileSlice:
         """Whole batches from ``position``: as many as fit in ``max_bytes``, at least one.
 
         With ``min_slice``, batches that come to at least ``min_slice`` bytes are returned

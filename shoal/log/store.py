@@ -37,7 +37,7 @@ from shoal.log.partition_log import LOG_START_FILE, PartitionLog, atomic_write
 from shoal.log.policy import LogConfig
 from shoal.log.segment import OpenSegments
 
-__all__ = ["LogStore", "TopicInfo", "validate_topic_name", "validate_topic_configs", "MAX_TOPIC_NAME_LENGTH"]
+__all__ = ["MAX_TOPIC_NAME_LENGTH", "LogStore", "TopicInfo", "validate_topic_configs", "validate_topic_name"]
 
 _log = logging.getLogger("shoal.log")
 
@@ -94,7 +94,7 @@ class TopicInfo:
                 "configs": self.configs}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "TopicInfo":
+    def from_json(cls, d: dict[str, Any]) -> TopicInfo:
         return cls(d["name"], uuid.UUID(d["topic_id"]), int(d["num_partitions"]), dict(d.get("configs", {})))
 
 
@@ -295,7 +295,7 @@ class LogStore:
         self._logs.update(logs)
         return t
 
-    def alter_topic_configs(self, name: str, set: dict[str, str] | None = None,  # noqa: A002
+    def alter_topic_configs(self, name: str, set: dict[str, str] | None = None,
                             delete: list[str] | None = None, *, validate_only: bool = False) -> TopicInfo:
         """Set and remove config overrides.  Raises ApiError(invalid_config | unknown_topic_or_partition)."""
         t = self._require(name)

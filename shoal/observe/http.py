@@ -119,7 +119,7 @@ class ObserveServer:
             while True:
                 try:
                     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _IDLE_TIMEOUT_S)
-                except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError):
+                except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
                     return
                 except asyncio.LimitOverrunError:
                     await self._send(writer, 400, b"request head too large\n", "text/plain", False)

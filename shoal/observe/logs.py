@@ -12,15 +12,15 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from datetime import datetime, timezone
 from collections import OrderedDict
+from datetime import UTC, datetime
 from typing import TextIO
 
-__all__ = ["configure", "JsonFormatter", "TextFormatter", "log_once"]
+__all__ = ["JsonFormatter", "TextFormatter", "configure", "log_once"]
 
 
 def _timestamp(record: logging.LogRecord) -> str:
-    t = datetime.fromtimestamp(record.created, tz=timezone.utc)
+    t = datetime.fromtimestamp(record.created, tz=UTC)
     return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(record.msecs):03d}Z"
 
 

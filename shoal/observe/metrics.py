@@ -32,7 +32,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["Metrics", "BrokerCollector", "LATENCY_BUCKETS_S", "DELIVERY_COUNT_BUCKETS"]
+__all__ = ["DELIVERY_COUNT_BUCKETS", "LATENCY_BUCKETS_S", "BrokerCollector", "Metrics"]
 
 LATENCY_BUCKETS_S: tuple[float, ...] = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -46,7 +46,7 @@ DELIVERY_COUNT_BUCKETS: tuple[int, ...] = (1, 2, 3, 4, 5, 10)
 class _Histogram:
     """Bucket counts (not cumulative), sum and count of one label set."""
 
-    __slots__ = ("counts", "total", "count")
+    __slots__ = ("count", "counts", "total")
 
     def __init__(self, n: int) -> None:
         self.counts = [0] * (n + 1)

@@ -14,12 +14,12 @@ from typing import Any
 from .metrics import DELIVERY_COUNT_BUCKETS
 
 __all__ = [
-    "share_partition_views",
-    "share_group_views",
-    "consumer_group_views",
     "consumer_group_lags",
+    "consumer_group_views",
     "group_counts",
     "purgatory_sizes",
+    "share_group_views",
+    "share_partition_views",
 ]
 
 _STATE_NAMES = {0: "available", 1: "acquired", 2: "acknowledged", 4: "archived"}

@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 from collections.abc import Callable
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from kio.serial._introspect import classify_field, get_field_tag, is_optional
@@ -44,7 +44,7 @@ from kio.serial._introspect import classify_field, get_field_tag, is_optional
 from ..errors import ProtocolViolation
 from .header import read_uvarint as _uv
 
-__all__ = ["request_checker", "check_request"]
+__all__ = ["check_request", "request_checker"]
 
 Checker = Callable[[bytes, int], int]
 Walker = Callable[[bytes, int, int], int]
@@ -279,7 +279,7 @@ class _Gen:
         return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def request_checker(request_type: Any) -> Checker:
     """A function ``(frame, pos) -> end`` checking the body of ``request_type`` at ``pos``.
 

@@ -8,7 +8,7 @@ turns an entity into the frame pieces to write. Pure.
 from __future__ import annotations
 
 import io
-from functools import lru_cache
+from functools import cache
 from typing import Any, NamedTuple
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
@@ -19,7 +19,7 @@ from .bounds import request_checker
 from .framing import frame
 from .header import RequestHeader, parse_request_header, response_header
 
-__all__ = ["Codec", "EncodedBody", "EncodedPieces", "codec_for", "decode_request", "encode_response", "encode_body", "decode_body"]
+__all__ = ["Codec", "EncodedBody", "EncodedPieces", "codec_for", "decode_body", "decode_request", "encode_body", "encode_response"]
 
 
 class Codec(NamedTuple):
@@ -49,7 +49,7 @@ class EncodedBody(NamedTuple):
     body: bytes
 
 
-@lru_cache(maxsize=None)
+@cache
 def codec_for(api_key: int, version: int) -> Codec | None:
     """kio's classes for this API version, or None if kio does not have it."""
     try:
@@ -100,7 +100,7 @@ class _Pieces:
     that is not bytes-like (a log's file slice, which the connection reads only when it
     sends it) is always a piece of its own."""
 
-    __slots__ = ("pieces", "_small")
+    __slots__ = ("_small", "pieces")
 
     def __init__(self) -> None:
         self.pieces: list[Any] = []

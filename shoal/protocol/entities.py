@@ -16,12 +16,12 @@ import types
 import typing
 import uuid
 from dataclasses import MISSING, fields
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-__all__ = ["make", "sub", "has_field", "ZERO_UUID", "ms"]
+__all__ = ["ZERO_UUID", "has_field", "make", "ms", "sub"]
 
 ZERO_UUID = uuid.UUID(int=0)
 _DURATION_TYPES = {"timedelta_i32", "timedelta_i64"}
@@ -66,7 +66,7 @@ def _zero(kafka_type: str | None, tp: Any) -> Any:
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _plan(cls: type) -> tuple[frozenset[str], tuple[tuple[str, Any], ...], frozenset[str]]:
     names = []
     zeros = []
@@ -99,7 +99,7 @@ def has_field(cls: type, name: str) -> bool:
     return name in _plan(cls)[0]
 
 
-@lru_cache(maxsize=None)
+@cache
 def sub(cls: type, name: str) -> type:
     """The class called ``name`` defined next to ``cls`` (same API, version, direction)."""
     return getattr(sys.modules[cls.__module__], name)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from ..errors import ProtocolViolation
 from .header import read_uvarint, skip_tagged_fields, uvarint
 
-__all__ = ["FetchedPartition", "read_fetch_response_v12", "write_fetch_response", "PartitionAnswer"]
+__all__ = ["FetchedPartition", "PartitionAnswer", "read_fetch_response_v12", "write_fetch_response"]
 
 _TOP = struct.Struct(">ihi")  # throttle time, error code, session id
 _PART = struct.Struct(">ihqqq")  # index, error code, high watermark, last stable offset, log start offset

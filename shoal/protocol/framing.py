@@ -37,7 +37,7 @@ _SIZE = struct.Struct(">i")
 
 
 class FrameDecoder:
-    __slots__ = ("_buf", "_pos", "_max", "_eof", "_gated", "_size", "_granted", "_parts", "_have")
+    __slots__ = ("_buf", "_eof", "_gated", "_granted", "_have", "_max", "_parts", "_pos", "_size")
 
     def __init__(self, max_frame_bytes: int, *, gated: bool = False) -> None:
         self._buf = bytearray()

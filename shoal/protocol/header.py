@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..errors import ProtocolViolation
 
-__all__ = ["RequestHeader", "parse_request_header", "response_header", "read_uvarint", "uvarint"]
+__all__ = ["RequestHeader", "parse_request_header", "read_uvarint", "response_header", "uvarint"]
 
 _HDR = struct.Struct(">hhih")
 _I32 = struct.Struct(">i")

@@ -13,7 +13,7 @@ import struct
 
 from .batch import build_batch, decode_records
 
-__all__ = ["ABORT", "COMMIT", "build_marker", "marker_type", "marker_of"]
+__all__ = ["ABORT", "COMMIT", "build_marker", "marker_of", "marker_type"]
 
 ABORT = 0
 COMMIT = 1

@@ -11,7 +11,7 @@ them goes through kio. Tested against kio's writer for every version.
 from __future__ import annotations
 
 import struct
-from typing import Iterable
+from collections.abc import Iterable
 
 from .header import uvarint
 

@@ -27,8 +27,16 @@ from ..log.partition_log import atomic_write
 
 log = logging.getLogger("shoal.security")
 
-__all__ = ["MECHANISMS", "MECHANISM_IDS", "MIN_ITERATIONS", "MAX_ITERATIONS", "ScramCredential",
-           "credential_from_salted_password", "credential_from_password", "scram_store"]
+__all__ = [
+    "MAX_ITERATIONS",
+    "MECHANISMS",
+    "MECHANISM_IDS",
+    "MIN_ITERATIONS",
+    "ScramCredential",
+    "credential_from_password",
+    "credential_from_salted_password",
+    "scram_store",
+]
 
 MECHANISMS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
 MECHANISM_IDS = {v: k for k, v in MECHANISMS.items()}

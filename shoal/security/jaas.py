@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["JaasError", "JaasModule", "parse_jaas", "plain_users", "login_credentials"]
+__all__ = ["JaasError", "JaasModule", "login_credentials", "parse_jaas", "plain_users"]
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"

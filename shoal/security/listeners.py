@@ -23,8 +23,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PROTOCOLS", "ListenerSpec", "ListenerError", "parse_protocol_map", "parse_listener_list",
-           "listener_specs", "advertised_endpoints", "inter_broker_listener", "listener_value"]
+__all__ = [
+    "PROTOCOLS",
+    "ListenerError",
+    "ListenerSpec",
+    "advertised_endpoints",
+    "inter_broker_listener",
+    "listener_specs",
+    "listener_value",
+    "parse_listener_list",
+    "parse_protocol_map",
+]
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 PREFIX = "listener.name."

@@ -26,8 +26,14 @@ from .session import BrokerSecurity, SecurityConfigError
 
 log = logging.getLogger("shoal.security")
 
-__all__ = ["Listeners", "client_endpoint", "listener_name", "own_endpoint", "REQUEST_LISTENER",
-           "endpoint_on_request_listener"]
+__all__ = [
+    "REQUEST_LISTENER",
+    "Listeners",
+    "client_endpoint",
+    "endpoint_on_request_listener",
+    "listener_name",
+    "own_endpoint",
+]
 
 REQUEST_LISTENER: ContextVar[str | None] = ContextVar("shoal_request_listener", default=None)
 """The listener of the request being handled, for code that gets no RequestContext (the

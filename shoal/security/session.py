@@ -31,7 +31,7 @@ from .tls import TlsConfigError, client_context, peer_principal, server_context
 
 log = logging.getLogger("shoal.security")
 
-__all__ = ["BrokerSecurity", "ConnectionSecurity", "SecurityConfigError", "PRE_AUTH_APIS"]
+__all__ = ["PRE_AUTH_APIS", "BrokerSecurity", "ConnectionSecurity", "SecurityConfigError"]
 
 SASL_HANDSHAKE, SASL_AUTHENTICATE, API_VERSIONS = 17, 36, 18
 PRE_AUTH_APIS = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
@@ -132,8 +132,19 @@ class BrokerSecurity:
 
 
 class ConnectionSecurity:
-    __slots__ = ("broker_security", "listener", "principal", "authenticated", "mechanism", "server", "failed",
-                 "handshake_done", "raw_tokens", "expires_at", "reauthenticating")
+    __slots__ = (
+        "authenticated",
+        "broker_security",
+        "expires_at",
+        "failed",
+        "handshake_done",
+        "listener",
+        "mechanism",
+        "principal",
+        "raw_tokens",
+        "reauthenticating",
+        "server",
+    )
 
     def __init__(self, broker_security: BrokerSecurity, listener: ListenerSpec) -> None:
         self.broker_security = broker_security

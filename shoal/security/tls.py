@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TlsConfigError", "server_context", "client_context", "peer_principal"]
+__all__ = ["TlsConfigError", "client_context", "peer_principal", "server_context"]
 
 
 class TlsConfigError(ValueError):

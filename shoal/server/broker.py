@@ -24,16 +24,16 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ..cluster.metadata import LocalMetadata
 from ..config import BrokerConfig
 from ..errors import FsyncError
 from ..log.partition_log import atomic_write
 from ..log.store import LogStore
-from ..cluster.metadata import LocalMetadata
+from ..security.serving import Listeners
 from .data_dir import DataDirLock, StorageErrors
 from .dispatch import routes
 from .fetch_session import FetchSessionCache
 from .listener import bind_error
-from ..security.serving import Listeners
 from .memory_pool import MemoryPool
 from .state_files import DynamicConfigs, ProducerIdAllocator
 from .worker_threads import WorkerThreads
@@ -112,7 +112,7 @@ class Flusher:
             await waiter
 
     def waiter(self, plog: Any, end_offset: int, *, inline: bool = False,
-               background: bool = False) -> "asyncio.Future[None] | None":
+               background: bool = False) -> asyncio.Future[None] | None:
         """As :meth:`durable`, but start the flush now and return the future it resolves
         (None when everything before ``end_offset`` is already durable)."""
         if plog.durable_offset >= end_offset:

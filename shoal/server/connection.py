@@ -119,7 +119,7 @@ _PRODUCE = 0
 
 
 class _Slot:
-    __slots__ = ("pieces", "task", "reserved", "size")
+    __slots__ = ("pieces", "reserved", "size", "task")
 
     def __init__(self) -> None:
         self.pieces: list[Any] | None = None

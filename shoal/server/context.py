@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 class RequestContext:
-    __slots__ = ("broker", "connection", "header", "codec", "api_key", "api_version")
+    __slots__ = ("api_key", "api_version", "broker", "codec", "connection", "header")
 
     def __init__(self, broker: Broker, connection: Connection | Any, header: RequestHeader, codec: Codec) -> None:
         self.broker = broker

@@ -29,7 +29,7 @@ import os
 from collections.abc import Callable, Hashable
 from pathlib import Path
 
-__all__ = ["DataDirLock", "DataDirInUse", "StorageErrors", "LOCK_FILE"]
+__all__ = ["LOCK_FILE", "DataDirInUse", "DataDirLock", "StorageErrors"]
 
 LOCK_FILE = ".lock"
 

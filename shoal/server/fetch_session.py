@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-__all__ = ["FetchSessionCache", "FetchSession", "SessionPartition", "FetchSessionError"]
+__all__ = ["FetchSession", "FetchSessionCache", "FetchSessionError", "SessionPartition"]
 
 PartitionKey = tuple[str, int]  # (topic name, partition)
 

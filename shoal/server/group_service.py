@@ -94,7 +94,7 @@ from ..groups.share_group import ShareEffects, ShareGroups
 from .broker import on_leadership_change, on_start, on_stop, on_topic_deleted
 from .runtime import CoordinatorRuntime
 
-__all__ = ["GroupCoordinatorService", "group_service", "client_host"]
+__all__ = ["GroupCoordinatorService", "client_host", "group_service"]
 
 log = logging.getLogger("shoal.groups")
 
@@ -110,7 +110,7 @@ _SHARD_CONFIG_KEYS = (
 class _KindView:
     """A heartbeat-driven group as ``shard.groups`` sees it (``manager.py``'s kind contract)."""
 
-    __slots__ = ("kind", "group_id")
+    __slots__ = ("group_id", "kind")
 
     def __init__(self, kind: Any, group_id: str) -> None:
         self.kind = kind
@@ -217,7 +217,7 @@ def _bridge(kind: Any, view_cls: type) -> Any:
 class _Partition:
     """Everything the service keeps for one ``__consumer_offsets`` partition."""
 
-    __slots__ = ("consumer", "share", "deadlines", "queued", "timer", "timer_at")
+    __slots__ = ("consumer", "deadlines", "queued", "share", "timer", "timer_at")
 
     def __init__(self, consumer: ConsumerGroups, share: ShareGroups) -> None:
         self.consumer = consumer

@@ -36,7 +36,7 @@ from typing import Any
 
 log = logging.getLogger("shoal.connection")
 
-__all__ = ["Listener", "parse_ip_overrides", "bind_error"]
+__all__ = ["Listener", "bind_error", "parse_ip_overrides"]
 
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _ACCEPT_PAUSE_S = 1.0
@@ -219,7 +219,7 @@ class Listener:
                     return made[0]
                 await self._loop.connect_accepted_socket(make_protocol, sock, ssl=self._ssl)
                 protocol = made[0]
-        except (OSError, asyncio.TimeoutError) as e:  # a TLS handshake that failed, a peer gone
+        except (TimeoutError, OSError) as e:  # a TLS handshake that failed, a peer gone
             sock.close()
             self._released(ip)
             if self._ssl is None:

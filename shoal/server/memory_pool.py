@@ -36,7 +36,7 @@ __all__ = ["MemoryPool"]
 
 
 class _Waiter:
-    __slots__ = ("size", "granted", "cancelled")
+    __slots__ = ("cancelled", "granted", "size")
 
     def __init__(self, size: int, granted: Callable[[], None]) -> None:
         self.size = size

@@ -77,6 +77,7 @@ from time import perf_counter
 from typing import Any, cast
 
 from ..errors import ApiError, ErrorCode
+from ..protocol.batch import iter_batches
 from ..share.coordinator import (
     SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT,
     UNINITIALIZED_START_OFFSET,
@@ -86,7 +87,6 @@ from ..share.coordinator import (
     StateBatch,
     partition_for,
 )
-from ..protocol.batch import iter_batches
 from ..share.partition import AcquiredRecords, PendingUpdate, SharePartition, StateWrite, UpdateStatus
 from ..share.requests import (
     DEFAULT_MAX_RECORDS,
@@ -110,7 +110,7 @@ from .share_purgatory import SharePurgatory
 
 log = logging.getLogger("shoal.share")
 
-__all__ = ["ShareService", "Persister", "share_service", "SHARE_STATE_TOPIC"]
+__all__ = ["SHARE_STATE_TOPIC", "Persister", "ShareService", "share_service"]
 
 PRUNE_INTERVAL_S = 30.0
 RETRY_WRITE_S = 0.5

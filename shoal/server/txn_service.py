@@ -108,8 +108,14 @@ from .runtime import CoordinatorRuntime
 
 log = logging.getLogger("shoal.transactions")
 
-__all__ = ["TransactionService", "transaction_service", "check_transactional_produce", "verification_error",
-           "has_ongoing_transaction", "TRANSACTION_STATE"]
+__all__ = [
+    "TRANSACTION_STATE",
+    "TransactionService",
+    "check_transactional_produce",
+    "has_ongoing_transaction",
+    "transaction_service",
+    "verification_error",
+]
 
 RETRY_MARKERS_S = 1.0
 PARKED_REQUEST_WAIT_S = 5.0

@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["WorkerThreads"]
 

@@ -124,6 +124,7 @@ from kio.schema.write_share_group_state.v1.response import (
 )
 from kio.static.primitive import i8, i16, i32, i64
 
+from shoal.coordinator.partitioning import coordinator_partition
 from shoal.coordinator.records import (
     SHARE_GROUP_STATE,
     CoordinatorRecord,
@@ -131,19 +132,18 @@ from shoal.coordinator.records import (
     record,
     tombstone,
 )
-from shoal.coordinator.partitioning import coordinator_partition
 from shoal.coordinator.result import Result
 
 __all__ = [
-    "SharePartitionKey",
-    "StateBatch",
-    "ShareState",
+    "SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT",
+    "UNINITIALIZED_START_OFFSET",
     "PartitionOutcome",
     "ShareCoordinatorShard",
+    "SharePartitionKey",
+    "ShareState",
+    "StateBatch",
     "combine_state_batches",
     "partition_for",
-    "UNINITIALIZED_START_OFFSET",
-    "SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT",
 ]
 
 UNINITIALIZED_START_OFFSET = -1

@@ -24,15 +24,15 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 __all__ = [
+    "HEADER_DELIVERY_COUNT",
+    "HEADER_GROUP",
+    "HEADER_MESSAGE",
+    "HEADER_OFFSET",
+    "HEADER_PARTITION",
+    "HEADER_TOPIC",
     "ArchiveCause",
     "DeadLetter",
     "DeadLetterIndex",
-    "HEADER_TOPIC",
-    "HEADER_PARTITION",
-    "HEADER_OFFSET",
-    "HEADER_GROUP",
-    "HEADER_DELIVERY_COUNT",
-    "HEADER_MESSAGE",
     "dead_letter_headers",
     "dead_letter_partition",
     "source_of",

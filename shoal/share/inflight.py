@@ -33,13 +33,13 @@ from collections.abc import Iterator
 
 from shoal.share.state import RecordState
 
-__all__ = ["InFlightState", "InFlightBatch"]
+__all__ = ["InFlightBatch", "InFlightState"]
 
 
 class InFlightState:
     """State of one record, or of every record of an unsplit batch."""
 
-    __slots__ = ("state", "delivery_count", "member_id", "deadline_ms", "pending_state", "pending_write")
+    __slots__ = ("deadline_ms", "delivery_count", "member_id", "pending_state", "pending_write", "state")
 
     def __init__(
         self,
@@ -84,7 +84,7 @@ class InFlightState:
 class InFlightBatch:
     """Contiguous offsets ``[first_offset, last_offset]`` with one state or a per-offset map."""
 
-    __slots__ = ("first_offset", "last_offset", "batch_state", "offset_state")
+    __slots__ = ("batch_state", "first_offset", "last_offset", "offset_state")
 
     def __init__(self, first_offset: int, last_offset: int, state: InFlightState) -> None:
         assert first_offset <= last_offset

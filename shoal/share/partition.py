@@ -75,15 +75,15 @@ from shoal.share.inflight import InFlightBatch, InFlightState
 from shoal.share.state import TERMINAL_STATES, AcknowledgeType, AcquireMode, RecordState
 
 __all__ = [
+    "DEFAULT_DELIVERY_COUNT_LIMIT",
+    "DEFAULT_MAX_IN_FLIGHT_RECORDS",
+    "DEFAULT_RECORD_LOCK_DURATION_MS",
+    "AcquiredRecords",
+    "PendingUpdate",
     "SharePartition",
     "StateBatch",
     "StateWrite",
-    "AcquiredRecords",
-    "PendingUpdate",
     "UpdateStatus",
-    "DEFAULT_RECORD_LOCK_DURATION_MS",
-    "DEFAULT_DELIVERY_COUNT_LIMIT",
-    "DEFAULT_MAX_IN_FLIGHT_RECORDS",
 ]
 
 DEFAULT_RECORD_LOCK_DURATION_MS = 30_000  # group.share.record.lock.duration.ms
@@ -186,7 +186,7 @@ class StateWrite:
 class _Fetched:
     """The union of fetched batch ranges, for coverage queries."""
 
-    __slots__ = ("batches", "starts", "ends")
+    __slots__ = ("batches", "ends", "starts")
 
     def __init__(self, batches: Iterable[tuple[int, int]]) -> None:
         merged: list[list[int]] = []

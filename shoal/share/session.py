@@ -49,16 +49,16 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 __all__ = [
-    "SharePartition",
+    "FINAL_EPOCH",
+    "INITIAL_EPOCH",
+    "MAX_SHARE_SESSION_CACHE_SLOTS",
     "SessionKey",
-    "ShareSession",
     "SessionOutcome",
+    "SharePartition",
+    "ShareSession",
     "ShareSessionCache",
     "next_epoch",
     "rotate",
-    "INITIAL_EPOCH",
-    "FINAL_EPOCH",
-    "MAX_SHARE_SESSION_CACHE_SLOTS",
 ]
 
 INITIAL_EPOCH = 0

@@ -28,11 +28,11 @@ from __future__ import annotations
 import enum
 
 __all__ = [
-    "RecordState",
+    "TERMINAL_STATES",
+    "TRANSITIONS",
     "AcknowledgeType",
     "AcquireMode",
-    "TRANSITIONS",
-    "TERMINAL_STATES",
+    "RecordState",
     "can_transition",
 ]
 

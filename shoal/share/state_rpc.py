@@ -43,8 +43,18 @@ from ..protocol.entities import make, sub
 from .coordinator import PartitionOutcome, SharePartitionKey, ShareState, StateBatch, partition_for
 
 __all__ = [
-    "Rpc", "StateOp", "RETRIABLE", "REQUEST_BACKOFF_MS", "REQUEST_BACKOFF_MAX_MS", "MAX_ATTEMPTS",
-    "retry_delay_ms", "coordinator_of", "take_batch", "build_request", "outcomes_of", "failed",
+    "MAX_ATTEMPTS",
+    "REQUEST_BACKOFF_MAX_MS",
+    "REQUEST_BACKOFF_MS",
+    "RETRIABLE",
+    "Rpc",
+    "StateOp",
+    "build_request",
+    "coordinator_of",
+    "failed",
+    "outcomes_of",
+    "retry_delay_ms",
+    "take_batch",
 ]
 
 REQUEST_BACKOFF_MS = 1_000

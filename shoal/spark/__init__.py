@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["register", "release", "reject"]
+__all__ = ["register", "reject", "release"]
 
 
 def register(spark: Any) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 from .options import EARLIEST, LATEST, OffsetRange, Options, select_topics, to_arrow_batch
 
-__all__ = ["consumer", "consumer_conf", "producer_conf", "list_partitions", "watermarks", "resolve_offsets", "read_range"]
+__all__ = ["consumer", "consumer_conf", "list_partitions", "producer_conf", "read_range", "resolve_offsets", "watermarks"]
 
 log = logging.getLogger("shoal.spark")
 

@@ -13,8 +13,18 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "Options", "parse_options", "check_batch_options", "check_stream_options", "schema_ddl", "split_range",
-    "OffsetRange", "to_arrow_batch", "EARLIEST", "LATEST", "FORBIDDEN_KAFKA_OPTIONS", "ISOLATION_LEVELS",
+    "EARLIEST",
+    "FORBIDDEN_KAFKA_OPTIONS",
+    "ISOLATION_LEVELS",
+    "LATEST",
+    "OffsetRange",
+    "Options",
+    "check_batch_options",
+    "check_stream_options",
+    "parse_options",
+    "schema_ddl",
+    "split_range",
+    "to_arrow_batch",
 ]
 
 EARLIEST = -2
@@ -88,7 +98,7 @@ FORBIDDEN_KAFKA_OPTIONS = {
 # Spark's Kafka connector (and Kafka's consumer).
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|sec|seconds?|m|min|minutes?|h|hours?|d|days?)?\s*$", re.I)
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|sec|seconds?|m|min|minutes?|h|hours?|d|days?)?\s*$", re.IGNORECASE)
 _UNIT_MS = {"ms": 1, "s": 1000, "sec": 1000, "second": 1000, "seconds": 1000, "m": 60_000, "min": 60_000,
             "minute": 60_000, "minutes": 60_000, "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
             "d": 86_400_000, "day": 86_400_000, "days": 86_400_000}

@@ -136,7 +136,7 @@ from .options import Options, to_arrow_batch
 
 log = logging.getLogger("shoal.spark.share")
 
-__all__ = ["ShareStreamReader", "ShareTask", "note_dispositions", "default_state_dir"]
+__all__ = ["ShareStreamReader", "ShareTask", "default_state_dir", "note_dispositions"]
 
 _SESSION_GONE = (ErrorCode.invalid_share_session_epoch, ErrorCode.share_session_not_found)
 _KINDS = {"accept": ACCEPT, "release": RELEASE, "reject": REJECT}
@@ -548,10 +548,9 @@ def note_committed(offset: Mapping[str, Any]) -> bool:
     path = _committed_marker(state_dir, group, reader)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     batch = int(offset.get("batch", 0))
-    with contextlib.suppress(OSError, ValueError):
-        with open(path) as f:
-            if int(f.read().strip() or -1) >= batch:
-                return True
+    with contextlib.suppress(OSError, ValueError), open(path) as f:
+        if int(f.read().strip() or -1) >= batch:
+            return True
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     with open(tmp, "w") as f:
         f.write(str(batch))

@@ -30,7 +30,7 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 from .kafka import producer_conf
 from .options import Options
 
-__all__ = ["ShoalWriter", "ShoalStreamWriter", "WriteReport", "write_rows"]
+__all__ = ["ShoalStreamWriter", "ShoalWriter", "WriteReport", "write_rows"]
 
 FLUSH_TIMEOUT_S = 120.0
 

@@ -46,8 +46,8 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 
-from .kafka import list_partitions, read_range, resolve_offsets, watermarks
 from .kafka import consumer as _consumer
+from .kafka import list_partitions, read_range, resolve_offsets, watermarks
 from .options import (
     OffsetRange,
     Options,
@@ -60,7 +60,7 @@ from .options import (
 
 log = logging.getLogger("shoal.spark")
 
-__all__ = ["ShoalDataSource", "ShoalBatchReader", "ShoalStreamReader", "RangePartition"]
+__all__ = ["RangePartition", "ShoalBatchReader", "ShoalDataSource", "ShoalStreamReader"]
 
 try:  # Spark 4.2+: read limits and Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import (

@@ -58,7 +58,7 @@ from shoal.coordinator.records import TRANSACTION_STATE, CoordinatorRecord
 from shoal.coordinator.result import Result
 from shoal.errors import ErrorCode
 
-__all__ = ["TxnState", "TxnMetadata", "Completion", "TransactionCoordinatorShard", "MAX_EPOCH"]
+__all__ = ["MAX_EPOCH", "Completion", "TransactionCoordinatorShard", "TxnMetadata", "TxnState"]
 
 MAX_EPOCH = 32766
 """The last producer epoch handed out for a producer id (Short.MAX_VALUE - 1, as Kafka)."""

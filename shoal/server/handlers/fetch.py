@@ -183,7 +183,7 @@ def _read_replicated(store: Any, key: tuple[str, int], sp: SessionPartition, bud
     return out
 
 
-def _slice_below(data: FileSlice, end: int) -> "FileSlice | bytes":
+def _slice_below(data: FileSlice, end: int) -> FileSlice | bytes:
     """The whole batches of slice ``data`` that end below offset ``end`` (the high
     watermark), still a slice: the answer is not read into memory before it is sent."""
     seg = data.segment

@@ -25,10 +25,9 @@ from __future__ import annotations
 import dataclasses
 import operator
 import sys
+import uuid
 from collections.abc import Callable
 from typing import Any
-
-import uuid
 
 from ...errors import ApiError, ErrorCode
 from ...protocol.entities import make, sub
