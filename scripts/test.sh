@@ -40,8 +40,10 @@ bash reference/kafka/kit.sh fetch
 .venv/bin/python reference/spark/fetch.py >/dev/null
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
-# The pure core and shoal/server type-check clean ([tool.mypy] in pyproject.toml lists them).
+# The pure core and shoal/server type-check clean ([tool.mypy] in pyproject.toml lists them),
+# and shoal lints clean ([tool.ruff]).
 .venv/bin/python -m mypy
+.venv/bin/python -m ruff check shoal
 # Two workers (tests/conftest.py keeps Spark, the Kafka reference tests and each integration
 # module on one worker each); the slowest tests are listed at the end.
 exec .venv/bin/python -m pytest -q -n 2 --dist loadgroup --durations=15 "$@"

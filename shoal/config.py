@@ -877,8 +877,8 @@ def render_markdown() -> str:
         if scope is Scope.TOPIC:
             also = ", ".join(f"`{k}`" for k in sorted(BROKER_KEYS_ALSO_TOPIC))
             lines += [f"Broker keys a topic also sets under the same name (Kafka's topic configs too): {also}.", "",
-                      "Kafka's topic keys shoal does not support are refused at create and alter "
-                      "(INVALID_CONFIG, with the reason):", "", "| key | why |", "|---|---|"]
+                      ("Kafka's topic keys shoal does not support are refused at create and alter "
+                       "(INVALID_CONFIG, with the reason):"), "", "| key | why |", "|---|---|"]
             lines += [f"| `{k}` | {why} |" for k, why in KAFKA_TOPIC_KEYS_NOT_SUPPORTED.items()]
             lines.append("")
     return "\n".join(lines)

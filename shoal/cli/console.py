@@ -25,6 +25,7 @@ the earliest.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import sys
 import time
@@ -379,10 +380,8 @@ def run_consume(args: argparse.Namespace) -> int:
                 _write(formatter.format(msg))
                 count += 1
         finally:
-            try:
+            with contextlib.suppress(Exception):
                 consumer.close()
-            except Exception:
-                pass
             print(f"Processed a total of {count} messages", file=sys.stderr, flush=True)
         return 0
 
@@ -452,14 +451,10 @@ def run_share_consume(args: argparse.Namespace) -> int:
                 raise CliError(f"cannot consume: {group_limit_text(a, a.group, 'share')}") from None
             raise CliError(f"cannot consume: {kafka_error_text(e)}") from None
         finally:
-            try:
+            with contextlib.suppress(Exception):
                 consumer.commit_sync()
-            except Exception:
-                pass
-            try:
+            with contextlib.suppress(Exception):
                 consumer.close()
-            except Exception:
-                pass
             print(f"Processed a total of {count} messages", file=sys.stderr, flush=True)
         return 0
 

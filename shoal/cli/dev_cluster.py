@@ -219,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    etcd_log = open(root / "etcd.log", "ab")
+    etcd_log = open(root / "etcd.log", "ab")  # noqa: SIM115 (open while etcd runs; closed at exit)
     etcd_proc, client_url = _start_etcd(etcd, root, args.etcd_port, etcd_log, lambda: stopping)
     logs: dict[int, IO[bytes]] = {}
     try:
@@ -238,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
             for item in args.override:
                 cmd += ["-o", item]
             if node not in logs:
-                logs[node] = open(root / f"broker-{node}.log", "ab")
+                logs[node] = open(root / f"broker-{node}.log", "ab")  # noqa: SIM115 (open while the broker runs)
             procs[node] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=logs[node],
                                            stdin=subprocess.DEVNULL, start_new_session=True)
 

@@ -40,7 +40,7 @@ import io
 import socket
 import struct
 import threading
-from typing import Any
+from typing import Any, Self
 
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
@@ -167,7 +167,7 @@ class Connection:
                 finally:
                     self._sock = None
 
-    def __enter__(self) -> Connection:
+    def __enter__(self) -> Self:
         self.connect()
         return self
 

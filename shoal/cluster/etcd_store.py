@@ -34,6 +34,7 @@ revision. Concurrency: event loop only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -164,10 +165,8 @@ class EtcdStore:
                 await asyncio.wait_for(client.get(_key("cluster_id")), self.timeout_s)
             except Exception as e:  # aetcd raises several kinds for an unreachable member
                 last = e
-                try:
+                with contextlib.suppress(Exception):
                     await client.close()
-                except Exception:
-                    pass
                 continue
             self.client = client
             return
@@ -180,21 +179,15 @@ class EtcdStore:
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
-            try:
+            with contextlib.suppress(BaseException):
                 await t
-            except BaseException:
-                pass
         self._tasks.clear()
         if self._watch is not None:
-            try:
+            with contextlib.suppress(Exception):
                 await self._watch.cancel()
-            except Exception:
-                pass
         if self.client is not None:
-            try:
+            with contextlib.suppress(Exception):
                 await self.client.close()
-            except Exception:
-                pass
 
     # -- cluster id ---------------------------------------------------------------------
     async def ensure_cluster_id(self, proposed: str) -> str:

@@ -29,6 +29,7 @@ Concurrency: one task per fetcher, on the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -94,10 +95,8 @@ class Fetcher:
         self._wake.set()
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(BaseException):
                 await self._task
-            except BaseException:
-                pass
         self._disconnect()
 
     def _disconnect(self) -> None:
@@ -113,10 +112,8 @@ class Fetcher:
             if not active:
                 self._wake.clear()
                 later = [s.retry_at for s in self.partitions.values()]
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), max(0.01, min(later) - now) if later else None)
-                except TimeoutError:
-                    pass
                 continue
             try:
                 await self._conn.connect()

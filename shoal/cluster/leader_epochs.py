@@ -88,7 +88,7 @@ class LeaderEpochCache:
             self.entries.pop()
 
     def to_text(self) -> str:
-        return "0\n%d\n%s" % (len(self.entries), "".join(f"{e} {o}\n" for e, o in self.entries))
+        return f"0\n{len(self.entries)}\n" + "".join(f"{e} {o}\n" for e, o in self.entries)
 
     @classmethod
     def from_text(cls, text: str) -> LeaderEpochCache:

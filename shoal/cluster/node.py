@@ -230,7 +230,7 @@ class ClusterNode:
                     if not ok:
                         self._control_again = True
                 if self._control_again:
-                    await self.store.wait_for(lambda s: s.revision > snap.revision, 2)
+                    await self.store.wait_for(lambda s, snap=snap: s.revision > snap.revision, 2)
         except Exception:
             log.exception("controller pass failed")
             await asyncio.sleep(0.5)
@@ -384,7 +384,7 @@ class ClusterNode:
                 return dict(rec.configs), new
             if await self.store.set_topic_configs(rec, new):
                 await self.store.wait_for(
-                    lambda s: (m := self.broker.store.get_topic(name)) is not None and m.configs == new,
+                    lambda s, new=new: (m := self.broker.store.get_topic(name)) is not None and m.configs == new,
                     ADMIN_TIMEOUT_S)
                 return dict(rec.configs), new
         raise ApiError(ErrorCode.request_timed_out, f"the configs of {name} kept changing; retry")
@@ -406,7 +406,7 @@ class ClusterNode:
                 return dict(current), new
             if await self.store.set_group_configs(group_id, new, rev):
                 await self.store.wait_for(
-                    lambda s: self.broker.dynamic_configs.groups.get(group_id, {}) == new, ADMIN_TIMEOUT_S)
+                    lambda s, new=new: self.broker.dynamic_configs.groups.get(group_id, {}) == new, ADMIN_TIMEOUT_S)
                 return dict(current), new
         raise ApiError(ErrorCode.request_timed_out, f"the configs of group {group_id} kept changing; retry")
 
@@ -477,7 +477,7 @@ class ClusterNode:
                 log.info("%s-%d: %s", topic, index,
                          "reassignment cancelled" if target is None else f"reassigning to {target}")
                 await self.store.wait_for(
-                    lambda s: (st := s.state(topic, index)) is not None and st.partition_epoch >= new.partition_epoch,
+                    lambda s, new=new: (st := s.state(topic, index)) is not None and st.partition_epoch >= new.partition_epoch,
                     ADMIN_TIMEOUT_S)
                 return
             await self.store.reload()

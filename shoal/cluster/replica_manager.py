@@ -48,6 +48,7 @@ acting on it, except for etcd writes whose outcome is re-read through the next s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import struct
@@ -268,10 +269,8 @@ class ReplicaManager:
 
         async def empty() -> None:
             try:
-                try:
+                with contextlib.suppress(Exception):  # its records are deleted anyway
                     await self.broker.flusher.durable(plog, plog.log_end_offset)
-                except Exception:
-                    pass  # its records are deleted anyway
                 state = self.node.store.snapshot.state(*key)
                 if state is None or self.node_id in state.replicas or key in self.replicas:
                     return

@@ -698,11 +698,11 @@ class Segment:
     def _note_batch(self, position: int, h: BatchHeader) -> None:
         """Account for one batch at ``position`` (indexes, offsets, timestamps)."""
         rel = h.base_offset - self.base_offset
-        if self.size == 0 or position == 0 or self._bytes_since_index >= self.index_interval:
-            if self.offset_index.append(rel, position):
-                self._bytes_since_index = 0
-                if h.max_timestamp > self.max_timestamp:
-                    self.time_index.append(h.max_timestamp, rel)
+        if (self.size == 0 or position == 0 or self._bytes_since_index >= self.index_interval) \
+                and self.offset_index.append(rel, position):
+            self._bytes_since_index = 0
+            if h.max_timestamp > self.max_timestamp:
+                self.time_index.append(h.max_timestamp, rel)
         self._bytes_since_index += h.size
         if h.max_timestamp > self.max_timestamp:
             self.max_timestamp = h.max_timestamp
@@ -763,11 +763,10 @@ class Segment:
         for h, (base, nxt), ts in zip(headers, offsets, max_ts):
             pos = start + h.position
             rel = base - self.base_offset
-            if pos == 0 or self._bytes_since_index >= self.index_interval:
-                if oidx.append(rel, pos):
-                    self._bytes_since_index = 0
-                    if ts > self.max_timestamp:
-                        tidx.append(ts, rel)
+            if (pos == 0 or self._bytes_since_index >= self.index_interval) and oidx.append(rel, pos):
+                self._bytes_since_index = 0
+                if ts > self.max_timestamp:
+                    tidx.append(ts, rel)
             self._bytes_since_index += h.size
             if ts > self.max_timestamp:
                 self.max_timestamp = ts

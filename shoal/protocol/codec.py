@@ -69,7 +69,7 @@ def decode_request(frame_bytes: bytes, codec: Codec) -> tuple[RequestHeader, Any
     header, pos = parse_request_header(frame_bytes, codec.flexible)
     codec.check_request(frame_bytes, pos)
     try:
-        body, size = codec.read_request(frame_bytes, pos)
+        body, _size = codec.read_request(frame_bytes, pos)
     except Exception as e:  # kio raises several types for bad input
         raise ProtocolViolation(
             f"cannot decode {codec.request_type.__name__} v{header.api_version}: {e}"

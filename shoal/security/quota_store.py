@@ -115,7 +115,7 @@ class QuotaService:
                 raise OSError(f"writing client quotas to etcd failed: {e}") from e
             try:
                 await store.reload()
-            except Exception as e:  # noqa: BLE001 - the watch brings it soon
+            except Exception as e:  # the watch brings it soon
                 log.warning("reading client quotas back from etcd failed: %s", e)
         else:
             quotas = {e: dict(v) for e, v in self._local.items()}

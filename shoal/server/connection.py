@@ -778,7 +778,7 @@ class _Resumed:
             except GeneratorExit:
                 coro.close()
                 raise
-            except BaseException as e:  # noqa: BLE001 - thrown in by the task (a cancellation)
+            except BaseException as e:  # thrown in by the task (a cancellation)
                 try:
                     waiting_on = coro.throw(e)
                 except StopIteration as done:

@@ -93,8 +93,7 @@ class MemoryPool:
         if size <= 0:
             return
         self.used -= size
-        if self.used < 0:  # pragma: no cover - a bookkeeping bug; keep serving
-            self.used = 0
+        self.used = max(self.used, 0)  # below 0 only by a bookkeeping bug; keep serving
         if self._waiters:
             self._grant()
 

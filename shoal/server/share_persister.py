@@ -27,6 +27,7 @@ Event loop only. The decisions are pure (``shoal/share/state_rpc.py``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -107,10 +108,8 @@ class _Channel:
     async def close(self) -> None:
         if self._task is not None and not self._task.done():
             self._task.cancel()
-            try:
+            with contextlib.suppress(BaseException):
                 await self._task
-            except BaseException:
-                pass
         for _op, fut in self.queue:
             if not fut.done():
                 fut.set_result(failed(ErrorCode.network_exception, "the persister stopped"))

@@ -1312,7 +1312,7 @@ class ShareService:
         out: set[SharePartitionKey] = set()
         for i, shard in enumerate(self.runtime.shards):
             if self.runtime.owns(i):
-                out.update(k for k in shard.keys() if k.group_id == group_id)
+                out.update(k for k in shard.keys() if k.group_id == group_id)  # noqa: SIM118 (a shard, not a dict)
         groups = self.broker.extensions.get("groups")
         if groups is not None:
             try:

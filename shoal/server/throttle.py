@@ -144,7 +144,7 @@ class _Timed:
                 self.quota.busy_s += perf_counter() - t0
             try:
                 send, error = (yield yielded), None
-            except BaseException as e:  # noqa: BLE001 - cancellation and the like go into the coroutine
+            except BaseException as e:  # cancellation and the like go into the coroutine
                 send, error = None, e
 
 

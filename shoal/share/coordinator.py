@@ -81,6 +81,7 @@ Topics and partitions other than through ``partition_count`` (the shell's metada
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -292,7 +293,7 @@ def combine_state_batches(
     """
     spans: list[StateBatch] = sorted(current, key=_first_offset)
     overlay = list(new)
-    if all(a.last_offset < b.first_offset for a, b in zip(overlay, overlay[1:])):
+    if all(a.last_offset < b.first_offset for a, b in itertools.pairwise(overlay)):
         spans = _overlay_sorted(spans, overlay)
     else:
         spans = _overlay_in_order(spans, overlay)

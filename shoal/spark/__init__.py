@@ -12,6 +12,7 @@ pyspark is imported only when these functions are called.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import Any
@@ -37,10 +38,8 @@ def register(spark: Any) -> None:
     _use_this_python(spark)
     spark.dataSource.register(ShoalDataSource)
     _listen_for_commits(spark)
-    try:
+    with contextlib.suppress(Exception):  # pragma: no cover - Spark versions without the setting
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
-    except Exception:  # pragma: no cover - Spark versions without the setting
-        pass
 
 
 def release(rows: Any, *, state_dir: str, share_group: str) -> int:

@@ -109,7 +109,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 from kio.schema.errors import ErrorCode
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -181,7 +181,7 @@ class MemberState:
         except (FileNotFoundError, ValueError):
             self.epochs, self.pending = {}, []
 
-    def __enter__(self) -> MemberState:
+    def __enter__(self) -> Self:
         self._fd = os.open(self.path + ".lock", os.O_CREAT | os.O_RDWR, 0o644)
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         self.load()
@@ -962,7 +962,7 @@ def _group_configs(opts: Options) -> dict[str, str]:
     try:
         for fut in admin.describe_configs([ConfigResource(ResourceType.GROUP, opts.share_group)]).values():
             return {name: e.value for name, e in fut.result(timeout=15).items() if e.value is not None}
-    except Exception as e:  # noqa: BLE001 - an older broker: no group configs
+    except Exception as e:  # an older broker: no group configs
         log.info("share group %s: group configs unknown (%s)", opts.share_group, e)
     return {}
 

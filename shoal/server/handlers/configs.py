@@ -183,17 +183,16 @@ def check_group_config(broker: Any, name: str, value: str) -> None:
         lo, hi = cfg[bounds[name][0]], cfg[bounds[name][1]]
         if not lo <= parsed <= hi:
             raise ApiError(ErrorCode.invalid_config, f"{name} must be between {lo} and {hi}")
-    if name == "share.auto.offset.reset":
-        if parsed not in ("latest", "earliest"):
-            kind, _, duration = parsed.partition(":")
-            try:
-                if kind != "by_duration":
-                    raise ValueError(parsed)
-                if parse_by_duration(duration) < 0:
-                    raise ValueError(parsed)
-            except ValueError:
-                raise ApiError(ErrorCode.invalid_config,
-                               "share.auto.offset.reset must be latest, earliest or by_duration:<ISO-8601>") from None
+    if name == "share.auto.offset.reset" and parsed not in ("latest", "earliest"):
+        kind, _, duration = parsed.partition(":")
+        try:
+            if kind != "by_duration":
+                raise ValueError(parsed)
+            if parse_by_duration(duration) < 0:
+                raise ValueError(parsed)
+        except ValueError:
+            raise ApiError(ErrorCode.invalid_config,
+                           "share.auto.offset.reset must be latest, earliest or by_duration:<ISO-8601>") from None
 
 
 def _check_group_configs_together(broker: Any, overrides: Mapping[str, str | None]) -> None:

@@ -291,7 +291,7 @@ async def handle_fetch(ctx: Any, request: Any) -> Any:
         r.setdefault("error_code", ErrorCode.none)
         r.setdefault("last_stable_offset", r["high_watermark"])
         answered.setdefault(key[0], []).append((key[1], r))
-    for (name, index), topic_id in unknown.items():
+    for name, index in unknown:
         answered.setdefault(name, []).append((index, {
             "error_code": ErrorCode.unknown_topic_id, "high_watermark": -1, "last_stable_offset": -1,
             "log_start_offset": -1, "records": b""}))
