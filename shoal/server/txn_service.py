@@ -118,6 +118,8 @@ __all__ = [
 ]
 
 RETRY_MARKERS_S = 1.0
+SHUTDOWN_WAIT_S = 5.0
+"""A clean shutdown waits at most this long for transactions being completed."""
 PARKED_REQUEST_WAIT_S = 5.0
 """How long a request of a transactional id waits for its transaction's completion to be recorded."""
 END_TXN_MARKER_WAIT_S = 10.0
@@ -202,6 +204,14 @@ class TransactionService:
         count = sum(len(s.txns) for s in self.runtime.shards)
         log.info("transaction coordinator loaded %d transactional id(s)%s", count,
                  f", completed {len(pending)} interrupted transaction(s)" if pending else "")
+
+    async def drain(self, timeout_s: float) -> None:
+        """A clean shutdown: let the transactions whose markers and completion are being
+        written finish (at most ``timeout_s``), so that the log ends in their Complete*
+        state rather than in Prepare* for the next start to finish."""
+        tasks = [t for t in self._sending.values() if not t.done()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout_s)
 
     def close(self) -> None:
         self._closed = True
@@ -910,6 +920,7 @@ async def _start(broker: Any) -> None:
 async def _stop(broker: Any) -> None:
     svc = broker.extensions.get("transactions")
     if svc is not None:
+        await svc.drain(SHUTDOWN_WAIT_S)
         svc.close()
 
 
