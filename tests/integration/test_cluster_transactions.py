@@ -41,6 +41,7 @@ from tests.integration.conftest import running_cluster
 from tests.support.clients import admin_client, consumer, producer, wait_until
 from tests.support.cluster import LocalCluster, partition_states
 from tests.support.etcd import find_etcd
+from tests.support.transactions import CLUSTER_TRANSACTION_SETTINGS, consumed_all, end_transaction, try_kafka
 from tests.support.wire import RawConnection
 
 pytestmark = [pytest.mark.integration,
@@ -52,11 +53,7 @@ PARTITIONS = 3
 
 @pytest.fixture
 def cluster(tmp_path: Path, request: pytest.FixtureRequest):
-    with running_cluster(tmp_path, request, {
-        "min.insync.replicas": "2",
-        "offsets.topic.num.partitions": "3",
-        "transaction.state.log.num.partitions": "3",
-    }) as c:
+    with running_cluster(tmp_path, request, CLUSTER_TRANSACTION_SETTINGS) as c:
         yield c
 
 
@@ -163,7 +160,7 @@ def test_consume_transform_produce_survives_the_coordinators_kill(cluster: Local
 
     def new_producer() -> Any:
         p = producer(cluster.bootstrap, **{"transactional.id": txn_id, "transaction.timeout.ms": 30000})
-        wait_until("init_transactions", lambda: _try(lambda: p.init_transactions(20)), timeout_s=90, interval_s=1)
+        wait_until("init_transactions", lambda: try_kafka(lambda: p.init_transactions(20)), timeout_s=90, interval_s=1)
         return p
 
     c = consumer(cluster.bootstrap, **{"group.id": group, "isolation.level": "read_committed"})
@@ -172,7 +169,7 @@ def test_consume_transform_produce_survives_the_coordinators_kill(cluster: Local
 
     def rewind() -> None:
         """Back to the group's committed offsets (what the last committed transaction consumed)."""
-        committed = wait_until("committed offsets", lambda: _try(lambda: c.committed(parts, timeout=10)),
+        committed = wait_until("committed offsets", lambda: try_kafka(lambda: c.committed(parts, timeout=10)),
                                timeout_s=90, interval_s=1)
         for tp in committed:
             c.seek(TopicPartition("ctp-in", tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
@@ -184,7 +181,7 @@ def test_consume_transform_produce_survives_the_coordinators_kill(cluster: Local
     while time.monotonic() < deadline:
         msgs = [m for m in c.consume(60, 1.0) if not m.error()]
         if not msgs:
-            if _consumed_all(c, parts, total):
+            if consumed_all(c, parts, total):
                 break
             continue
         try:
@@ -201,7 +198,7 @@ def test_consume_transform_produce_survives_the_coordinators_kill(cluster: Local
                 p.send_offsets_to_transaction(c.position(parts), c.consumer_group_metadata(), 30)
             else:
                 p.flush(30)  # the aborted records reach the logs (abort would purge what is queued)
-            _end(p, commit=not abort)
+            end_transaction(p, commit=not abort)
             if abort:
                 aborts += 1
                 rewind()
@@ -213,7 +210,7 @@ def test_consume_transform_produce_survives_the_coordinators_kill(cluster: Local
             if err.fatal():
                 p = new_producer()
             else:
-                _try(lambda p=p: p.abort_transaction(30))
+                try_kafka(lambda p=p: p.abort_transaction(30))
             aborts += 1
             rewind()
     c.close()
@@ -228,32 +225,7 @@ def test_consume_transform_produce_survives_the_coordinators_kill(cluster: Local
     assert not missing and not dupes, f"{len(missing)} missing (first {missing[:10]}), {dupes} duplicated"
 
 
-def _end(p: Any, *, commit: bool) -> None:
-    """commit_transaction / abort_transaction, retried while the error is retriable."""
-    for _ in range(20):
-        try:
-            (p.commit_transaction if commit else p.abort_transaction)(30)
-            return
-        except KafkaException as e:
-            if not e.args[0].retriable():
-                raise
-            time.sleep(0.5)
-    raise AssertionError("the transaction never ended")
 
-
-def _consumed_all(c: Any, parts: list[TopicPartition], total: int) -> bool:
-    try:
-        return sum(tp.offset for tp in c.committed(parts, timeout=10) if tp.offset > 0) >= total
-    except KafkaException:
-        return False
-
-
-def _try(fn: Any) -> Any:
-    try:
-        r = fn()
-        return True if r is None else r
-    except KafkaException:
-        return None
 
 
 def _until_ok(what: str, call: Any) -> Any:

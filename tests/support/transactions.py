@@ -2,13 +2,60 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
 from tests.support.clients import rdkafka_conf
 
-__all__ = ["TxnData", "write_transactions"]
+__all__ = [
+    "CLUSTER_TRANSACTION_SETTINGS",
+    "TxnData",
+    "consumed_all",
+    "end_transaction",
+    "try_kafka",
+    "write_transactions",
+]
+
+CLUSTER_TRANSACTION_SETTINGS = {
+    "min.insync.replicas": "2",
+    "offsets.topic.num.partitions": "3",
+    "transaction.state.log.num.partitions": "3",
+}
+"""Broker settings of the three-broker transaction tests: few internal partitions, acks=all on two replicas."""
+
+
+def end_transaction(p: Any, *, commit: bool, timeout_s: float = 30, attempts: int = 20) -> None:
+    """commit_transaction / abort_transaction of a confluent-kafka producer, again while the
+    error is retriable."""
+    for _ in range(attempts):
+        try:
+            (p.commit_transaction if commit else p.abort_transaction)(timeout_s)
+            return
+        except KafkaException as e:
+            if not e.args[0].retriable():
+                raise
+            time.sleep(0.5)
+    raise AssertionError("the transaction never ended")
+
+
+def consumed_all(c: Any, parts: list[Any], total: int) -> bool:
+    """Whether the consumer's group has committed offsets adding up to ``total``."""
+    try:
+        return sum(tp.offset for tp in c.committed(parts, timeout=10) if tp.offset > 0) >= total
+    except KafkaException:
+        return False
+
+
+def try_kafka(fn: Any) -> Any:
+    """``fn()``'s result (True for None), or None if it raised KafkaException."""
+    try:
+        r = fn()
+        return True if r is None else r
+    except KafkaException:
+        return None
 
 
 @dataclass
