@@ -7,19 +7,18 @@ whose leader, group coordinator and share coordinator may be three different bro
 
 from __future__ import annotations
 
-import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaException, TopicPartition
 
 from shoal.client.connection import Connection
 from tests.reference.conftest import SHOAL_OVERRIDES
 from tests.reference.driver import parse
 from tests.reference.test_java_clients import CODECS, records, tagged
-from tests.support.clients import consumer, wait_until
+from tests.reference.test_java_transactions import assert_every_input_once, ctp_through_a_kill
+from tests.support.clients import wait_until
 from tests.support.cluster import LocalCluster
 from tests.support.kafka_ref import run_tool
 
@@ -87,9 +86,7 @@ def test_transactions_of_version_2_on_a_cluster(cluster: LocalCluster, java) -> 
         run_tool("kafka-topics", "--bootstrap-server", cluster.bootstrap, "--create", "--topic", t,
                  "--partitions", "2", "--replication-factor", "3")
     proc = java("TxnDriver").run("ctp", cluster.bootstrap, src, dst, str(n), "classic")
-    info = dict(line.split(" ", 1) for line in tagged_lines(proc.stdout, "I"))
-    assert int(info["done"]) == n and int(info["aborts"]) > 0, proc.stdout[-2000:]
-    assert Counter(tagged_lines(proc.stdout, "R")) == Counter(f"out-{i}" for i in range(n)), proc.stderr[-3000:]
+    assert_every_input_once(proc.stdout, proc.stderr, n)
 
 
 def test_transactions_of_version_2_survive_the_coordinators_kill(tmp_path: Path, java) -> None:
@@ -101,36 +98,16 @@ def test_transactions_of_version_2_survive_the_coordinators_kill(tmp_path: Path,
         for t in (src, dst):
             run_tool("kafka-topics", "--bootstrap-server", c.bootstrap, "--create", "--topic", t,
                      "--partitions", "2", "--replication-factor", "3")
-        prog = java("TxnDriver")
-        with subprocess.Popen(prog.command("ctp", c.bootstrap, src, dst, str(n), "classic"), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) as proc:
-            try:
-                # some transactions committed (the consumer group has offsets): kill the coordinator
-                wait_until("committed transactions", lambda: _committed(c.bootstrap, "java-ctp-classic", src) > 300,
-                           timeout_s=120, interval_s=0.5)
-                victim = wait_until("the coordinator", lambda: _txn_coordinator(c, "java-ctp-classic"), timeout_s=30)
-                assert proc.poll() is None, "the loop ended before the kill"
-                c.broker_for(victim).kill()
-                out, err = proc.communicate(timeout=400)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-        assert proc.returncode == 0, err[-3000:]
-        info = dict(line.split(" ", 1) for line in tagged_lines(out, "I"))
-        assert int(info["done"]) == n and int(info["aborts"]) > 0, out[-2000:]
-        assert Counter(tagged_lines(out, "R")) == Counter(f"out-{i}" for i in range(n)), err[-3000:]
-        assert _txn_coordinator(c, "java-ctp-classic") not in (victim, None)
+        victim: list[int] = []
 
+        def kill() -> None:
+            """Some transactions committed (the consumer group has offsets): kill the coordinator."""
+            victim.append(wait_until("the coordinator", lambda: _txn_coordinator(c, "java-ctp-classic"), timeout_s=30))
+            c.broker_for(victim[0]).kill()
 
-def _committed(bootstrap: str, group: str, topic: str) -> int:
-    try:
-        c = consumer(bootstrap, **{"group.id": group})
-        try:
-            return sum(max(tp.offset, 0) for tp in c.committed([TopicPartition(topic, p) for p in (0, 1)], timeout=5))
-        finally:
-            c.close()
-    except KafkaException:
-        return 0
+        ctp_through_a_kill(java, c.bootstrap, src, dst, n, 300, kill)
+        assert _txn_coordinator(c, "java-ctp-classic") not in (victim[0], None)
+
 
 
 def _txn_coordinator(c: LocalCluster, txn_id: str) -> int | None:
@@ -145,6 +122,3 @@ def _txn_coordinator(c: LocalCluster, txn_id: str) -> int | None:
         return int(r.node_id) if int(r.error_code) == 0 else None
     return None
 
-
-def tagged_lines(stdout: str, tag: str) -> list[str]:
-    return [line[len(tag) + 1:] for line in stdout.splitlines() if line.startswith(tag + " ")]
