@@ -727,9 +727,11 @@ class TransactionService:
     async def _complete_when_durable(self, c: Completion, written: list[tuple[Any, Any]]) -> bool:
         """Wait until the markers ``written`` are durable (the partitions' fsyncs run
         concurrently, off the event loop), then record the completion of ``c``."""
-        waits = [self.broker.flusher.durable(plog, appended.last_offset + 1) for plog, appended in written]
+        flusher = self.broker.flusher
+        waits = [w for plog, appended in written
+                 if (w := flusher.waiter(plog, appended.last_offset + 1, now=True)) is not None]
         try:
-            await asyncio.gather(*waits)
+            await asyncio.gather(*waits)  # the fsyncs were started at once and run together
         except OSError as e:
             log.error("fsync of transaction markers failed: %s", e)
             self._schedule_retry()
