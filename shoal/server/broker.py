@@ -146,8 +146,8 @@ class Flusher:
             try:
                 ticket = plog.begin_flush()
             except Exception:  # the task takes it again and reports the failure to the waiters
-                pass
-            else:
+                ticket = None
+            if ticket is not None:
                 started = ticket, self._threads.start(ticket.sync)
         return asyncio.ensure_future(self._flush(plog, key, inline, background, now, started))
 

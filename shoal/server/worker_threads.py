@@ -3,7 +3,7 @@
 :meth:`WorkerThreads.run` hands a call to the threads and returns an asyncio future that
 the loop resolves with the call's result or exception. Calls made in one pass of the
 event loop go to the threads together, at the end of that pass: one ``SimpleQueue`` item
-(two halves for four calls or more, when there are two threads), whose outcomes come back
+(two halves for four calls or more, when there are two threads or more), whose outcomes come back
 with one ``call_soon_threadsafe``. Waking a sleeping thread is the expensive part of a
 hand-over on the benchmark machine (tens of µs with the other core busy), and a Produce
 request for six partitions asks for six fsyncs at once. ``loop.run_in_executor`` would
