@@ -217,3 +217,35 @@ def test_a_flush_asked_now_starts_before_the_loop_pass_ends(tmp_path: Path) -> N
         flusher.close()
 
     asyncio.run(body())
+
+
+def test_a_produce_append_starts_its_fsync_before_the_loop_pass_ends(tmp_path: Path) -> None:
+    """Produce (``handlers.produce._append``): the fsync the flush policy asks for is in a
+    worker thread's hands when the append returns, so the partitions of a burst of
+    requests read in one pass are synced while the later ones are appended."""
+    from types import SimpleNamespace
+
+    from shoal.server.handlers.produce import _append
+
+    async def body() -> None:
+        flusher = Flusher(Clock())
+        broker = SimpleNamespace(replicas=None, flusher=flusher, metrics=None,
+                                 storage_errors=SimpleNamespace(ok=lambda key: None, failed=lambda key, why: None),
+                                 append_waiters=SimpleNamespace(notify=lambda topic, partition: None))
+        logs = []
+        flushes: list = []
+        for p in range(3):
+            plog = SignallingLog.open(tmp_path / f"t-{p}", LogConfig())
+            plog.synced = threading.Event()
+            logs.append(plog)
+            _append(broker, plog, ("t", p), _batch(2), 0, {}, flushes, [], -1)
+        # no await since the appends: the loop has not run a pass
+        assert all(plog.synced.wait(2) for plog in logs)
+        assert len(flushes) == 3
+        await asyncio.gather(*(waiter for _r, waiter, _key, _plog in flushes))
+        assert [plog.durable_offset for plog in logs] == [2, 2, 2]
+        for plog in logs:
+            plog.close()
+        flusher.close()
+
+    asyncio.run(body())
