@@ -24,8 +24,12 @@ linger.ms=5) and then the transactional one (the same settings and a transaction
 begin_transaction, 1,000 records, commit_transaction, and again) each send the same
 1 KiB records, in alternating order from round to round so that both see the same load
 on a shared machine. Printed per round: MB/s of each and the ratio transactional /
-idempotent; at the end the median of each and of the per-pair ratios. Each time
-includes its producer's setup (and for the transactional one init_transactions).
+idempotent, twice: for the whole run, which includes the producer's setup (and for the
+transactional one init_transactions, and creating ``__transaction_state`` the first
+time), and for the steady state, from the moment the first tenth of the records is
+acknowledged (the idempotent producer flushed, the transactional one committed: the
+pipeline is empty for both) to the end. At the end the median of each and of the
+per-pair ratios.
 """
 
 from __future__ import annotations
@@ -140,9 +144,13 @@ def produce(bootstrap: str, topic: str, partitions: int, value_size: int, count:
 
 
 def produce_exactly_once(bootstrap: str, topic: str, partitions: int, value_size: int, count: int,
-                         transaction_size: int | None, txn_id: str) -> float:
-    """Seconds to send ``count`` records with an idempotent producer, or, with
-    ``transaction_size``, a transactional one committing every ``transaction_size`` records."""
+                         transaction_size: int | None, txn_id: str) -> tuple[float, float, int]:
+    """Send ``count`` records with an idempotent producer, or, with ``transaction_size``, a
+    transactional one committing every ``transaction_size`` records. Returns the seconds
+    of the whole run (from creating the producer: InitProducerId, and for one
+    init_transactions), and those of the steady state with its record count: from the
+    moment the first tenth of the records is acknowledged (the idempotent producer's
+    flush, the transactional one's commit; the pipeline is then empty for both) to the end."""
     conf: dict[str, object] = {
         "bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 1_000_000,
         "enable.idempotence": True, "queue.buffering.max.messages": 1_000_000,
@@ -151,7 +159,11 @@ def produce_exactly_once(bootstrap: str, topic: str, partitions: int, value_size
     if transaction_size is not None:
         conf["transactional.id"] = txn_id
     value = b"x" * value_size
-    start = time.perf_counter()  # both include their setup: InitProducerId, and for one init_transactions
+    warm = max(count // 10, transaction_size or 1)
+    if transaction_size is not None:
+        warm -= warm % transaction_size
+    steady_start = None
+    start = time.perf_counter()
     p = Producer(conf)
     if transaction_size is not None:
         p.init_transactions(60)
@@ -159,7 +171,13 @@ def produce_exactly_once(bootstrap: str, topic: str, partitions: int, value_size
         if transaction_size is not None and i % transaction_size == 0:
             if i:
                 p.commit_transaction(120)
+            if i == warm:
+                steady_start = time.perf_counter()
             p.begin_transaction()
+        elif transaction_size is None and i == warm:
+            if p.flush(120):
+                raise RuntimeError("records not delivered")
+            steady_start = time.perf_counter()
         while True:
             try:
                 p.produce(topic, value, partition=i % partitions)
@@ -171,39 +189,49 @@ def produce_exactly_once(bootstrap: str, topic: str, partitions: int, value_size
         remaining = 0
     else:
         remaining = p.flush(120)
-    elapsed = time.perf_counter() - start
+    end = time.perf_counter()
     if remaining:
         raise RuntimeError(f"{remaining} records not delivered")
-    return elapsed
+    if steady_start is None:
+        raise ValueError("too few records for a steady state")
+    return end - start, end - steady_start, count - warm
 
 
 def run_transactions(bootstrap: str, rounds: int, count: int) -> None:
     value_size, txn_size = 1024, 1000
-    ratios: dict[int, list[float]] = {1: [], 6: []}
-    rates: dict[tuple[int, str], list[float]] = {}
-    mb = value_size * count / 1e6
+    ratios: dict[tuple[int, str], list[float]] = {}
+    rates: dict[tuple[int, str, str], list[float]] = {}
     for r in range(rounds):
         for partitions in (1, 6):
             order = ("idempotent", "transactional") if r % 2 == 0 else ("transactional", "idempotent")
-            got = {}
+            got: dict[tuple[str, str], float] = {}
             for kind in order:
                 topic = f"bench-{kind}-{partitions}-{r}-{int(time.time() * 1000) % 100000}"
                 create_topic(bootstrap, topic, partitions)
-                t = produce_exactly_once(bootstrap, topic, partitions, value_size, count,
-                                         txn_size if kind == "transactional" else None, f"bench-tx-{r}-{partitions}")
-                got[kind] = mb / t
-                rates.setdefault((partitions, kind), []).append(mb / t)
-            ratio = got["transactional"] / got["idempotent"]
-            ratios[partitions].append(ratio)
-            print(f"round {r + 1} partitions={partitions} records={count} value={value_size}B: "
-                  f"idempotent {got['idempotent']:7.1f} MB/s  transactional ({txn_size}-record transactions) "
-                  f"{got['transactional']:7.1f} MB/s  ratio {ratio:.2f}", flush=True)
-    print("\nmedians:")
+                whole, steady, steady_count = produce_exactly_once(
+                    bootstrap, topic, partitions, value_size, count,
+                    txn_size if kind == "transactional" else None, f"bench-tx-{r}-{partitions}")
+                got[(kind, "whole")] = value_size * count / 1e6 / whole
+                got[(kind, "steady")] = value_size * steady_count / 1e6 / steady
+            for part in ("whole", "steady"):
+                for kind in order:
+                    rates.setdefault((partitions, kind, part), []).append(got[(kind, part)])
+                ratios.setdefault((partitions, part), []).append(got[("transactional", part)]
+                                                                 / got[("idempotent", part)])
+            print(f"round {r + 1} partitions={partitions} records={count} value={value_size}B "
+                  f"({txn_size}-record transactions), MB/s idempotent / transactional / ratio: "
+                  f"whole run {got[('idempotent', 'whole')]:6.1f} / {got[('transactional', 'whole')]:6.1f} / "
+                  f"{ratios[(partitions, 'whole')][-1]:.2f}; steady state {got[('idempotent', 'steady')]:6.1f} / "
+                  f"{got[('transactional', 'steady')]:6.1f} / {ratios[(partitions, 'steady')][-1]:.2f}",
+                  flush=True)
+    print("\nmedians (MB/s; ratio: median of the per-round ratios, and their range):")
     for partitions in (1, 6):
-        print(f"  partitions={partitions}: idempotent {statistics.median(rates[(partitions, 'idempotent')]):7.1f} MB/s"
-              f"  transactional {statistics.median(rates[(partitions, 'transactional')]):7.1f} MB/s"
-              f"  ratio {statistics.median(ratios[partitions]):.2f}"
-              f" (range {min(ratios[partitions]):.2f}-{max(ratios[partitions]):.2f})")
+        for part, label in (("whole", "whole run   "), ("steady", "steady state")):
+            rs = ratios[(partitions, part)]
+            print(f"  partitions={partitions} {label}: idempotent "
+                  f"{statistics.median(rates[(partitions, 'idempotent', part)]):7.1f}"
+                  f"  transactional {statistics.median(rates[(partitions, 'transactional', part)]):7.1f}"
+                  f"  ratio {statistics.median(rs):.2f} ({min(rs):.2f}-{max(rs):.2f})")
 
 
 def consume(bootstrap: str, topic: str, partitions: int, count: int) -> float:

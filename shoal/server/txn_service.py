@@ -727,7 +727,11 @@ class TransactionService:
     async def _complete_when_durable(self, c: Completion, written: list[tuple[Any, Any]]) -> bool:
         """Wait until the markers ``written`` are durable (the partitions' fsyncs run
         concurrently, off the event loop), then record the completion of ``c``."""
-        waits = [self.broker.flusher.durable(plog, appended.last_offset + 1) for plog, appended in written]
+        # Handed to the threads together at the end of the loop's pass, after EndTxn's answer
+        # is sent: started at once (``now``), their threads took the GIL from that answer
+        flusher = self.broker.flusher
+        waits = [w for plog, appended in written
+                 if (w := flusher.waiter(plog, appended.last_offset + 1)) is not None]
         try:
             await asyncio.gather(*waits)
         except OSError as e:

@@ -3,12 +3,18 @@
 :meth:`WorkerThreads.run` hands a call to the threads and returns an asyncio future that
 the loop resolves with the call's result or exception. Calls made in one pass of the
 event loop go to the threads together, at the end of that pass: one ``SimpleQueue`` item
-(two halves for four calls or more, when there are two threads), whose outcomes come back
+(two halves for four calls or more, when there are two threads or more), whose outcomes come back
 with one ``call_soon_threadsafe``. Waking a sleeping thread is the expensive part of a
 hand-over on the benchmark machine (tens of µs with the other core busy), and a Produce
 request for six partitions asks for six fsyncs at once. ``loop.run_in_executor`` would
 wake a thread per call, through a ``concurrent.futures`` executor whose future, locks,
 callbacks and idle-thread semaphore cost about 40 µs of CPU more per call.
+
+:meth:`WorkerThreads.start` hands a call over at once instead, as its own queue item:
+for a call that should not wait for the end of the loop's pass. One pass can be long:
+libuv reads a readable socket up to 32 times in one go, so a burst of large Produce
+requests (a transaction's six partitions, about 170 KB each) is read, validated and
+appended in one pass, and fsyncs handed over at its end all start after the last append.
 
 A call whose future was cancelled meanwhile still runs to its end (an fsync cannot be
 taken back); its outcome is dropped. Threads start with the first call; :meth:`close`
@@ -46,17 +52,30 @@ class WorkerThreads:
             loop.call_soon(self._hand_over, loop)
         return future
 
+    def start(self, fn: Callable[[], Any]) -> asyncio.Future[Any]:
+        """As :meth:`run`, but hand ``fn`` to the threads now, not at the end of the loop's pass."""
+        if self._closed:
+            raise RuntimeError(f"{self._name} threads are closed")
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._start_threads()
+        self._queue.put((loop, [(future, fn)]))
+        return future
+
+    def _start_threads(self) -> None:
+        if not self._threads:
+            for i in range(self._count):
+                t = threading.Thread(target=self._work, name=f"{self._name}-{i}", daemon=True)
+                t.start()
+                self._threads.append(t)
+
     def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
         calls, self._pending = self._pending, []
         if self._closed:
             for future, _ in calls:
                 future.cancel()
             return
-        if not self._threads:
-            for i in range(self._count):
-                t = threading.Thread(target=self._work, name=f"{self._name}-{i}", daemon=True)
-                t.start()
-                self._threads.append(t)
+        self._start_threads()
         if len(calls) >= 4 and self._count > 1:
             half = len(calls) // 2
             self._queue.put((loop, calls[:half]))

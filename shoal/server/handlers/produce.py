@@ -273,7 +273,7 @@ def _append(broker: Any, plog: Any, key: tuple[str, int], batch: Any, now_ms: in
         raise
     if plog.flush_due(now_ms):
         # the flush starts now; the request waits for it in _wait_flushes
-        flushes.append((r, broker.flusher.waiter(plog, plog.log_end_offset), key, plog))
+        flushes.append((r, broker.flusher.waiter(plog, plog.log_end_offset, now=True), key, plog))
     else:
         broker.storage_errors.ok(key)
     r["base_offset"] = result.base_offset

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -164,5 +165,87 @@ def test_a_new_log_object_is_not_durable_because_an_old_one_was(tmp_path: Path) 
         assert CountingLog.syncs == 1
         flusher.close()
         fresh.close()
+
+    asyncio.run(body())
+
+
+class SignallingLog(PartitionLog):
+    """A log whose fsyncs set ``synced`` (from the worker thread that runs them)."""
+
+    synced: threading.Event
+
+    def begin_flush(self, drop_cache=False):  # type: ignore[no-untyped-def]
+        ticket = super().begin_flush(drop_cache)
+        real, synced = ticket.sync, self.synced
+
+        class Ticket:
+            end_offset, messages, truncations, path = ticket.end_offset, ticket.messages, ticket.truncations, ticket.path
+
+            def sync(self) -> None:
+                real()
+                synced.set()
+
+        return Ticket()
+
+
+def test_a_flush_asked_now_starts_before_the_loop_pass_ends(tmp_path: Path) -> None:
+    """``now=True`` (Produce, transaction markers): the fsync is in a worker thread's hands at
+    once, while the loop is still busy (a burst of large appends read in one pass); by
+    default it is handed over at the end of the pass, shared by the pass's appends."""
+    async def body() -> None:
+        flusher = Flusher(Clock())
+        for now in (True, False):
+            plog = SignallingLog.open(tmp_path / f"t-{int(now)}", LogConfig())
+            plog.synced = threading.Event()
+            plog.append(_batch(2), 0, defer_flush=True)
+            waiter = flusher.waiter(plog, plog.log_end_offset, now=now)
+            assert waiter is not None
+            # the loop is blocked here, as by the appends that follow in the same pass
+            assert plog.synced.wait(2 if now else 0.2) is now
+            await waiter
+            assert plog.synced.is_set() and plog.durable_offset == 2
+            # appended while a flush runs: covered by the next one, also started at once
+            plog.synced.clear()
+            plog.append(_batch(1), 0, defer_flush=True)
+            first = flusher.waiter(plog, plog.log_end_offset, now=now)
+            plog.append(_batch(1), 0, defer_flush=True)
+            second = flusher.waiter(plog, plog.log_end_offset, now=now)
+            assert first is not None and second is not None
+            await asyncio.gather(first, second)
+            assert plog.durable_offset == 4 and plog.unflushed_messages == 0
+            plog.close()
+        flusher.close()
+
+    asyncio.run(body())
+
+
+def test_a_produce_append_starts_its_fsync_before_the_loop_pass_ends(tmp_path: Path) -> None:
+    """Produce (``handlers.produce._append``): the fsync the flush policy asks for is in a
+    worker thread's hands when the append returns, so the partitions of a burst of
+    requests read in one pass are synced while the later ones are appended."""
+    from types import SimpleNamespace
+
+    from shoal.server.handlers.produce import _append
+
+    async def body() -> None:
+        flusher = Flusher(Clock())
+        broker = SimpleNamespace(replicas=None, flusher=flusher, metrics=None,
+                                 storage_errors=SimpleNamespace(ok=lambda key: None, failed=lambda key, why: None),
+                                 append_waiters=SimpleNamespace(notify=lambda topic, partition: None))
+        logs = []
+        flushes: list = []
+        for p in range(3):
+            plog = SignallingLog.open(tmp_path / f"t-{p}", LogConfig())
+            plog.synced = threading.Event()
+            logs.append(plog)
+            _append(broker, plog, ("t", p), _batch(2), 0, {}, flushes, [], -1)
+        # no await since the appends: the loop has not run a pass
+        assert all(plog.synced.wait(2) for plog in logs)
+        assert len(flushes) == 3
+        await asyncio.gather(*(waiter for _r, waiter, _key, _plog in flushes))
+        assert [plog.durable_offset for plog in logs] == [2, 2, 2]
+        for plog in logs:
+            plog.close()
+        flusher.close()
 
     asyncio.run(body())
