@@ -30,6 +30,9 @@ time), and for the steady state, from the moment the first tenth of the records 
 acknowledged (the idempotent producer flushed, the transactional one committed: the
 pipeline is empty for both) to the end. At the end the median of each and of the
 per-pair ratios.
+
+``--transactions --kafka`` runs the same rounds against Apache Kafka afterwards (the jars of
+reference/kafka/kit.sh, Java 17+), with its default flush policy and with an fsync per append.
 """
 
 from __future__ import annotations
@@ -234,6 +237,24 @@ def run_transactions(bootstrap: str, rounds: int, count: int) -> None:
                   f"  ratio {statistics.median(rs):.2f} ({min(rs):.2f}-{max(rs):.2f})")
 
 
+def run_transactions_on_kafka(work: Path, rounds: int, count: int) -> None:
+    """:func:`run_transactions` against Apache Kafka (KRaft, one node), first with its default
+    flush policy (no fsync per append: the OS writes back), then with
+    ``log.flush.interval.messages=1`` (an fsync per append, as shoal does by default)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.support.kafka_ref import KafkaBroker
+
+    for label, overrides in (("Kafka's default flush policy: no fsync per append", {}),
+                             ("log.flush.interval.messages=1: an fsync per append",
+                              {"log.flush.interval.messages": "1"})):
+        kafka = KafkaBroker(work / f"kafka-{len(overrides)}", overrides=overrides).start()
+        print(f"\nApache Kafka ({label}):", flush=True)
+        try:
+            run_transactions(kafka.bootstrap, rounds, count)
+        finally:
+            kafka.stop()
+
+
 def consume(bootstrap: str, topic: str, partitions: int, count: int) -> float:
     c = Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"bench-{topic}", "enable.auto.commit": False,
@@ -282,6 +303,9 @@ def main() -> int:
     ap.add_argument("--transactions", action="store_true",
                     help="transactional against idempotent produce throughput (shoal only)")
     ap.add_argument("--rounds", type=int, default=3, help="--transactions: pairs of runs per partition count")
+    ap.add_argument("--kafka", action="store_true",
+                    help="--transactions: the same runs against Apache Kafka afterwards (reference/kafka/kit.sh's "
+                         "jars, Java 17+), with its default flush policy and with an fsync per append")
     args = ap.parse_args()
     scale = 0.1 if args.quick else 1.0
     if args.transactions:
@@ -289,11 +313,14 @@ def main() -> int:
             data = os.path.join(tmp, "data")
             os.makedirs(data)
             proc, port = start_shoal(data)
+            print("shoal (fsync of every append, its default):", flush=True)
             try:
                 run_transactions(f"127.0.0.1:{port}", args.rounds, int(100_000 * scale))
             finally:
                 proc.terminate()
                 proc.wait(30)
+            if args.kafka:
+                run_transactions_on_kafka(Path(tmp), args.rounds, int(100_000 * scale))
         return 0
     cases = [
         (100, 1, int(1_000_000 * scale)),

@@ -253,6 +253,9 @@ def main() -> int:
                   f"records/s / (record locks ({locks}) x partitions / batch time) = "
                   f"{rows / elapsed / (locks * parts / batch_s) if batch_s else 0:.2f}", flush=True)
             print("    records per micro-batch: " + " ".join(str(p["numInputRows"]) for p in batches), flush=True)
+            if batches:
+                print("    ms of the first micro-batch: " + ", ".join(
+                    f"{k} {v}" for k, v in sorted(batches[0]["durationMs"].items())), flush=True)
             later = batches[1:]
             if later:
                 keys = sorted({k for p in later for k in p["durationMs"]})
