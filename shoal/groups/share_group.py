@@ -54,8 +54,9 @@ an initialization writes is the group epoch at that time (as Kafka's group
 coordinator does), so state initialized again after DeleteShareGroupOffsets carries a
 higher epoch than the state a stale share-partition leader still holds.
 
-Handlers never change durable state: each works on a deep copy of the group, applies
-its own records to the copy with the code ``replay`` uses, and answers from the copy.
+Handlers never change durable state: each works on a copy of the group (``scratch``: new
+maps of the same immutable members and assignments), applies its own records to the copy
+with the code ``replay`` uses, and answers from the copy.
 The shell appends the records, replays them, then replies. The only thing handlers
 touch is the volatile session-timer table (not durable, like Kafka's timers); after
 loading, ``on_loaded(now_ms)`` starts a session for every member.
@@ -84,7 +85,6 @@ Event loop only; never awaits; not thread-safe.
 
 from __future__ import annotations
 
-import copy
 import enum
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -225,6 +225,18 @@ class ShareGroup:
     @property
     def state(self) -> ShareGroupState:
         return ShareGroupState.STABLE if self.members else ShareGroupState.EMPTY
+
+    def scratch(self) -> ShareGroup:
+        """A copy to apply a handler's records to, leaving this group as it is.
+
+        ``apply`` never changes a member, an assignment or a partition set in place: it
+        puts new ones in their place (members are frozen, assignments hold frozensets). So
+        the copy shares them all and only the maps that ``apply`` writes into are new: a
+        copy of a group of N members copies N references, where a deep copy rebuilt every
+        member, target and topic id, milliseconds per heartbeat in a group of a thousand.
+        """
+        return replace(self, members=dict(self.members), target=dict(self.target),
+                       topic_names=dict(self.topic_names))
 
     def apply(self, rec: CoordinatorRecord) -> None:
         t, v = rec.record_type, rec.value
@@ -472,7 +484,7 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
                                           interval_ms, limit)
             except _WouldWrite:
                 pass
-        g = copy.deepcopy(live) if live is not None else ShareGroup(r.group_id)
+        g = live.scratch() if live is not None else ShareGroup(r.group_id)
         return self._heartbeat_in(g, True, r, now_ms, topics, client_id, client_host, session_ms, interval_ms,
                                   limit)
 
@@ -631,7 +643,7 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
                 continue
             g = scratch.get(gid)
             if g is None:
-                g = scratch[gid] = copy.deepcopy(live)
+                g = scratch[gid] = live.scratch()
 
             def emit(rec: CoordinatorRecord, g: ShareGroup = g) -> None:
                 records.append(rec)
