@@ -21,6 +21,7 @@ from shoal.config import BrokerConfig
 from shoal.log.store import LogStore
 from shoal.protocol.codec import codec_for
 from shoal.protocol.entities import make, sub
+from shoal.server.broker import Flusher
 from shoal.server.data_dir import StorageErrors
 from shoal.server.group_service import GroupCoordinatorService
 from shoal.server.handlers import consumer_groups, groups_admin, groups_classic, share_groups
@@ -46,6 +47,7 @@ class FakeBroker:
         self.metrics: Any = None
         self.authorizer: Any = None
         self.cluster = LocalMetadata(self)
+        self.flusher = Flusher(self.clock)  # group commit: a share heartbeat's records (inline fsync)
 
 
 class FakeShare:
