@@ -210,12 +210,19 @@ def real_run(tree: str, tmp: str, tag: str, args: argparse.Namespace) -> dict[st
                 all_in = time.perf_counter() - t0
                 break
             time.sleep(1)
+        rss_mib, threads = 0.0, 0
+        for p in procs:  # what the consumers cost the machine, once all of them are in
+            status = dict(line.split(":", 1) for line in Path(f"/proc/{p.pid}/status").read_text().splitlines()
+                          if ":" in line)
+            rss_mib += int(status["VmRSS"].split()[0]) / 1024
+            threads += int(status["Threads"])
         results = [out.get(timeout=args.steady + 300) for _ in per]
         cpu1, t1 = cpu_seconds(proc.pid), time.perf_counter()
         for p in procs:
             p.join(30)
         expired = left_members(log_path, group)
         return {"members_seen": seen, "all_in_s": all_in, "consumed": sum(g for g, _ in results),
+                "rss_mib": rss_mib, "threads": threads,
                 "consumer_errors": sum(e for _, e in results), "left_per_log": len(expired),
                 "broker_cpu_pct": 100 * (cpu1 - cpu0) / (t1 - t0)}
     finally:
@@ -270,7 +277,8 @@ def main() -> int:
                           f"{r['members_seen']} members in the group{after}, "
                           f"{r['consumed']} records consumed, {r['consumer_errors']} consumer errors, "
                           f"{r['left_per_log']} members left per the broker log; broker CPU "
-                          f"{r['broker_cpu_pct']:.0f}%", flush=True)
+                          f"{r['broker_cpu_pct']:.0f}%; the consumer processes: {r['threads']} threads, "
+                          f"{r['rss_mib']:.0f} MiB resident", flush=True)
     return 0
 
 
