@@ -24,8 +24,10 @@ percent of one core) over the run.
 
 ``--real N`` adds, after the raw members, a run of N confluent-kafka ShareConsumers in
 ``--real-procs`` processes against a fresh broker (each a librdkafka instance with its
-own threads), polling for ``--steady`` seconds once all joined; printed: members the
-group reports, records consumed, consumers' errors, members fenced per the broker log.
+own threads), polling until ``--steady`` seconds after all joined; printed: members the
+group reports then and at the end, records consumed, consumers' errors, members the broker
+logged as removed before the consumers closed, and the consumer processes' threads and
+resident memory.
 """
 
 from __future__ import annotations
@@ -140,7 +142,7 @@ def raw_run(tree: str, tmp: str, tag: str, args: argparse.Namespace) -> dict[str
         stop(proc, log_file)
 
 
-def _consumers_proc(bootstrap: str, group: str, count: int, seconds: float, ready: Any, out: Any) -> None:
+def _consumers_proc(bootstrap: str, group: str, count: int, stop: Any, ready: Any, out: Any) -> None:
     from confluent_kafka import ShareConsumer
 
     consumers = []
@@ -152,8 +154,7 @@ def _consumers_proc(bootstrap: str, group: str, count: int, seconds: float, read
         consumers.append(c)
     ready.put(count)
     got = 0
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    while not stop.is_set():
         for c in consumers:
             try:
                 for m in c.poll(0.01):
@@ -176,9 +177,12 @@ def describe_members(bootstrap: str, group: str) -> int:
 
     from tests.support.wire import RawConnection
 
-    with RawConnection(bootstrap) as conn:
-        r = conn.request(ShareGroupDescribeRequest(group_ids=(group,), include_authorized_operations=False))
-        return len(r.groups[0].members)
+    try:
+        with RawConnection(bootstrap, timeout_s=30) as conn:
+            r = conn.request(ShareGroupDescribeRequest(group_ids=(group,), include_authorized_operations=False))
+            return len(r.groups[0].members)
+    except OSError:  # a broker that does not answer within 30 s
+        return -1
 
 
 def real_run(tree: str, tmp: str, tag: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -192,12 +196,12 @@ def real_run(tree: str, tmp: str, tag: str, args: argparse.Namespace) -> dict[st
         producer.start()
         group = f"real-{uuid.uuid4().hex[:8]}"
         ctx = multiprocessing.get_context("spawn")
-        ready, out = ctx.Queue(), ctx.Queue()
+        ready, out, halt_consumers = ctx.Queue(), ctx.Queue(), ctx.Event()
         per = [args.real // args.real_procs + (1 if i < args.real % args.real_procs else 0)
                for i in range(args.real_procs)]
         cpu0, t0 = cpu_seconds(proc.pid), time.perf_counter()
         for count in per:
-            p = ctx.Process(target=_consumers_proc, args=(bootstrap, group, count, args.steady + 60, ready, out))
+            p = ctx.Process(target=_consumers_proc, args=(bootstrap, group, count, halt_consumers, ready, out))
             p.start()
             procs.append(p)
         for _ in per:
@@ -210,18 +214,21 @@ def real_run(tree: str, tmp: str, tag: str, args: argparse.Namespace) -> dict[st
                 all_in = time.perf_counter() - t0
                 break
             time.sleep(1)
+        time.sleep(args.steady)
+        seen_at_end = describe_members(bootstrap, group)
+        expired = left_members(log_path, group)  # before the consumers close (and leave)
         rss_mib, threads = 0.0, 0
         for p in procs:  # what the consumers cost the machine, once all of them are in
             status = dict(line.split(":", 1) for line in Path(f"/proc/{p.pid}/status").read_text().splitlines()
                           if ":" in line)
             rss_mib += int(status["VmRSS"].split()[0]) / 1024
             threads += int(status["Threads"])
-        results = [out.get(timeout=args.steady + 300) for _ in per]
         cpu1, t1 = cpu_seconds(proc.pid), time.perf_counter()
+        halt_consumers.set()
+        results = [out.get(timeout=300) for _ in per]
         for p in procs:
             p.join(30)
-        expired = left_members(log_path, group)
-        return {"members_seen": seen, "all_in_s": all_in, "consumed": sum(g for g, _ in results),
+        return {"members_seen": seen, "members_at_end": seen_at_end, "all_in_s": all_in, "consumed": sum(g for g, _ in results),
                 "rss_mib": rss_mib, "threads": threads,
                 "consumer_errors": sum(e for _, e in results), "left_per_log": len(expired),
                 "broker_cpu_pct": 100 * (cpu1 - cpu0) / (t1 - t0)}
@@ -267,16 +274,18 @@ def main() -> int:
             if rnd % 2:
                 order.reverse()
             for i in order:
-                s = raw_run(trees[i], tmp, f"{rnd}-{i}", args)
-                print(f"round {rnd + 1} tree {i} ({trees[i]}): {args.members} raw members: {fmt(s, args.members)}; "
-                      f"load average {os.getloadavg()[0]:.2f}", flush=True)
+                if args.members:  # --members 0: only the real-client run
+                    s = raw_run(trees[i], tmp, f"{rnd}-{i}", args)
+                    print(f"round {rnd + 1} tree {i} ({trees[i]}): {args.members} raw members: {fmt(s, args.members)}; "
+                          f"load average {os.getloadavg()[0]:.2f}", flush=True)
                 if args.real:
                     r = real_run(trees[i], tmp, f"real-{rnd}-{i}", args)
                     after = "" if r["all_in_s"] is None else f" after {r['all_in_s']:.1f} s"
                     print(f"round {rnd + 1} tree {i}: {args.real} ShareConsumers in {args.real_procs} processes: "
                           f"{r['members_seen']} members in the group{after}, "
                           f"{r['consumed']} records consumed, {r['consumer_errors']} consumer errors, "
-                          f"{r['left_per_log']} members left per the broker log; broker CPU "
+                          f"{r['members_at_end']} members {args.steady:.0f} s later, "
+                          f"{r['left_per_log']} members removed per the broker log; broker CPU "
                           f"{r['broker_cpu_pct']:.0f}%; the consumer processes: {r['threads']} threads, "
                           f"{r['rss_mib']:.0f} MiB resident", flush=True)
     return 0
