@@ -186,11 +186,16 @@ def _subscription_groups(
     Returns [(sorted member ids, sorted partitions)], in a deterministic order.
     Topics nobody subscribes to, or that have no partitions, are left out.
     """
+    # Members first grouped by their subscription (few distinct ones, however many
+    # members): each topic then asks each subscription, not each member.
+    by_subscription: dict[frozenset[uuid.UUID], list[str]] = {}
+    for m, s in members.items():
+        by_subscription.setdefault(s.subscribed_topic_ids, []).append(m)
     by_members: dict[tuple[str, ...], list[uuid.UUID]] = {}
     for topic_id in sorted(partition_counts, key=str):
         if partition_counts[topic_id] <= 0:
             continue
-        subs = tuple(sorted(m for m, s in members.items() if topic_id in s.subscribed_topic_ids))
+        subs = tuple(sorted(m for ids, ms in by_subscription.items() if topic_id in ids for m in ms))
         if subs:
             by_members.setdefault(subs, []).append(topic_id)
     groups = []
@@ -198,6 +203,23 @@ def _subscription_groups(
         tps = [(t, p) for t in by_members[subs] for p in range(partition_counts[t])]
         groups.append((list(subs), tps))
     return groups
+
+
+def _within(current: Mapping[uuid.UUID, Iterable[int]], topics: Mapping[uuid.UUID, int]) -> set[TopicPartition]:
+    """The partitions of ``current`` that are among ``topics``' (topic id -> partition count)."""
+    return {(t, p) for t, ps in current.items() if t in topics for p in ps if 0 <= p < topics[t]}
+
+
+def _as_assignment(tps: set[TopicPartition], one: dict[TopicPartition, Assignment]) -> Assignment:
+    """``from_partitions(tps)``; a single partition's assignment is built once per partition
+    (``one``), as most members of a group larger than its partition count hold one."""
+    if len(tps) == 1:
+        (tp,) = tps
+        a = one.get(tp)
+        if a is None:
+            a = one[tp] = {tp[0]: frozenset((tp[1],))}
+        return dict(a)
+    return from_partitions(tps)
 
 
 # --- assignors ---------------------------------------------------------------------
@@ -275,10 +297,11 @@ def simple_assign(
     members: Mapping[str, MemberSubscription], partition_counts: Mapping[uuid.UUID, int]
 ) -> dict[str, Assignment]:
     """KIP-932 ``simple``: balanced; shares partitions when members outnumber them."""
-    load = {m: 0 for m in members}
+    load = dict.fromkeys(members, 0)
     out: dict[str, set[TopicPartition]] = {m: set() for m in members}
     for subs, tps in _subscription_groups(members, partition_counts):
-        current = {m: partitions_of(members[m].current) & set(tps) for m in subs}
+        topics = {t: partition_counts[t] for t in dict.fromkeys(t for t, _ in tps)}
+        current = {m: _within(members[m].current, topics) for m in subs}
         if len(tps) >= len(subs):
             order = sorted(subs, key=lambda m: (load[m], m))
             placed = _balance_sticky(tps, order, current)
@@ -296,7 +319,8 @@ def simple_assign(
                 for m in ms:
                     out[m].add(tp)
                     load[m] += 1
-    return {m: from_partitions(tps) for m, tps in out.items()}
+    one: dict[TopicPartition, Assignment] = {}
+    return {m: _as_assignment(tps, one) for m, tps in out.items()}
 
 
 CONSUMER_ASSIGNORS: dict[str, Assignor] = {"uniform": uniform_assign, "range": range_assign}

@@ -54,8 +54,9 @@ an initialization writes is the group epoch at that time (as Kafka's group
 coordinator does), so state initialized again after DeleteShareGroupOffsets carries a
 higher epoch than the state a stale share-partition leader still holds.
 
-Handlers never change durable state: each works on a deep copy of the group, applies
-its own records to the copy with the code ``replay`` uses, and answers from the copy.
+Handlers never change durable state: each works on a copy of the group (``scratch``: new
+maps of the same immutable members and assignments), applies its own records to the copy
+with the code ``replay`` uses, and answers from the copy.
 The shell appends the records, replays them, then replies. The only thing handlers
 touch is the volatile session-timer table (not durable, like Kafka's timers); after
 loading, ``on_loaded(now_ms)`` starts a session for every member.
@@ -84,7 +85,6 @@ Event loop only; never awaits; not thread-safe.
 
 from __future__ import annotations
 
-import copy
 import enum
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -202,36 +202,81 @@ class ShareGroup:
     """Share-partitions whose state is being deleted (DeleteShareGroupState)."""
     topic_names: dict[uuid.UUID, str] = field(default_factory=dict)
     """Names of the topics in the three sets above (for describing and the shell)."""
+    _holders: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict, compare=False, repr=False)
+    """Partition -> how many members' targets hold it (kept by ``apply``, derived)."""
+    _subscribers: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+    """Topic name -> how many members subscribe to it (kept by ``apply``, derived)."""
+    _single: int = field(default=0, compare=False, repr=False)
+    """How many members' targets hold exactly one partition (kept by ``apply``, derived)."""
     _assigned: frozenset[tuple[uuid.UUID, int]] | None = field(default=None, compare=False, repr=False)
-    """Every partition of ``target`` (derived, None until asked for after a change)."""
+    """The keys of ``_holders`` (None until asked for after one came or went)."""
     _wanted: frozenset[str] | None = field(default=None, compare=False, repr=False)
-    """Every topic name some member subscribes to (derived, None until asked for after a change)."""
+    """The keys of ``_subscribers`` (None until asked for after one came or went)."""
 
     group_type = GROUP_TYPE
 
     def assigned_partitions(self) -> frozenset[tuple[uuid.UUID, int]]:
-        """The partitions the target assignment gives some member; kept until ``target``
-        changes, so that a heartbeat does not walk every member's target."""
+        """The partitions the target assignment gives some member. Kept up to date by each
+        record (a count per partition), so that neither a heartbeat nor a target change
+        walks every member's target."""
         if self._assigned is None:
-            self._assigned = frozenset().union(*(partitions_of(a) for a in self.target.values()))
+            self._assigned = frozenset(self._holders)
         return self._assigned
 
     def wanted_topics(self) -> frozenset[str]:
-        """The topic names some member subscribes to; kept until a member changes."""
+        """The topic names some member subscribes to (a count per name, kept by each record)."""
         if self._wanted is None:
-            self._wanted = frozenset(n for m in self.members.values() for n in m.subscribed_topic_names)
+            self._wanted = frozenset(self._subscribers)
         return self._wanted
+
+    def _count_subscriptions(self, names: Iterable[str], delta: int) -> None:
+        counts = self._subscribers
+        for n in names:
+            c = counts.get(n, 0) + delta
+            if c > 0:
+                counts[n] = c
+                if c == delta:
+                    self._wanted = None
+            else:
+                counts.pop(n, None)
+                self._wanted = None
+
+    def _count_target(self, a: Assignment | None, delta: int) -> None:
+        if not a:
+            return
+        if len(a) == 1 and len(next(iter(a.values()))) == 1:
+            self._single += delta
+        counts = self._holders
+        for t, ps in a.items():
+            for p in ps:
+                c = counts.get((t, p), 0) + delta
+                if c > 0:
+                    counts[(t, p)] = c
+                    if c == delta:
+                        self._assigned = None
+                else:
+                    counts.pop((t, p), None)
+                    self._assigned = None
 
     @property
     def state(self) -> ShareGroupState:
         return ShareGroupState.STABLE if self.members else ShareGroupState.EMPTY
 
+    def scratch(self) -> ShareGroup:
+        """A copy to apply a handler's records to, leaving this group as it is.
+
+        ``apply`` never changes a member, an assignment or a partition set in place: it
+        puts new ones in their place (members are frozen, assignments hold frozensets). So
+        the copy shares them all and only the maps that ``apply`` writes into are new: a
+        copy of a group of N members copies N references, where a deep copy rebuilt every
+        member, target and topic id, milliseconds per heartbeat in a group of a thousand.
+        """
+        return replace(self, members=dict(self.members), target=dict(self.target),
+                       topic_names=dict(self.topic_names), _holders=dict(self._holders),
+                       _subscribers=dict(self._subscribers))
+
     def apply(self, rec: CoordinatorRecord) -> None:
         t, v = rec.record_type, rec.value
-        if t == RecordType.SHARE_GROUP_MEMBER_METADATA or t == RecordType.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT:
-            self._wanted = None
-        elif t == RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER:
-            self._assigned = None
         if t == RecordType.SHARE_GROUP_METADATA:
             self.group_epoch = 0 if v is None else int(v["epoch"])
             self.metadata_hash = 0 if v is None else int(v.get("metadata_hash") or 0)
@@ -240,22 +285,28 @@ class ShareGroup:
             self.legacy_partition_metadata = v is not None
         elif t == RecordType.SHARE_GROUP_MEMBER_METADATA:
             mid = rec.key["member_id"]
+            old = self.members.get(mid)
+            if old is not None:
+                self._count_subscriptions(old.subscribed_topic_names, -1)
             if v is None:
                 self.members.pop(mid, None)
                 return
-            base = self.members.get(mid) or ShareMember(member_id=mid)
-            self.members[mid] = replace(
+            base = old or ShareMember(member_id=mid)
+            self.members[mid] = updated = replace(
                 base, rack_id=v.get("rack_id"), client_id=v.get("client_id", ""),
                 client_host=v.get("client_host", ""),
                 subscribed_topic_names=tuple(v.get("subscribed_topic_names") or ()))
+            self._count_subscriptions(updated.subscribed_topic_names, 1)
         elif t == RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA:
             self.assignment_epoch = 0 if v is None else int(v["assignment_epoch"])
         elif t == RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER:
             mid = rec.key["member_id"]
+            self._count_target(self.target.get(mid), -1)
             if v is None:
                 self.target.pop(mid, None)
             else:
                 self.target[mid] = assignment_from_json(v["topic_partitions"])
+                self._count_target(self.target[mid], 1)
         elif t == RecordType.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT:
             mid = rec.key["member_id"]
             m = self.members.get(mid)
@@ -472,7 +523,7 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
                                           interval_ms, limit)
             except _WouldWrite:
                 pass
-        g = copy.deepcopy(live) if live is not None else ShareGroup(r.group_id)
+        g = live.scratch() if live is not None else ShareGroup(r.group_id)
         return self._heartbeat_in(g, True, r, now_ms, topics, client_id, client_host, session_ms, interval_ms,
                                   limit)
 
@@ -538,7 +589,7 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
         if bump or digest != g.metadata_hash:
             self._bump(g, digest, emit)
         if g.group_epoch > g.assignment_epoch:
-            self._compute_target(g, meta, emit, effects)
+            self._compute_target(g, meta, emit, effects, joined=mid if new_member else None)
 
         current = g.members[mid]
         target = _intersect(g.target.get(mid, {}), g.initialized)
@@ -573,17 +624,41 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
             emit(tombstone(RecordType.SHARE_GROUP_PARTITION_METADATA, _group_key(g.group_id)))
 
     def _compute_target(self, g: ShareGroup, meta: Mapping[str, tuple[uuid.UUID, int]],
-                        emit: Callable[[CoordinatorRecord], None], effects: ShareEffects) -> None:
+                        emit: Callable[[CoordinatorRecord], None], effects: ShareEffects,
+                        joined: str | None = None) -> None:
+        """The target for the group's epoch: computed once per group epoch (never for a
+        heartbeat that bumped nothing), and only the members whose target moved get a record.
+
+        ``joined``: the member whose join bumped the epoch. A join to, or a removal from, a
+        balanced group whose members all subscribe alike and hold one partition each (more
+        members than partitions: the shape of a large share group) is placed from the
+        group's per-partition holder counts, in O(partitions) instead of the assignor's
+        O(members); the result is the one the ``simple`` assignor gives (see
+        ``_balanced_change``)."""
+        quick = self._balanced_change(g, meta, joined)
+        if quick is not None:
+            self._emit_target(g, meta, quick, quick, emit, effects)
+            return
         counts = {tid: c for tid, c in meta.values()}
-        subs = {mid: MemberSubscription(
-                    frozenset(meta[n][0] for n in m.subscribed_topic_names if n in meta),
-                    g.target.get(mid, {}), m.rack_id)
-                for mid, m in g.members.items()}
+        ids_of: dict[tuple[str, ...], frozenset[uuid.UUID]] = {}  # per distinct subscription, not per member
+        subs: dict[str, MemberSubscription] = {}
+        target = g.target
+        for mid, m in g.members.items():
+            names = m.subscribed_topic_names
+            ids = ids_of.get(names)
+            if ids is None:
+                ids = ids_of[names] = frozenset(meta[n][0] for n in names if n in meta)
+            subs[mid] = MemberSubscription(ids, target.get(mid, {}), m.rack_id)
         new_target = SHARE_ASSIGNORS[ASSIGNOR_NAME](subs, counts)
-        for mid in sorted(new_target):
-            if mid not in g.target or normalize(new_target[mid]) != g.target[mid]:
-                emit(record(RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER, _member_key(g.group_id, mid),
-                            {"topic_partitions": assignment_to_json(new_target[mid])}))
+        moved = [mid for mid, a in new_target.items() if target.get(mid) != normalize(a)]
+        self._emit_target(g, meta, new_target, moved, emit, effects)
+
+    def _emit_target(self, g: ShareGroup, meta: Mapping[str, tuple[uuid.UUID, int]],
+                     new_target: Mapping[str, Assignment], moved: Iterable[str],
+                     emit: Callable[[CoordinatorRecord], None], effects: ShareEffects) -> None:
+        for mid in sorted(moved):
+            emit(record(RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER, _member_key(g.group_id, mid),
+                        {"topic_partitions": assignment_to_json(new_target[mid])}))
         emit(record(RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA, _group_key(g.group_id),
                     {"assignment_epoch": g.group_epoch}))
         # Partitions assigned for the first time start their two-stage initialization.
@@ -596,6 +671,48 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
                         g.state_metadata_value(_union(g.initializing, from_partitions(fresh)), g.initialized,
                                                g.deleting, names)))
             effects.initialize[g.group_id] = _union(effects.initialize.get(g.group_id, {}), from_partitions(fresh))
+
+    @staticmethod
+    def _balanced_change(g: ShareGroup, meta: Mapping[str, tuple[uuid.UUID, int]],
+                         joined: str | None) -> dict[str, Assignment] | None:
+        """The target changes of a join (``joined``) or of a removal (None) when the group
+        has the shape below; None when the assignor must run.
+
+        Shape: every member subscribes to the same topics; every member but ``joined`` has
+        a target of exactly one partition; every partition of those topics is held, by
+        holder counts within one of each other; the members (without ``joined``) outnumber
+        the partitions. The ``simple`` assignor then keeps every member on its partition
+        (a partition keeps its holders up to the fair share, and the partitions over it
+        are exactly as many as the extra members), so a joining member goes to the first
+        partition (topic id order, then partition order) with the fewest holders and
+        nobody else moves; a removal that leaves the counts within one moves nobody.
+        """
+        n = len(g.members)
+        subscribers = g._subscribers
+        if not n or not subscribers or any(c != n for c in subscribers.values()):
+            return None
+        if joined is None:
+            expected = n
+        elif joined in g.members and joined not in g.target:
+            expected = n - 1
+        else:
+            return None
+        if len(g.target) != expected or g._single != expected:
+            return None
+        tps = [(tid, p) for tid, c in sorted((meta[name] for name in subscribers if name in meta),
+                                            key=lambda tc: str(tc[0]))
+               for p in range(c)]
+        holders = g._holders
+        if not tps or len(holders) != len(tps) or expected <= len(tps):
+            return None
+        counts = [holders.get(tp, 0) for tp in tps]
+        low = min(counts)
+        if low == 0 or max(counts) - low > 1:
+            return None
+        if joined is None:
+            return {}
+        t, p = tps[counts.index(low)]
+        return {joined: {t: frozenset((p,))}}
 
     def _remove_member(self, g: ShareGroup, member_id: str, emit: Callable[[CoordinatorRecord], None],
                        effects: ShareEffects, topics: TopicsMetadata) -> None:
@@ -631,7 +748,7 @@ class ShareGroups(GroupKindQueries[ShareGroup]):
                 continue
             g = scratch.get(gid)
             if g is None:
-                g = scratch[gid] = copy.deepcopy(live)
+                g = scratch[gid] = live.scratch()
 
             def emit(rec: CoordinatorRecord, g: ShareGroup = g) -> None:
                 records.append(rec)

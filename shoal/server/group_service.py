@@ -548,7 +548,12 @@ class GroupCoordinatorService:
             else:  # cluster mode: once the removal is on every in-sync replica
                 asyncio.ensure_future(self._share_members_removed_when_replicated(partition, after.removed_members))
         if result.records:  # a change written to the log: its groups are logged at once
-            self._log_group_changes(partition, {r.key.get("group_id", r.key.get("group")) for r in result.records})
+            touched: dict[str | None, set[str]] = {}
+            for r in result.records:
+                ids = touched.setdefault(r.key.get("group_id", r.key.get("group")), set())
+                if "member_id" in r.key:
+                    ids.add(r.key["member_id"])
+            self._log_group_changes(partition, touched.keys(), touched)
         self._schedule_group_scan(partition)
         deadlines = list(result.deadlines or ())
         nd = self.shard(partition).next_deadline_ms()
@@ -579,12 +584,16 @@ class GroupCoordinatorService:
 
         self._scans[partition] = loop.call_later(GROUP_SCAN_INTERVAL_S, run)
 
-    def _log_group_changes(self, partition: int, group_ids: Iterable[str | None] | None = None) -> None:
+    def _log_group_changes(self, partition: int, group_ids: Iterable[str | None] | None = None,
+                           member_ids: Mapping[str | None, set[str]] | None = None) -> None:
         """Log, one line each, the group state changes and members joining or leaving since last time.
 
         Compares the groups named (every group of the shard if None) with what was last
         logged of them: O(1) per unchanged group, O(members) for a group whose state,
-        generation or member count moved.
+        generation or member count moved, unless ``member_ids`` names the members whose
+        records were just written (consumer and share groups keep one record per member):
+        then only those are looked at, so that each of a thousand members joining a group
+        does not compare the group's whole member list.
         """
         seen = self._seen.setdefault(partition, {})
         groups = self.shard(partition).groups
@@ -603,13 +612,29 @@ class GroupCoordinatorService:
             before = seen.get(group_id)
             if before is not None and before[0] == state and before[1] == epoch and len(before[2]) == count:
                 continue  # a membership change moves the generation (classic) or the group epoch
-            members = _members(inner)
             kind = getattr(g, "group_type", "classic")
             old_state, old_members = (before[0], before[2]) if before is not None else (None, {})
-            for member_id in members.keys() - old_members.keys():
+            named = None if member_ids is None or inner is None or not isinstance(g, _KindView) \
+                else member_ids.get(group_id)
+            current = inner.members if inner is not None else {}
+            if named is not None and before is not None and len(old_members) + sum(
+                    (m in current) - (m in old_members) for m in named) == count:
+                members = old_members  # the members named are all that changed: updated in place
+                joined = sorted(m for m in named if m in current and m not in old_members)
+                left = sorted(m for m in named if m not in current and m in old_members)
+                for member_id in joined:
+                    m = current[member_id]
+                    members[member_id] = (getattr(m, "client_id", ""), getattr(m, "client_host", ""))
+                for member_id in left:
+                    del members[member_id]
+            else:
+                members = _members(inner)
+                joined = list(members.keys() - old_members.keys())
+                left = list(old_members.keys() - members.keys())
+            for member_id in joined:
                 log.info("group %s (%s): member %s joined (client %s %s)", group_id, kind, member_id,
                          *members[member_id])
-            for member_id in old_members.keys() - members.keys():
+            for member_id in left:
                 log.info("group %s (%s): member %s left", group_id, kind, member_id)
             if state != old_state:
                 log.info("group %s (%s): %s -> %s%s, generation %d, %d member(s)", group_id, kind,

@@ -3,7 +3,8 @@
 ShareGroupDescribe with IncludeAuthorizedOperations fills each found group's
 AuthorizedOperations as Kafka does without an authorizer (every GROUP operation).
 
-A heartbeat's records are made durable first; then the share-partitions newly in the
+A heartbeat's records are replayed at once and made durable (with the other writes of the
+same event-loop pass, one fsync) before anything else; then the share-partitions newly in the
 group's assignment are initialized through the share service, the member is given
 those whose initialization succeeded (a member is only ever assigned initialized
 partitions), and only then is the heartbeat answered (see ``group_service``). A group id of another kind answers
@@ -72,7 +73,10 @@ async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
         session_timeout_ms=svc.group_config(group_id, "share.session.timeout.ms"),
         heartbeat_interval_ms=svc.group_config(group_id, "share.heartbeat.interval.ms"),
         max_size=broker.config["group.share.max.size"])
-    svc.apply(p, result)
+    # Replayed at once, answered once durable: the heartbeats of one event-loop pass share
+    # one fsync (a group of a thousand members writes a record per member and epoch), and
+    # one that wrote nothing still waits for what others appended before it was computed.
+    await svc.apply_durable(p, result)
     await svc.wait_replicated(p, wrote=bool(result.records))
     response = result.answer()
     if response.error_code is ErrorCode.group_max_size_reached:

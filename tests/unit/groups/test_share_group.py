@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime
 import uuid
@@ -404,8 +405,6 @@ def test_deleting_a_group_of_earlier_versions_tombstones_its_record_9():
 def test_a_steady_heartbeat_copies_no_group(monkeypatch):
     # A heartbeat that changes nothing is answered from the live group: copying a group of
     # N members for each heartbeat made heartbeats cost O(N), and a round of them O(N^2).
-    import copy
-
     from shoal.groups import share_group
 
     s = Shell()
@@ -413,10 +412,10 @@ def test_a_steady_heartbeat_copies_no_group(monkeypatch):
         s.hb(m, 0)
     g = s.groups.group("s")
     epochs = {m: s.hb(m, g.members[m].member_epoch).member_epoch for m in ("m1", "m2", "m3")}
-    real = copy.deepcopy
+    real = share_group.ShareGroup.scratch
     copied = []
-    monkeypatch.setattr(share_group.copy, "deepcopy", lambda x, *a: copied.append(x) or real(x, *a))
-    before = real(s.groups.group("s"))
+    monkeypatch.setattr(share_group.ShareGroup, "scratch", lambda self: copied.append(self) or real(self))
+    before = copy.deepcopy(s.groups.group("s"))
     res = s.hb_result("m2", epochs["m2"], now=5_000, session_timeout_ms=45_000)
     assert (res.response.error_code, res.response.member_epoch, res.response.assignment) == (
         ErrorCode.none, epochs["m2"], None)
@@ -431,6 +430,105 @@ def test_a_steady_heartbeat_copies_no_group(monkeypatch):
     assert s.groups.group("s") == before
     s.apply(res)
     assert s.groups.group("s").members["m2"].subscribed_topic_names == ("bar", "foo")
+
+
+def _work_per_heartbeat(monkeypatch, n: int) -> tuple[list[int], list[int]]:
+    """In a group of ``n`` members on a topic of 2 partitions: how many members each kind of
+    heartbeat that writes copies, and how often the assignor runs for it: a join; a member
+    taking the epoch that join made; a subscription change; a leave; a session expiry."""
+    from shoal.groups import share_group
+
+    s = Shell(max_size=1000)
+    for i in range(n):
+        s.hb(f"m{i:04d}", 0)
+    g = s.groups.group("s")
+    for i in range(1, n):  # every member but m0000 at the group's epoch, its session renewed
+        s.hb(f"m{i:04d}", g.members[f"m{i:04d}"].member_epoch, now=10_000)
+    copied: list[object] = []
+    monkeypatch.setattr(share_group.ShareMember, "__deepcopy__", lambda self, memo: copied.append(self) or self,
+                        raising=False)
+    monkeypatch.setattr(share_group.ShareMember, "__copy__", lambda self: copied.append(self) or self, raising=False)
+    runs: list[int] = []
+    real = share_group.SHARE_ASSIGNORS["simple"]
+    monkeypatch.setitem(share_group.SHARE_ASSIGNORS, "simple", lambda *a: runs.append(1) or real(*a))
+    counts, assignor_runs = [], []
+    for step in (lambda: s.hb("new", 0, now=10_000),
+                 lambda: s.hb("m0001", g.members["m0001"].member_epoch, now=10_000),
+                 lambda: s.hb("m0002", g.members["m0002"].member_epoch, names=["foo", "bar"], now=10_000),
+                 lambda: s.hb("m0003", -1, now=10_000),
+                 lambda: s.apply(s.groups.expire(45_000, s.topics))):  # m0000's session
+        copied.clear()
+        runs.clear()
+        step()
+        counts.append(len(copied))
+        assignor_runs.append(len(runs))
+    assert "m0000" not in g.members and len(g.members) == n - 1
+    assert g.members["new"].assigned  # the joining member got a partition
+    return counts, assignor_runs
+
+
+def test_heartbeats_that_write_copy_no_member(monkeypatch):
+    # A heartbeat that writes records works on a copy of its group; a deep copy rebuilt every
+    # member, target and topic id of the group, so in a group of a thousand members each join,
+    # and each member's heartbeat that took the new epoch after it, cost milliseconds of
+    # copying: the joins of a thousand members queued heartbeats for seconds and the members
+    # were fenced. The copy now shares the immutable members.
+    small, small_runs = _work_per_heartbeat(monkeypatch, 10)
+    large, large_runs = _work_per_heartbeat(monkeypatch, 300)
+    assert small == large == [0, 0, 0, 0, 0]
+    # The assignor (O(members)) runs once per group epoch, and not for a join to a balanced
+    # group where everybody subscribes alike (placed from the partitions' holder counts):
+    # only the subscription change and the removals after it, which leave the group unlike.
+    assert small_runs == large_runs == [0, 0, 1, 1, 1]
+
+
+def test_balanced_joins_and_removals_place_members_as_the_assignor_does():
+    # Joins and removals placed from the holder counts give exactly the target (and the
+    # records) the simple assignor gives, whatever the order of joins, leaves and expiries.
+    import random
+
+    rng = random.Random(31)
+    quick, full = Shell(max_size=1000), Shell(max_size=1000)
+    quick.topics = full.topics = {"foo": (FOO, 5), "bar": (BAR, 3)}
+    full.groups._balanced_change = lambda *a: None  # type: ignore[method-assign]
+    taken = 0
+    real = quick.groups._balanced_change
+
+    def counting(*a):
+        nonlocal taken
+        out = real(*a)
+        taken += out is not None
+        return out
+
+    quick.groups._balanced_change = counting  # type: ignore[method-assign]
+    names = ["foo", "bar"]
+    now, ids = 0, 0
+    for step in range(400):
+        now += 100
+        g = quick.groups.group("s")
+        members = sorted(g.members) if g is not None else []
+        op = rng.random()
+        if op < 0.55 or len(members) < 3:
+            ids += 1
+            # mostly alike; now and then one member subscribes to one topic only
+            sub = names if rng.random() < 0.98 else ["foo"]
+            args = (f"m{ids:04d}", 0)
+            kw = {"names": sub, "now": now}
+        elif op < 0.8:
+            mid = rng.choice(members)
+            args, kw = (mid, -1), {"now": now}
+        elif op < 0.9:
+            mid = rng.choice(members)
+            args, kw = (mid, g.members[mid].member_epoch), {"now": now}
+        else:
+            # the longest-silent member's session runs out
+            got = [s.apply(s.groups.expire(now + 45_000 - 100 * len(members) // 2, s.topics)) for s in (quick, full)]
+            assert [r.records for r in got[0:1]] == [r.records for r in got[1:2]]
+            continue
+        a, b = quick.hb_result(*args, **kw), full.hb_result(*args, **kw)
+        assert a.records == b.records and a.response == b.response, step
+        assert quick.groups.group("s") == full.groups.group("s"), step
+    assert taken > 50, taken
 
 
 def test_derived_partitions_and_topics_follow_every_change():

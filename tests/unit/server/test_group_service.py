@@ -21,6 +21,7 @@ from shoal.config import BrokerConfig
 from shoal.log.store import LogStore
 from shoal.protocol.codec import codec_for
 from shoal.protocol.entities import make, sub
+from shoal.server.broker import Flusher
 from shoal.server.data_dir import StorageErrors
 from shoal.server.group_service import GroupCoordinatorService
 from shoal.server.handlers import consumer_groups, groups_admin, groups_classic, share_groups
@@ -46,6 +47,7 @@ class FakeBroker:
         self.metrics: Any = None
         self.authorizer: Any = None
         self.cluster = LocalMetadata(self)
+        self.flusher = Flusher(self.clock)  # group commit: a share heartbeat's records (inline fsync)
 
 
 class FakeShare:
@@ -300,3 +302,36 @@ def test_heartbeats_add_one_timer_deadline_per_tick(tmp_path: Path) -> None:
         svc.close()
 
     asyncio.run(scenario())
+
+
+def test_a_join_logs_its_member_without_comparing_the_whole_group(tmp_path: Path, monkeypatch: Any,
+                                                                     caplog: Any) -> None:
+    # Each write logs the members that joined or left its group. Finding them by comparing
+    # the group's whole member list with the one last logged cost O(members) per join, and
+    # a thousand members joining a share group at once paid it a thousand times. The
+    # members named by the write's records are all that can have changed.
+    from shoal.server import group_service
+
+    async def scenario(n: int) -> int:
+        broker, svc = start(tmp_path / str(n), **{"group.share.max.size": 1000})
+        broker.store.create_topic("t", 2, {}, now_ms=broker.clock.now_ms())
+        for i in range(n):
+            assert (await share_heartbeat(broker, "sg", f"m{i:03d}", 0, ("t",))).error_code == ErrorCode.none
+        compared: list[int] = []
+        real = group_service._members
+        monkeypatch.setattr(group_service, "_members", lambda inner: compared.append(len(inner.members)) or
+                            real(inner))
+        caplog.clear()
+        with caplog.at_level("INFO", logger="shoal.groups"):
+            r = await share_heartbeat(broker, "sg", "late", 0, ("t",))
+            assert r.error_code == ErrorCode.none
+            g = svc.share_groups(svc.partition_for("sg")).group("sg")
+            left = await share_heartbeat(broker, "sg", "m001", -1, None)
+            assert left.error_code == ErrorCode.none and "m001" not in g.members
+        lines = [rec.getMessage() for rec in caplog.records]
+        assert sum("member late joined" in line for line in lines) == 1, lines
+        assert sum("member m001 left" in line for line in lines) == 1, lines
+        monkeypatch.undo()
+        return sum(compared)
+
+    assert asyncio.run(scenario(5)) == asyncio.run(scenario(200)) == 0
