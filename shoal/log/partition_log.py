@@ -191,6 +191,8 @@ class FlushTicket:
     drop_cache_below: int = 0
     """After the fsync, drop the file's pages below this byte position from the page
     cache (0: keep them). For a follower's log, which nobody reads while it follows."""
+    bytes: int = 0
+    """Bytes appended and not yet fsynced when the ticket was taken (what the sync writes)."""
 
     def sync(self) -> None:
         """Open the file, fdatasync it and close it (safe in a worker thread).  Raises OSError.
@@ -227,6 +229,7 @@ class PartitionLog:
         self.producers = ProducerStateTable()
         self.txns = TxnState()
         self._unflushed_messages = 0
+        self._unflushed_bytes = 0
         self._last_flush_ms = -1
         self.recovered_truncation = False
         """Whether opening cut damaged bytes (a torn write or corruption)."""
@@ -618,6 +621,7 @@ class PartitionLog:
                 # (a coordinator's transactional batch, TxnOffsetCommit, has no sequence)
                 self.txns.on_batch(h.producer_id, base)
         self._unflushed_messages += records
+        self._unflushed_bytes += total
         durable = False
         if not defer_flush and self.flush_due(now_ms):
             self.flush(now_ms)
@@ -658,6 +662,7 @@ class PartitionLog:
             if h.producer_id >= 0 and (h.base_sequence >= 0 or h.is_transactional):
                 self._replay_producer(h, data=memoryview(batches)[h.position:h.end])
             self._unflushed_messages += h.records_count
+        self._unflushed_bytes += len(batches)
         return [(h.partition_leader_epoch, h.base_offset) for h in headers]
 
     def truncate_to(self, offset: int) -> int:
@@ -736,6 +741,12 @@ class PartitionLog:
     def unflushed_messages(self) -> int:
         return self._unflushed_messages
 
+    @property
+    def unflushed_bytes(self) -> int:
+        """Bytes appended since the last fsync (about: a truncation does not take its bytes
+        off); what the next fsync writes out."""
+        return self._unflushed_bytes
+
     def flush_due(self, now_ms: int) -> bool:
         """Whether the flush policy (flush.messages, flush.ms) asks for an fsync now."""
         return self._unflushed_messages >= self.config.flush_messages or self.needs_flush(now_ms)
@@ -750,7 +761,7 @@ class PartitionLog:
         """
         active = self.segments[-1]
         return FlushTicket(active.log_path, self.log_end_offset, self._unflushed_messages, self._truncations,
-                           active.size if drop_cache else 0)
+                           active.size if drop_cache else 0, self._unflushed_bytes)
 
     def end_flush(self, ticket: FlushTicket, now_ms: int) -> None:
         """Account for a completed ticket: everything before ``ticket.end_offset`` is durable
@@ -759,6 +770,7 @@ class PartitionLog:
         if ticket.truncations == self._truncations:
             self.durable_offset = max(self.durable_offset, ticket.end_offset)
         self._unflushed_messages = max(0, self._unflushed_messages - ticket.messages)
+        self._unflushed_bytes = max(0, self._unflushed_bytes - ticket.bytes)
         self._last_flush_ms = now_ms
         active = self.segments[-1] if self.segments else None
         if active is not None and ticket.end_offset == active.next_offset and ticket.path == active.log_path:
@@ -792,6 +804,7 @@ class PartitionLog:
             self.fsync_failed(exc)
             raise
         self._unflushed_messages = 0
+        self._unflushed_bytes = 0
         self.durable_offset = self.log_end_offset
         if now_ms is not None:
             self._last_flush_ms = now_ms

@@ -348,6 +348,7 @@ class Segment:
         "_files",
         "_holes",
         "_index_on_disk",
+        "_log_path",
         "_oidx",
         "_pos_cache",
         "_tidx",
@@ -370,6 +371,7 @@ class Segment:
         """
         self.dir = directory
         self.base_offset = base_offset
+        self._log_path: Path | None = None
         self.index_interval = index_interval
         self._files = files if files is not None else default_open_segments()
         self._fd = -1
@@ -456,7 +458,10 @@ class Segment:
     # --- paths ------------------------------------------------------------------------
     @property
     def log_path(self) -> Path:
-        return self.dir / (segment_name(self.base_offset) + ".log")
+        path = self._log_path
+        if path is None:  # built once: every flush of the active segment names it
+            path = self._log_path = self.dir / (segment_name(self.base_offset) + ".log")
+        return path
 
     @property
     def index_path(self) -> Path:

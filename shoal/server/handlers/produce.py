@@ -50,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import struct
 import sys
 from typing import Any
 
@@ -79,6 +80,12 @@ Flush = tuple[dict[str, Any], "asyncio.Future[Any] | None", "tuple[str, int] | N
 """A partition's wait for the fsync the flush policy asked for: (its result, the flusher's
 future or None when already durable, its key and log; key and log are None for the task
 of a produce validated in a worker thread, which reports its partition itself)."""
+
+
+_BATCH_FRAMING = struct.Struct(">i4xb4xh")
+"""From byte 8 of a record batch: its length, magic and attributes."""
+_BATCH_ATTRIBUTES_END = 8 + _BATCH_FRAMING.size
+_TRANSACTIONAL_BIT = 0x10
 
 
 def _append_time(ms: int) -> datetime.datetime | None:
@@ -135,8 +142,13 @@ def _has_transactional_batch(request: Any) -> bool:
     the validation."""
     for topic in request.topic_data:
         for pd in topic.partition_data:
-            if not pd.records:
+            records = pd.records
+            if not records:
                 continue
+            if len(records) >= _BATCH_ATTRIBUTES_END:
+                length, magic, attributes = _BATCH_FRAMING.unpack_from(records, 8)
+                if length + 12 == len(records) and magic == 2 and not attributes & _TRANSACTIONAL_BIT:
+                    continue  # one batch (what producers send), not transactional: no need to parse it
             try:
                 if any(h.is_transactional for h in iter_batches(memoryview(pd.records))):
                     return True
@@ -272,8 +284,9 @@ def _append(broker: Any, plog: Any, key: tuple[str, int], batch: Any, now_ms: in
             broker.storage_errors.failed(key, e.message)
         raise
     if plog.flush_due(now_ms):
-        # the flush starts now; the request waits for it in _wait_flushes
-        flushes.append((r, broker.flusher.waiter(plog, plog.log_end_offset), key, plog))
+        # the flush starts in the next loop pass, shared with every append until then;
+        # the request waits for it (_after_flush, _wait_flushes)
+        flushes.append((r, broker.flusher.waiter(plog, plog.log_end_offset, inline_if_small=True), key, plog))
     else:
         broker.storage_errors.ok(key)
     r["base_offset"] = result.base_offset
@@ -309,6 +322,21 @@ async def _wait_flushes(broker: Any, flushes: list[Flush]) -> None:
         else:
             if key is not None:
                 broker.storage_errors.ok(key)
+
+
+def _flush_outcome(broker: Any, r: dict[str, Any], waiter: asyncio.Future[Any], key: Any, plog: Any) -> None:
+    """As one step of :func:`_wait_flushes`, for a waiter already done."""
+    if waiter.cancelled():
+        r.update(error_code=ErrorCode.kafka_storage_error, base_offset=-1)  # the flusher stopped
+        return
+    e = waiter.exception()
+    if e is None:
+        if key is not None:
+            broker.storage_errors.ok(key)
+        return
+    if isinstance(e, OSError) and key is not None:
+        broker.storage_errors.failed(key, plog.offline or f"fsync failed: {e}")
+    r.update(error_code=ErrorCode.kafka_storage_error, base_offset=-1)
 
 
 def _verify_then_append(broker: Any, txn_id: str,
@@ -436,12 +464,42 @@ def _response(cls: type[Any], tcls: type, pcls: type, topic_results: list[tuple[
     )
 
 
-async def _after_flush(broker: Any, cls: type, tcls: type, pcls: type, acks: int,
-                       topic_results: list[tuple[str, list[dict[str, Any]]]],
-                       flushes: list[Flush], cluster: Any = None) -> Any:
-    """Wait for the fsyncs the flush policy asked for, then answer (group commit)."""
-    await _wait_flushes(broker, flushes)
-    return _response(cls, tcls, pcls, topic_results, cluster, acks)
+def _after_flush(broker: Any, cls: type, tcls: type, pcls: type, acks: int,
+                 topic_results: list[tuple[str, list[dict[str, Any]]]],
+                 flushes: list[Flush], cluster: Any = None) -> Any:
+    """The answer once the fsyncs the flush policy asked for are done (group commit): a
+    future the connection answers from when it resolves, with no task of its own (the
+    waits are callbacks on the flushes' futures); the answer itself when none is pending.
+    Cancelling the future (the connection closed) leaves the flushes to others."""
+    answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    pending = [waiter for _, waiter, _, _ in flushes if waiter is not None]
+    left = [len(pending)]
+
+    def finish() -> None:
+        try:
+            for r, waiter, key, plog in flushes:
+                if waiter is None:
+                    if key is not None:
+                        broker.storage_errors.ok(key)
+                else:
+                    _flush_outcome(broker, r, waiter, key, plog)
+            answer.set_result(_response(cls, tcls, pcls, topic_results, cluster, acks))
+        except Exception as e:  # a bug: the connection logs it and closes
+            answer.set_exception(e)
+
+    def one_done(waiter: asyncio.Future[Any]) -> None:
+        if not waiter.cancelled():
+            waiter.exception()  # read, even when nobody waits for the answer any more
+        left[0] -= 1
+        if not left[0] and not answer.done():
+            finish()
+
+    if not pending:
+        finish()
+        return answer.result()
+    for waiter in pending:
+        waiter.add_done_callback(one_done)
+    return answer
 
 
 async def _after_isr(broker: Any, cls: type, tcls: type, pcls: type, acks: int,
