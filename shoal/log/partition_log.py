@@ -88,6 +88,7 @@ from shoal.log.policy import LogConfig, SegmentSummary, plan_retention, should_r
 from shoal.log.producer_state import AbortedTxn, ProducerStateTable, TxnState
 from shoal.log.segment import FileSlice, OpenSegments, Segment, default_open_segments
 from shoal.protocol.batch import (
+    BatchHeader,
     TimestampType,
     decode_records,
     read_header,
@@ -538,7 +539,8 @@ class PartitionLog:
     # --- append --------------------------------------------------------------------------
     def append(self, batches, now_ms: int, *, timestamp_type: int | None = None,
                check_producer: bool = True, defer_flush: bool = False,
-               leader_epoch: int | None = None, crc_checked: bool = False) -> AppendResult:
+               leader_epoch: int | None = None, crc_checked: bool = False,
+               header: BatchHeader | None = None) -> AppendResult:
         """Validate, assign offsets to, and write a run of v2 batches; all or nothing.
 
         A ``bytearray`` argument is rewritten in place (offsets, LogAppendTime); other
@@ -548,7 +550,8 @@ class PartitionLog:
         (cluster mode) is written into each batch's partition leader epoch field.
         ``crc_checked`` says the caller has already checked (or itself computed) every
         batch's CRC-32C over these very bytes (Produce: ``protocol/records.py``), so it
-        is not computed a second time; the framing is read again all the same.
+        is not computed a second time; the framing is read again unless ``header`` is
+        given: the header of ``batches``, one whole batch, as the validation read it.
         Raises ApiError with: corrupt_message (framing, magic, CRC, empty), invalid_record
         (offset delta inconsistent with the record count), message_too_large (a batch above
         max.message.bytes), record_list_too_large (the request above segment.bytes),
@@ -558,7 +561,7 @@ class PartitionLog:
         """
         if self.offline is not None:
             raise ApiError(ErrorCode.kafka_storage_error, self.offline)
-        headers = validate_batches(batches, check_crc=not crc_checked)
+        headers = [header] if header is not None else validate_batches(batches, check_crc=not crc_checked)
         cfg = self.config
         total = len(batches)
         for h in headers:

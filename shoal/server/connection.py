@@ -408,7 +408,7 @@ class Connection(asyncio.Protocol):
             if failed:
                 self._abort(f"acks=0 produce failed ({failed[:3]})")
 
-        def done(t: asyncio.Task[Any]) -> None:
+        def done(t: asyncio.Future[Any]) -> None:
             self._pool.release(reserved)
             if t.cancelled():
                 return

@@ -58,7 +58,7 @@ from ...errors import ApiError, ErrorCode
 from ...protocol.batch import CorruptBatchError, iter_batches
 from ...protocol.codec import EncodedBody
 from ...protocol.entities import make, sub
-from ...protocol.produce_response import write_produce_response
+from ...protocol.produce_response import write_one_partition, write_produce_response
 from ...protocol.records import codec_of_compression_type, needs_worker, validate_produce_batch
 from ...security.authz import TRANSACTIONAL_ID, WRITE, allowed, topic_allowed
 from ..dispatch import api
@@ -238,7 +238,7 @@ def handle_produce(ctx: Any, request: Any) -> Any:
                     results.append(r)
                     continue
                 validated = _validate(records, plog)
-                _append(broker, plog, key, validated.batch, now_ms, r, flushes, isr_waits, acks)
+                _append(broker, plog, key, validated, now_ms, r, flushes, isr_waits, acks)
             except ApiError as e:
                 _set_error(r, e, ecls)
             results.append(r)
@@ -253,16 +253,17 @@ def handle_produce(ctx: Any, request: Any) -> Any:
     return _response(cls, tcls, pcls, topic_results, cluster, acks)
 
 
-def _append(broker: Any, plog: Any, key: tuple[str, int], batch: Any, now_ms: int, r: dict[str, Any],
+def _append(broker: Any, plog: Any, key: tuple[str, int], validated: Any, now_ms: int, r: dict[str, Any],
             flushes: list[Flush], isr_waits: list[tuple[dict[str, Any], Any, int]],
             acks: int) -> None:
-    """Append a validated batch; queue its fsync (flush policy) and, in cluster mode, its ISR wait.
+    """Append a validated batch (``protocol/records.py``'s Validated); queue its fsync (flush policy) and, in cluster mode, its ISR wait.
 
     Raises ApiError; KAFKA_STORAGE_ERROR when the disk refuses the write (nothing of it
     is left in the log) or the fsync of a rolled segment fails, reported to
     ``broker.storage_errors`` (logged once per partition).
     """
     replicas = broker.replicas
+    batch = validated.batch
     try:
         if replicas is not None:
             replica = replicas.leader_replica(*key)
@@ -270,12 +271,12 @@ def _append(broker: Any, plog: Any, key: tuple[str, int], batch: Any, now_ms: in
                 raise ApiError(ErrorCode.not_enough_replicas,
                                f"ISR {list(replica.state.isr)} is smaller than min.insync.replicas")
             result = plog.append(batch, now_ms, defer_flush=True, leader_epoch=replica.leader_epoch,
-                                 crc_checked=True)
+                                 crc_checked=True, header=validated.header)
             replicas.maybe_advance_hw(replica)
             if acks == -1:
                 isr_waits.append((r, replica, result.last_offset + 1))
         else:
-            result = plog.append(batch, now_ms, defer_flush=True, crc_checked=True)
+            result = plog.append(batch, now_ms, defer_flush=True, crc_checked=True, header=validated.header)
     except OSError as e:  # the fsync of the segment a roll sealed
         broker.storage_errors.failed(key, f"fsync failed: {e}")
         raise ApiError(ErrorCode.kafka_storage_error, f"append failed: {e}") from e
@@ -416,7 +417,7 @@ async def _append_later(broker: Any, key: tuple[str, int], records: Any, prev: a
             raise ApiError(ErrorCode.unknown_topic_or_partition)
         flushes: list[Flush] = []
         isr_waits: list[tuple[dict[str, Any], Any, int]] = []
-        _append(broker, plog, key, validated.batch, broker.clock.now_ms(), r, flushes, isr_waits, acks)
+        _append(broker, plog, key, validated, broker.clock.now_ms(), r, flushes, isr_waits, acks)
     except ApiError as e:
         _set_error(r, e, ecls)
         return
@@ -437,8 +438,9 @@ def _response(cls: type[Any], tcls: type, pcls: type, topic_results: list[tuple[
               cluster: Any = None, acks: int = -1) -> Any:
     """The response; in cluster mode with KIP-951 leader hints for NOT_LEADER_OR_FOLLOWER partitions.
 
-    Without leader hints it is packed directly (``protocol/produce_response.py``), except
-    for acks=0, whose entities the connection reads for errors instead of sending them.
+    Without leader hints it is packed directly (``protocol/produce_response.py``; the
+    answer of one partition that succeeded from a template), except for acks=0, whose
+    entities the connection reads for errors instead of sending them.
     """
     extra: dict[str, Any] = {}
     if cluster is not None:
@@ -447,6 +449,13 @@ def _response(cls: type[Any], tcls: type, pcls: type, topic_results: list[tuple[
         if node_endpoints:
             extra["node_endpoints"] = node_endpoints
     if not extra and acks != 0:
+        if len(topic_results) == 1 and len(topic_results[0][1]) == 1:
+            r = topic_results[0][1][0]
+            if (r.get("error_code", ErrorCode.none) == ErrorCode.none and r.get("error_message") is None
+                    and not r.get("record_errors")):
+                return EncodedBody(write_one_partition(
+                    cls.__version__, topic_results[0][0], r["index"], r["base_offset"],
+                    _append_time_ms(r["log_append_time"]), r["log_start_offset"]))
         return EncodedBody(write_produce_response(cls.__version__, [
             (name, [(r["index"], r.get("error_code", ErrorCode.none), r["base_offset"],
                      _append_time_ms(r["log_append_time"]), r["log_start_offset"], r.get("error_message"),
