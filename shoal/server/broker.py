@@ -157,7 +157,7 @@ class Flusher:
         if key in self._running:
             return waiter  # the running flush starts the next one when it ends
         if background:
-            self._running[key] = asyncio.ensure_future(self._flush(plog, key, False, True))
+            self._running[key] = asyncio.ensure_future(self._flush(plog, key, True))
             return waiter
         mode = _INLINE if inline else _INLINE_IF_SMALL if inline_if_small else _THREAD
         due = self._due.get(key)
@@ -180,11 +180,11 @@ class Flusher:
             if mode == _INLINE or (mode == _INLINE_IF_SMALL and quick and plog.unflushed_bytes <= self._inline_bytes):
                 here.append((key, plog, mode))
             else:
-                self._running[key] = asyncio.ensure_future(self._flush(plog, key, False))
+                self._running[key] = asyncio.ensure_future(self._flush(plog, key))
         if len(here) > INLINE_FSYNC_PARTITIONS:
             for key, plog, mode in here:
                 if mode != _INLINE:
-                    self._running[key] = asyncio.ensure_future(self._flush(plog, key, False))
+                    self._running[key] = asyncio.ensure_future(self._flush(plog, key))
             here = [entry for entry in here if entry[2] == _INLINE]
         for key, plog, _mode in here:
             error: BaseException | None = None
@@ -198,13 +198,12 @@ class Flusher:
                     plog.fsync_failed(e)
             self._settle(plog, key, error)
 
-    async def _flush(self, plog: Any, key: int, inline: bool, background: bool = False) -> None:
+    async def _flush(self, plog: Any, key: int, background: bool = False) -> None:
+        """One flush in a worker thread (``background``: the follower's thread)."""
         error: BaseException | None = None
         try:
             ticket = plog.begin_flush(drop_cache=background)
-            if inline:
-                ticket.sync()
-            elif background:
+            if background:
                 await self._background.run(ticket.sync)
             else:
                 self._took(await self._threads.run(functools.partial(_timed_sync, ticket)))
@@ -239,7 +238,7 @@ class Flusher:
         if left:
             # Appended while this flush ran (in a worker thread): the next flush covers them.
             self._waiters[key] = left
-            self._running[key] = asyncio.ensure_future(self._flush(plog, key, False, background))
+            self._running[key] = asyncio.ensure_future(self._flush(plog, key, background))
 
     def _took(self, seconds: float) -> None:
         self._sync_s += (seconds - self._sync_s) * 0.2
