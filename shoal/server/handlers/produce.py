@@ -36,8 +36,11 @@ fails with NOT_ENOUGH_REPLICAS when the ISR is smaller than ``min.insync.replica
 otherwise also waits until every in-sync replica has the records (the high watermark
 passed them).
 When the flush policy (``flush.messages``, ``flush.ms``; by default every append) asks
-for an fsync, the response waits for it: the fsync runs off the event loop and is shared
-by every produce that appended to the partition meanwhile (group commit). So an
+for an fsync, the response waits for it: the fsync starts in the next pass of the event
+loop and is shared by every produce that appended to the partition by then (group
+commit); a small one runs on the event loop while the disk is quick, the others in a
+worker thread (``Flusher`` in server/broker.py). The answer is then a future, resolved
+by callbacks on the flush's futures, with no task of its own. So an
 acknowledged record is written and, where the policy says so, fsynced. acks=0 gets no
 response at all: the connection drops the response, or closes when it carries an error
 (as Kafka does, so that the client notices). A write the disk refuses (nothing of it is
@@ -256,7 +259,8 @@ def handle_produce(ctx: Any, request: Any) -> Any:
 def _append(broker: Any, plog: Any, key: tuple[str, int], validated: Any, now_ms: int, r: dict[str, Any],
             flushes: list[Flush], isr_waits: list[tuple[dict[str, Any], Any, int]],
             acks: int) -> None:
-    """Append a validated batch (``protocol/records.py``'s Validated); queue its fsync (flush policy) and, in cluster mode, its ISR wait.
+    """Append a validated batch (``protocol/records.py``'s Validated); queue its fsync
+    (flush policy) and, in cluster mode, its ISR wait.
 
     Raises ApiError; KAFKA_STORAGE_ERROR when the disk refuses the write (nothing of it
     is left in the log) or the fsync of a rolled segment fails, reported to
