@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -89,6 +90,22 @@ def _masked(item: str) -> str:
     return item
 
 
+def freeze_startup_heap() -> int:
+    """Move every object alive once the broker has started (modules, kio's schemas, the
+    configuration, the loaded coordinators) out of the garbage collector's reach; returns
+    how many are frozen.
+
+    A full collection walks every tracked object, and a started broker holds about 90,000
+    of them: 60-120 ms with the event loop stopped, once a burst of requests (a backlog
+    under load) has allocated enough to trigger one. Frozen, they are not walked again
+    (after a collection first, so that no startup garbage is frozen with them); a full
+    collection then costs 10-30 ms (docs/PERFORMANCE.md).
+    """
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
 @command("serve", "run the broker in the foreground")(_configure)
 def run(args: argparse.Namespace) -> int:
     tune_malloc()
@@ -160,6 +177,7 @@ async def _serve(config: BrokerConfig, data_dir: Path, host: str, port: int) -> 
     except (OSError, ApiError) as e:  # ApiError: an internal topic could not be created (a full disk)
         logging.getLogger("shoal").error("cannot start: %s", e)
         return 1
+    freeze_startup_heap()
     loop = asyncio.get_running_loop()
     limit_s = 2 * config["shutdown.timeout.ms"] / 1000 + SHUTDOWN_GRACE_S
 

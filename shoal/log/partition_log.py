@@ -88,6 +88,7 @@ from shoal.log.policy import LogConfig, SegmentSummary, plan_retention, should_r
 from shoal.log.producer_state import AbortedTxn, ProducerStateTable, TxnState
 from shoal.log.segment import FileSlice, OpenSegments, Segment, default_open_segments
 from shoal.protocol.batch import (
+    BatchHeader,
     TimestampType,
     decode_records,
     read_header,
@@ -191,6 +192,8 @@ class FlushTicket:
     drop_cache_below: int = 0
     """After the fsync, drop the file's pages below this byte position from the page
     cache (0: keep them). For a follower's log, which nobody reads while it follows."""
+    bytes: int = 0
+    """Bytes appended and not yet fsynced when the ticket was taken (what the sync writes)."""
 
     def sync(self) -> None:
         """Open the file, fdatasync it and close it (safe in a worker thread).  Raises OSError.
@@ -227,6 +230,7 @@ class PartitionLog:
         self.producers = ProducerStateTable()
         self.txns = TxnState()
         self._unflushed_messages = 0
+        self._unflushed_bytes = 0
         self._last_flush_ms = -1
         self.recovered_truncation = False
         """Whether opening cut damaged bytes (a torn write or corruption)."""
@@ -535,7 +539,8 @@ class PartitionLog:
     # --- append --------------------------------------------------------------------------
     def append(self, batches, now_ms: int, *, timestamp_type: int | None = None,
                check_producer: bool = True, defer_flush: bool = False,
-               leader_epoch: int | None = None, crc_checked: bool = False) -> AppendResult:
+               leader_epoch: int | None = None, crc_checked: bool = False,
+               header: BatchHeader | None = None) -> AppendResult:
         """Validate, assign offsets to, and write a run of v2 batches; all or nothing.
 
         A ``bytearray`` argument is rewritten in place (offsets, LogAppendTime); other
@@ -545,7 +550,8 @@ class PartitionLog:
         (cluster mode) is written into each batch's partition leader epoch field.
         ``crc_checked`` says the caller has already checked (or itself computed) every
         batch's CRC-32C over these very bytes (Produce: ``protocol/records.py``), so it
-        is not computed a second time; the framing is read again all the same.
+        is not computed a second time; the framing is read again unless ``header`` is
+        given: the header of ``batches``, one whole batch, as the validation read it.
         Raises ApiError with: corrupt_message (framing, magic, CRC, empty), invalid_record
         (offset delta inconsistent with the record count), message_too_large (a batch above
         max.message.bytes), record_list_too_large (the request above segment.bytes),
@@ -555,7 +561,7 @@ class PartitionLog:
         """
         if self.offline is not None:
             raise ApiError(ErrorCode.kafka_storage_error, self.offline)
-        headers = validate_batches(batches, check_crc=not crc_checked)
+        headers = [header] if header is not None else validate_batches(batches, check_crc=not crc_checked)
         cfg = self.config
         total = len(batches)
         for h in headers:
@@ -618,6 +624,7 @@ class PartitionLog:
                 # (a coordinator's transactional batch, TxnOffsetCommit, has no sequence)
                 self.txns.on_batch(h.producer_id, base)
         self._unflushed_messages += records
+        self._unflushed_bytes += total
         durable = False
         if not defer_flush and self.flush_due(now_ms):
             self.flush(now_ms)
@@ -658,6 +665,7 @@ class PartitionLog:
             if h.producer_id >= 0 and (h.base_sequence >= 0 or h.is_transactional):
                 self._replay_producer(h, data=memoryview(batches)[h.position:h.end])
             self._unflushed_messages += h.records_count
+        self._unflushed_bytes += len(batches)
         return [(h.partition_leader_epoch, h.base_offset) for h in headers]
 
     def truncate_to(self, offset: int) -> int:
@@ -736,6 +744,12 @@ class PartitionLog:
     def unflushed_messages(self) -> int:
         return self._unflushed_messages
 
+    @property
+    def unflushed_bytes(self) -> int:
+        """Bytes appended since the last fsync (about: a truncation does not take its bytes
+        off); what the next fsync writes out."""
+        return self._unflushed_bytes
+
     def flush_due(self, now_ms: int) -> bool:
         """Whether the flush policy (flush.messages, flush.ms) asks for an fsync now."""
         return self._unflushed_messages >= self.config.flush_messages or self.needs_flush(now_ms)
@@ -750,7 +764,7 @@ class PartitionLog:
         """
         active = self.segments[-1]
         return FlushTicket(active.log_path, self.log_end_offset, self._unflushed_messages, self._truncations,
-                           active.size if drop_cache else 0)
+                           active.size if drop_cache else 0, self._unflushed_bytes)
 
     def end_flush(self, ticket: FlushTicket, now_ms: int) -> None:
         """Account for a completed ticket: everything before ``ticket.end_offset`` is durable
@@ -759,6 +773,7 @@ class PartitionLog:
         if ticket.truncations == self._truncations:
             self.durable_offset = max(self.durable_offset, ticket.end_offset)
         self._unflushed_messages = max(0, self._unflushed_messages - ticket.messages)
+        self._unflushed_bytes = max(0, self._unflushed_bytes - ticket.bytes)
         self._last_flush_ms = now_ms
         active = self.segments[-1] if self.segments else None
         if active is not None and ticket.end_offset == active.next_offset and ticket.path == active.log_path:
@@ -792,6 +807,7 @@ class PartitionLog:
             self.fsync_failed(exc)
             raise
         self._unflushed_messages = 0
+        self._unflushed_bytes = 0
         self.durable_offset = self.log_end_offset
         if now_ms is not None:
             self._last_flush_ms = now_ms

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from .header import uvarint
 
-__all__ = ["PartitionResult", "write_produce_response"]
+__all__ = ["PartitionResult", "write_one_partition", "write_produce_response"]
 
 PartitionResult = tuple[int, int, int, int, int, str | None, Iterable[tuple[int, str | None]]]
 """(partition index, error code, base offset, log append time in ms or -1, log start
@@ -26,6 +26,10 @@ _I32 = struct.Struct(">i")
 _PART_V3 = struct.Struct(">ihqq")  # index, error code, base offset, log append time
 _PART_V5 = struct.Struct(">ihqqq")  # ..., log start offset
 _THROTTLE_0 = _I32.pack(0)
+_OFFSETS_V3 = struct.Struct(">qq")  # base offset, log append time
+_OFFSETS_V5 = struct.Struct(">qqq")  # ..., log start offset
+_TEMPLATES: dict[tuple[int, str, int], tuple[bytes, int]] = {}
+_TEMPLATES_KEPT = 4096
 
 
 def _string(out: bytearray, text: str, flexible: bool) -> None:
@@ -85,4 +89,34 @@ def write_produce_response(version: int, topics: list[tuple[str, list[PartitionR
     out += _THROTTLE_0
     if flexible:
         out.append(0)  # the response's tagged fields
+    return bytes(out)
+
+
+def write_one_partition(version: int, name: str, index: int, base_offset: int, append_time: int,
+                        log_start: int) -> bytes:
+    """The answer to a Produce of one partition that succeeded: the same bytes as
+    ``write_produce_response(version, [(name, [(index, 0, base_offset, append_time,
+    log_start, None, ())])])``, from a template kept per version, topic and partition in
+    which only the three offsets are written."""
+    key = (version, name, index)
+    template = _TEMPLATES.get(key)
+    if template is None:
+        flexible = version >= 9
+        prefix = bytearray()
+        _array_length(prefix, 1, flexible)
+        _string(prefix, name, flexible)
+        _array_length(prefix, 1, flexible)
+        prefix += _I32.pack(index)
+        prefix += _I16.pack(0)
+        body = write_produce_response(version, [(name, [(index, 0, 0, 0, 0, None, ())])])
+        assert body.startswith(prefix)
+        if len(_TEMPLATES) >= _TEMPLATES_KEPT:
+            _TEMPLATES.clear()
+        template = _TEMPLATES[key] = (body, len(prefix))
+    body, position = template
+    out = bytearray(body)
+    if version >= 5:
+        _OFFSETS_V5.pack_into(out, position, base_offset, append_time, log_start)
+    else:
+        _OFFSETS_V3.pack_into(out, position, base_offset, append_time)
     return bytes(out)

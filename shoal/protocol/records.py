@@ -113,6 +113,9 @@ class Validated:
     """The batch to append: the input (as bytes), or a rewritten copy (CRC-32C set)."""
     rewritten: bool
     """Whether ``batch`` differs from the input (max timestamp fixed, or recompressed)."""
+    header: BatchHeader | None = None
+    """The batch's header as read from ``batch`` (framing checked), when not rewritten: the
+    log's append need not read it again."""
 
 
 def _invalid(index: int, message: str) -> RecordsError:
@@ -833,7 +836,7 @@ def validate_produce_batch(records: bytes, *, target_codec: int | None = None,
     max_ts = h.base_timestamp + max_delta
     fix_ts = (not log_append_time and not h.attributes & TIMESTAMP_TYPE_BIT and max_ts != h.max_timestamp)
     if target == codec and not fix_ts:
-        return Validated(records, False)
+        return Validated(records, False, h)
     if target == codec:
         out = bytearray(records)
     else:

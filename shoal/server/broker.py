@@ -15,6 +15,7 @@ from the handlers with ``now_ms`` and return what to do.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import resource
@@ -71,42 +72,69 @@ class Clock:
         return time.time_ns() // 1_000_000
 
 
+_THREAD, _INLINE_IF_SMALL, _INLINE = 0, 1, 2
+"""How a due flush runs (``Flusher._due``): the stronger asker wins."""
+
+INLINE_FSYNC_BYTES = 64 << 10
+"""A partition whose unflushed bytes are at most this is fsynced on the event loop (see
+:class:`Flusher`)."""
+INLINE_FSYNC_PARTITIONS = 2
+"""At most this many partitions are fsynced on the event loop in one pass; when more are
+due together, they all go to the fsync threads (``FSYNC_THREADS`` of them)."""
 FSYNC_THREADS = 4
 """Worker threads for the fsyncs answers wait for. fdatasyncs of different files overlap
 on the disk: six of about 170 KB each (a transaction's six partitions) took 1.5 ms with
 two threads, 1.2 ms with three and 1.0-1.3 ms with six on the benchmark machine."""
+INLINE_FSYNC_MAX_S = 0.001
+"""Partitions are fsynced on the event loop only while fsyncs take at most this long (a
+moving average of the last ones): a slower disk would hold the loop up for too long."""
 
 
 class Flusher:
     """Group commit: concurrent waiters on one partition share a single fdatasync.
 
     ``await durable(plog, end_offset)`` returns once everything before ``end_offset`` has
-    been fsynced. The fsync runs in a worker thread (``worker_threads.py``) on a descriptor
-    of its own (``PartitionLog.begin_flush``), so the event loop keeps reading, appending and
-    answering other requests meanwhile; appends that arrive during one fsync are covered
-    by the next, shared by all their waiters. Raises OSError if the fsync fails.
+    been fsynced. The fsyncs asked for during one pass of the event loop start together in
+    the next one (``_run_due``), each covering everything appended to its partition by
+    then, whichever connections appended it. For Produce (``inline_if_small``), a
+    partition with little to write (at most ``INLINE_FSYNC_BYTES``, and no more than
+    ``INLINE_FSYNC_PARTITIONS`` such partitions due at once) is synced right there on the
+    event loop, as long as fsyncs take at most ``INLINE_FSYNC_MAX_S`` (a moving average):
+    a small fdatasync costs about 50 us of CPU, and handing it to a thread and back costs
+    about as much again (waking the thread, waking the loop when it is done, a second
+    loop pass, the GIL changing hands), while it blocks the loop for the disk's latency
+    (about 0.5 ms on the development machine when it is quiet), during which the next
+    appends queue up for the next shared sync. Every other sync (larger ones, many
+    partitions at once, any while the disk is slow, and the share-state and transaction
+    writes, whose callers keep the loop free) runs in a worker thread (``worker_threads.py``)
+    on a descriptor of its own (``PartitionLog.begin_flush``), so the event loop keeps
+    reading, appending and answering other requests meanwhile; appends that arrive during
+    one such fsync are covered by the next, shared by all their waiters. Raises OSError
+    if the fsync fails.
 
     Each waiter has its own future, resolved by the flush itself as soon as its offset
-    is durable: a waiter is woken one loop iteration after the fsync, and a cancelled
-    waiter never cancels the flush that others wait for. When a flush ends with waiters
-    it did not cover, the next one starts at once.
+    is durable, and a cancelled waiter never cancels the flush that others wait for. When
+    a flush ends with waiters it did not cover, the next one starts at once.
     """
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, inline_bytes: int = INLINE_FSYNC_BYTES) -> None:
         self._clock = clock
+        self._inline_bytes = inline_bytes
         self._running: dict[int, asyncio.Task[None]] = {}
         self._waiters: dict[int, list[tuple[int, asyncio.Future[None]]]] = {}
+        self._due: dict[int, tuple[Any, int]] = {}
+        """Partitions whose flush starts in the next loop pass (``_run_due``): plog, how."""
+        self._sync_s = 0.0
+        """Moving average of the fsyncs' wall time (s)."""
         self._threads = WorkerThreads(FSYNC_THREADS, "shoal-fsync")
         self._background = WorkerThreads(1, "shoal-fsync-bg")
 
-    async def durable(self, plog: Any, end_offset: int, *, inline: bool = False, background: bool = False,
-                      now: bool = False) -> None:
+    async def durable(self, plog: Any, end_offset: int, *, inline: bool = False, background: bool = False) -> None:
         """Return once everything before ``end_offset`` is fsynced.
 
-        ``inline`` runs the fdatasync on the event loop instead of a worker thread: for
-        the small writes of the internal topics a sync costs about 0.1-0.4 ms, less than
-        the hand-off to a thread under load. It is still shared: the flush starts on the
-        next loop iteration and covers everything appended until then. ``background``
+        ``inline`` runs the fdatasync on the event loop whatever its size (the internal
+        topics' writes). It is still shared: the flush starts on the next loop iteration
+        and covers everything appended until then. ``background``
         (followers' logs, which nobody answers after) runs it in a thread of its own, so
         that it never queues in front of the fsyncs a produce waits for, and then drops
         the synced pages from the page cache: nobody reads a follower's log, and pages
@@ -114,56 +142,75 @@ class Flusher:
         the kernel does not hold yet costs several times more CPU than the write itself,
         notably on virtual machines that return free memory to their host).
         """
-        waiter = self.waiter(plog, end_offset, inline=inline, background=background, now=now)
+        waiter = self.waiter(plog, end_offset, inline=inline, background=background)
         if waiter is not None:
             await waiter
 
-    def waiter(self, plog: Any, end_offset: int, *, inline: bool = False,
-               background: bool = False, now: bool = False) -> asyncio.Future[None] | None:
-        """As :meth:`durable`, but start the flush now and return the future it resolves
-        (None when everything before ``end_offset`` is already durable).
-
-        ``now`` (worker threads only): when no flush of the partition is running, the
-        fsync is handed to a worker thread at once, covering what was appended so far,
-        instead of at the end of the loop's pass (which covers every append of the pass:
-        one sync for many appends, but none started before the pass ends). For Produce
-        and transaction markers: a request that appends to several partitions, or several
-        requests read in one pass, get their partitions' fsyncs started while the later
-        ones are still being appended. Appends that come while it runs share the next.
-        """
+    def waiter(self, plog: Any, end_offset: int, *, inline: bool = False, background: bool = False,
+               inline_if_small: bool = False) -> asyncio.Future[None] | None:
+        """As :meth:`durable`, but return the future the flush resolves (None when
+        everything before ``end_offset`` is already durable). ``inline_if_small`` (Produce)
+        lets the flush run on the event loop when it is small and fsyncs are quick (see
+        the class)."""
         if plog.durable_offset >= end_offset:
             return None
         key = id(plog)  # unique while a flush or waiter holds plog
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
         self._waiters.setdefault(key, []).append((end_offset, waiter))
-        if key not in self._running:
-            self._running[key] = self._start(plog, key, inline, background, now)
+        if key in self._running:
+            return waiter  # the running flush starts the next one when it ends
+        if background:
+            self._running[key] = asyncio.ensure_future(self._flush(plog, key, True))
+            return waiter
+        mode = _INLINE if inline else _INLINE_IF_SMALL if inline_if_small else _THREAD
+        due = self._due.get(key)
+        if due is None:
+            if not self._due:
+                loop.call_soon(self._run_due)
+            self._due[key] = (plog, mode)
+        elif mode > due[1]:
+            self._due[key] = (plog, mode)
         return waiter
 
-    def _start(self, plog: Any, key: int, inline: bool, background: bool, now: bool) -> asyncio.Task[None]:
-        started = None
-        if now and not inline and not background:
+    def _run_due(self) -> None:
+        """Start the flushes asked for in the last loop pass: the small ones right here."""
+        due, self._due = self._due, {}
+        here: list[tuple[int, Any, int]] = []
+        quick = self._sync_s <= INLINE_FSYNC_MAX_S
+        for key, (plog, mode) in due.items():
+            if key in self._running:
+                continue
+            if mode == _INLINE or (mode == _INLINE_IF_SMALL and quick and plog.unflushed_bytes <= self._inline_bytes):
+                here.append((key, plog, mode))
+            else:
+                self._running[key] = asyncio.ensure_future(self._flush(plog, key))
+        if len(here) > INLINE_FSYNC_PARTITIONS:
+            for key, plog, mode in here:
+                if mode != _INLINE:
+                    self._running[key] = asyncio.ensure_future(self._flush(plog, key))
+            here = [entry for entry in here if entry[2] == _INLINE]
+        for key, plog, _mode in here:
+            error: BaseException | None = None
             try:
                 ticket = plog.begin_flush()
-            except Exception:  # the task takes it again and reports the failure to the waiters
-                ticket = None
-            if ticket is not None:
-                started = ticket, self._threads.start(ticket.sync)
-        return asyncio.ensure_future(self._flush(plog, key, inline, background, now, started))
+                self._took(_timed_sync(ticket))
+                plog.end_flush(ticket, self._clock.now_ms())
+            except Exception as e:  # OSError from the sync
+                error = e
+                if isinstance(e, FsyncError):
+                    plog.fsync_failed(e)
+            self._settle(plog, key, error)
 
-    async def _flush(self, plog: Any, key: int, inline: bool, background: bool = False, now: bool = False,
-                     started: tuple[Any, asyncio.Future[Any]] | None = None) -> None:
+    async def _flush(self, plog: Any, key: int, background: bool = False) -> None:
+        """One flush in a worker thread (``background``: the follower's thread)."""
         error: BaseException | None = None
         try:
-            if started is not None:
-                ticket, synced = started
-                await synced
+            ticket = plog.begin_flush(drop_cache=background)
+            if background:
+                await self._background.run(ticket.sync)
             else:
-                ticket = plog.begin_flush(drop_cache=background)
-                if inline:
-                    ticket.sync()
-                else:
-                    await (self._background if background else self._threads).run(ticket.sync)
+                self._took(await self._threads.run(functools.partial(_timed_sync, ticket)))
             plog.end_flush(ticket, self._clock.now_ms())
         except BaseException as e:  # OSError from the sync; CancelledError at shutdown
             error = e
@@ -171,6 +218,13 @@ class Flusher:
                 plog.fsync_failed(e)  # no more appends: see PartitionLog.fsync_failed
         finally:
             self._running.pop(key, None)
+        self._settle(plog, key, error, background)
+        if isinstance(error, asyncio.CancelledError):
+            raise error
+
+    def _settle(self, plog: Any, key: int, error: BaseException | None, background: bool = False) -> None:
+        """Resolve the waiters a flush of ``plog`` covered (or failed); start the next flush
+        for those appended while it ran."""
         durable = plog.durable_offset
         left: list[tuple[int, asyncio.Future[None]]] = []
         for end_offset, waiter in self._waiters.pop(key, ()):
@@ -188,9 +242,10 @@ class Flusher:
         if left:
             # Appended while this flush ran (in a worker thread): the next flush covers them.
             self._waiters[key] = left
-            self._running[key] = self._start(plog, key, inline, background, now)
-        if isinstance(error, asyncio.CancelledError):
-            raise error
+            self._running[key] = asyncio.ensure_future(self._flush(plog, key, background))
+
+    def _took(self, seconds: float) -> None:
+        self._sync_s += (seconds - self._sync_s) * 0.2
 
     def waiting(self) -> int:
         """Callers waiting for an fsync now (the Produce purgatory's size, for the metrics)."""
@@ -199,6 +254,13 @@ class Flusher:
     def close(self) -> None:
         self._threads.close()
         self._background.close()
+
+
+def _timed_sync(ticket: Any) -> float:
+    """Run ``ticket.sync()``; return how long it took (s). In any thread."""
+    start = time.perf_counter()
+    ticket.sync()
+    return time.perf_counter() - start
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

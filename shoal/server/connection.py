@@ -123,7 +123,7 @@ class _Slot:
 
     def __init__(self) -> None:
         self.pieces: list[Any] | None = None
-        self.task: asyncio.Task[Any] | None = None
+        self.task: asyncio.Future[Any] | None = None
         self.reserved = 0
         """Pool bytes of the request's frame, released when its task ends."""
         self.size = 0
@@ -355,11 +355,17 @@ class Connection(asyncio.Protocol):
         if quota is not None:
             quota.busy_s += perf_counter() - t_handler
         if asyncio.iscoroutine(response):
-            # An async handler, or a synchronous one that must wait (Produce waiting for
-            # its fsync): the slot is filled when the task ends.
+            # An async handler, or a synchronous one that must wait (a coordinator write):
+            # the slot is filled when the task ends.
             task = asyncio.ensure_future(response if quota is None else quota.timed(response))
             slot.task = task
             task.add_done_callback(functools.partial(self._async_done, slot, ctx, started=started, quota=quota))
+            return slot
+        if isinstance(response, asyncio.Future):
+            # A handler's answer to come (Produce waiting for its fsync), without a task:
+            # the slot is filled when the future resolves; closing the connection cancels it.
+            slot.task = response
+            response.add_done_callback(functools.partial(self._async_done, slot, ctx, started=started, quota=quota))
             return slot
         pieces = self._encode(ctx, response) if quota is None else self._encode_charged(ctx, response, quota)
         if pieces is None:
@@ -402,7 +408,7 @@ class Connection(asyncio.Protocol):
             if failed:
                 self._abort(f"acks=0 produce failed ({failed[:3]})")
 
-        def done(t: asyncio.Task[Any]) -> None:
+        def done(t: asyncio.Future[Any]) -> None:
             self._pool.release(reserved)
             if t.cancelled():
                 return
@@ -415,12 +421,14 @@ class Connection(asyncio.Protocol):
         result = route.handler(ctx, request)  # if it raises, _serve gives the memory back
         if asyncio.iscoroutine(result):
             asyncio.ensure_future(result).add_done_callback(done)
+        elif isinstance(result, asyncio.Future):
+            result.add_done_callback(done)
         else:
             self._pool.release(reserved)
             if result is not None:
                 check(result)
 
-    def _async_done(self, slot: _Slot, ctx: RequestContext, task: asyncio.Task[Any], started: float = 0.0,
+    def _async_done(self, slot: _Slot, ctx: RequestContext, task: asyncio.Future[Any], started: float = 0.0,
                     quota: RequestQuota | None = None) -> None:
         try:
             self._answer_async(slot, ctx, task, started, quota)
@@ -429,7 +437,7 @@ class Connection(asyncio.Protocol):
                          ctx.codec.request_type.__name__, ctx.api_version, exc=e)
             self._abort(None)
 
-    def _answer_async(self, slot: _Slot, ctx: RequestContext, task: asyncio.Task[Any], started: float,
+    def _answer_async(self, slot: _Slot, ctx: RequestContext, task: asyncio.Future[Any], started: float,
                       quota: RequestQuota | None = None) -> None:
         self._pool.release(slot.reserved)
         slot.reserved = 0

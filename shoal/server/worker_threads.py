@@ -10,12 +10,6 @@ request for six partitions asks for six fsyncs at once. ``loop.run_in_executor``
 wake a thread per call, through a ``concurrent.futures`` executor whose future, locks,
 callbacks and idle-thread semaphore cost about 40 µs of CPU more per call.
 
-:meth:`WorkerThreads.start` hands a call over at once instead, as its own queue item:
-for a call that should not wait for the end of the loop's pass. One pass can be long:
-libuv reads a readable socket up to 32 times in one go, so a burst of large Produce
-requests (a transaction's six partitions, about 170 KB each) is read, validated and
-appended in one pass, and fsyncs handed over at its end all start after the last append.
-
 A call whose future was cancelled meanwhile still runs to its end (an fsync cannot be
 taken back); its outcome is dropped. Threads start with the first call; :meth:`close`
 lets them finish what is queued and joins them.
@@ -50,16 +44,6 @@ class WorkerThreads:
         self._pending.append((future, fn))
         if len(self._pending) == 1:
             loop.call_soon(self._hand_over, loop)
-        return future
-
-    def start(self, fn: Callable[[], Any]) -> asyncio.Future[Any]:
-        """As :meth:`run`, but hand ``fn`` to the threads now, not at the end of the loop's pass."""
-        if self._closed:
-            raise RuntimeError(f"{self._name} threads are closed")
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self._start_threads()
-        self._queue.put((loop, [(future, fn)]))
         return future
 
     def _start_threads(self) -> None:

@@ -36,8 +36,11 @@ fails with NOT_ENOUGH_REPLICAS when the ISR is smaller than ``min.insync.replica
 otherwise also waits until every in-sync replica has the records (the high watermark
 passed them).
 When the flush policy (``flush.messages``, ``flush.ms``; by default every append) asks
-for an fsync, the response waits for it: the fsync runs off the event loop and is shared
-by every produce that appended to the partition meanwhile (group commit). So an
+for an fsync, the response waits for it: the fsync starts in the next pass of the event
+loop and is shared by every produce that appended to the partition by then (group
+commit); a small one runs on the event loop while the disk is quick, the others in a
+worker thread (``Flusher`` in server/broker.py). The answer is then a future, resolved
+by callbacks on the flush's futures, with no task of its own. So an
 acknowledged record is written and, where the policy says so, fsynced. acks=0 gets no
 response at all: the connection drops the response, or closes when it carries an error
 (as Kafka does, so that the client notices). A write the disk refuses (nothing of it is
@@ -50,6 +53,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import struct
 import sys
 from typing import Any
 
@@ -57,7 +61,7 @@ from ...errors import ApiError, ErrorCode
 from ...protocol.batch import CorruptBatchError, iter_batches
 from ...protocol.codec import EncodedBody
 from ...protocol.entities import make, sub
-from ...protocol.produce_response import write_produce_response
+from ...protocol.produce_response import write_one_partition, write_produce_response
 from ...protocol.records import codec_of_compression_type, needs_worker, validate_produce_batch
 from ...security.authz import TRANSACTIONAL_ID, WRITE, allowed, topic_allowed
 from ..dispatch import api
@@ -79,6 +83,12 @@ Flush = tuple[dict[str, Any], "asyncio.Future[Any] | None", "tuple[str, int] | N
 """A partition's wait for the fsync the flush policy asked for: (its result, the flusher's
 future or None when already durable, its key and log; key and log are None for the task
 of a produce validated in a worker thread, which reports its partition itself)."""
+
+
+_BATCH_FRAMING = struct.Struct(">i4xb4xh")
+"""From byte 8 of a record batch: its length, magic and attributes."""
+_BATCH_ATTRIBUTES_END = 8 + _BATCH_FRAMING.size
+_TRANSACTIONAL_BIT = 0x10
 
 
 def _append_time(ms: int) -> datetime.datetime | None:
@@ -135,8 +145,13 @@ def _has_transactional_batch(request: Any) -> bool:
     the validation."""
     for topic in request.topic_data:
         for pd in topic.partition_data:
-            if not pd.records:
+            records = pd.records
+            if not records:
                 continue
+            if len(records) >= _BATCH_ATTRIBUTES_END:
+                length, magic, attributes = _BATCH_FRAMING.unpack_from(records, 8)
+                if length + 12 == len(records) and magic == 2 and not attributes & _TRANSACTIONAL_BIT:
+                    continue  # one batch (what producers send), not transactional: no need to parse it
             try:
                 if any(h.is_transactional for h in iter_batches(memoryview(pd.records))):
                     return True
@@ -226,7 +241,7 @@ def handle_produce(ctx: Any, request: Any) -> Any:
                     results.append(r)
                     continue
                 validated = _validate(records, plog)
-                _append(broker, plog, key, validated.batch, now_ms, r, flushes, isr_waits, acks)
+                _append(broker, plog, key, validated, now_ms, r, flushes, isr_waits, acks)
             except ApiError as e:
                 _set_error(r, e, ecls)
             results.append(r)
@@ -241,16 +256,18 @@ def handle_produce(ctx: Any, request: Any) -> Any:
     return _response(cls, tcls, pcls, topic_results, cluster, acks)
 
 
-def _append(broker: Any, plog: Any, key: tuple[str, int], batch: Any, now_ms: int, r: dict[str, Any],
+def _append(broker: Any, plog: Any, key: tuple[str, int], validated: Any, now_ms: int, r: dict[str, Any],
             flushes: list[Flush], isr_waits: list[tuple[dict[str, Any], Any, int]],
             acks: int) -> None:
-    """Append a validated batch; queue its fsync (flush policy) and, in cluster mode, its ISR wait.
+    """Append a validated batch (``protocol/records.py``'s Validated); queue its fsync
+    (flush policy) and, in cluster mode, its ISR wait.
 
     Raises ApiError; KAFKA_STORAGE_ERROR when the disk refuses the write (nothing of it
     is left in the log) or the fsync of a rolled segment fails, reported to
     ``broker.storage_errors`` (logged once per partition).
     """
     replicas = broker.replicas
+    batch = validated.batch
     try:
         if replicas is not None:
             replica = replicas.leader_replica(*key)
@@ -258,12 +275,12 @@ def _append(broker: Any, plog: Any, key: tuple[str, int], batch: Any, now_ms: in
                 raise ApiError(ErrorCode.not_enough_replicas,
                                f"ISR {list(replica.state.isr)} is smaller than min.insync.replicas")
             result = plog.append(batch, now_ms, defer_flush=True, leader_epoch=replica.leader_epoch,
-                                 crc_checked=True)
+                                 crc_checked=True, header=validated.header)
             replicas.maybe_advance_hw(replica)
             if acks == -1:
                 isr_waits.append((r, replica, result.last_offset + 1))
         else:
-            result = plog.append(batch, now_ms, defer_flush=True, crc_checked=True)
+            result = plog.append(batch, now_ms, defer_flush=True, crc_checked=True, header=validated.header)
     except OSError as e:  # the fsync of the segment a roll sealed
         broker.storage_errors.failed(key, f"fsync failed: {e}")
         raise ApiError(ErrorCode.kafka_storage_error, f"append failed: {e}") from e
@@ -272,8 +289,9 @@ def _append(broker: Any, plog: Any, key: tuple[str, int], batch: Any, now_ms: in
             broker.storage_errors.failed(key, e.message)
         raise
     if plog.flush_due(now_ms):
-        # the flush starts now; the request waits for it in _wait_flushes
-        flushes.append((r, broker.flusher.waiter(plog, plog.log_end_offset, now=True), key, plog))
+        # the flush starts in the next loop pass, shared with every append until then;
+        # the request waits for it (_after_flush, _wait_flushes)
+        flushes.append((r, broker.flusher.waiter(plog, plog.log_end_offset, inline_if_small=True), key, plog))
     else:
         broker.storage_errors.ok(key)
     r["base_offset"] = result.base_offset
@@ -309,6 +327,21 @@ async def _wait_flushes(broker: Any, flushes: list[Flush]) -> None:
         else:
             if key is not None:
                 broker.storage_errors.ok(key)
+
+
+def _flush_outcome(broker: Any, r: dict[str, Any], waiter: asyncio.Future[Any], key: Any, plog: Any) -> None:
+    """As one step of :func:`_wait_flushes`, for a waiter already done."""
+    if waiter.cancelled():
+        r.update(error_code=ErrorCode.kafka_storage_error, base_offset=-1)  # the flusher stopped
+        return
+    e = waiter.exception()
+    if e is None:
+        if key is not None:
+            broker.storage_errors.ok(key)
+        return
+    if isinstance(e, OSError) and key is not None:
+        broker.storage_errors.failed(key, plog.offline or f"fsync failed: {e}")
+    r.update(error_code=ErrorCode.kafka_storage_error, base_offset=-1)
 
 
 def _verify_then_append(broker: Any, txn_id: str,
@@ -388,7 +421,7 @@ async def _append_later(broker: Any, key: tuple[str, int], records: Any, prev: a
             raise ApiError(ErrorCode.unknown_topic_or_partition)
         flushes: list[Flush] = []
         isr_waits: list[tuple[dict[str, Any], Any, int]] = []
-        _append(broker, plog, key, validated.batch, broker.clock.now_ms(), r, flushes, isr_waits, acks)
+        _append(broker, plog, key, validated, broker.clock.now_ms(), r, flushes, isr_waits, acks)
     except ApiError as e:
         _set_error(r, e, ecls)
         return
@@ -409,8 +442,9 @@ def _response(cls: type[Any], tcls: type, pcls: type, topic_results: list[tuple[
               cluster: Any = None, acks: int = -1) -> Any:
     """The response; in cluster mode with KIP-951 leader hints for NOT_LEADER_OR_FOLLOWER partitions.
 
-    Without leader hints it is packed directly (``protocol/produce_response.py``), except
-    for acks=0, whose entities the connection reads for errors instead of sending them.
+    Without leader hints it is packed directly (``protocol/produce_response.py``; the
+    answer of one partition that succeeded from a template), except for acks=0, whose
+    entities the connection reads for errors instead of sending them.
     """
     extra: dict[str, Any] = {}
     if cluster is not None:
@@ -419,6 +453,13 @@ def _response(cls: type[Any], tcls: type, pcls: type, topic_results: list[tuple[
         if node_endpoints:
             extra["node_endpoints"] = node_endpoints
     if not extra and acks != 0:
+        if len(topic_results) == 1 and len(topic_results[0][1]) == 1:
+            r = topic_results[0][1][0]
+            if (r.get("error_code", ErrorCode.none) == ErrorCode.none and r.get("error_message") is None
+                    and not r.get("record_errors")):
+                return EncodedBody(write_one_partition(
+                    cls.__version__, topic_results[0][0], r["index"], r["base_offset"],
+                    _append_time_ms(r["log_append_time"]), r["log_start_offset"]))
         return EncodedBody(write_produce_response(cls.__version__, [
             (name, [(r["index"], r.get("error_code", ErrorCode.none), r["base_offset"],
                      _append_time_ms(r["log_append_time"]), r["log_start_offset"], r.get("error_message"),
@@ -436,12 +477,42 @@ def _response(cls: type[Any], tcls: type, pcls: type, topic_results: list[tuple[
     )
 
 
-async def _after_flush(broker: Any, cls: type, tcls: type, pcls: type, acks: int,
-                       topic_results: list[tuple[str, list[dict[str, Any]]]],
-                       flushes: list[Flush], cluster: Any = None) -> Any:
-    """Wait for the fsyncs the flush policy asked for, then answer (group commit)."""
-    await _wait_flushes(broker, flushes)
-    return _response(cls, tcls, pcls, topic_results, cluster, acks)
+def _after_flush(broker: Any, cls: type, tcls: type, pcls: type, acks: int,
+                 topic_results: list[tuple[str, list[dict[str, Any]]]],
+                 flushes: list[Flush], cluster: Any = None) -> Any:
+    """The answer once the fsyncs the flush policy asked for are done (group commit): a
+    future the connection answers from when it resolves, with no task of its own (the
+    waits are callbacks on the flushes' futures); the answer itself when none is pending.
+    Cancelling the future (the connection closed) leaves the flushes to others."""
+    answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    pending = [waiter for _, waiter, _, _ in flushes if waiter is not None]
+    left = [len(pending)]
+
+    def finish() -> None:
+        try:
+            for r, waiter, key, plog in flushes:
+                if waiter is None:
+                    if key is not None:
+                        broker.storage_errors.ok(key)
+                else:
+                    _flush_outcome(broker, r, waiter, key, plog)
+            answer.set_result(_response(cls, tcls, pcls, topic_results, cluster, acks))
+        except Exception as e:  # a bug: the connection logs it and closes
+            answer.set_exception(e)
+
+    def one_done(waiter: asyncio.Future[Any]) -> None:
+        if not waiter.cancelled():
+            waiter.exception()  # read, even when nobody waits for the answer any more
+        left[0] -= 1
+        if not left[0] and not answer.done():
+            finish()
+
+    if not pending:
+        finish()
+        return answer.result()
+    for waiter in pending:
+        waiter.add_done_callback(one_done)
+    return answer
 
 
 async def _after_isr(broker: Any, cls: type, tcls: type, pcls: type, acks: int,

@@ -13,7 +13,7 @@ from kio.serial import entity_writer
 from shoal.errors import ErrorCode
 from shoal.protocol.codec import codec_for
 from shoal.protocol.entities import make, sub
-from shoal.protocol.produce_response import write_produce_response
+from shoal.protocol.produce_response import write_one_partition, write_produce_response
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
@@ -66,3 +66,18 @@ def test_other_versions_are_refused() -> None:
     for version in (2, 13):
         with pytest.raises(ValueError):
             write_produce_response(version, [])
+
+
+@settings(max_examples=60, deadline=None)
+@pytest.mark.parametrize("version", range(3, 13))
+@given(name=st.text(min_size=1, max_size=20), index=st.integers(0, 2**31 - 1),
+       answers=st.lists(st.tuples(st.integers(-1, 2**63 - 1), st.one_of(st.just(-1), st.integers(0, 2**41)),
+                                  st.integers(-1, 2**63 - 1)), min_size=1, max_size=3))
+def test_the_one_partition_template_writes_what_kio_writes(version: int, name: str, index: int,
+                                                           answers: list) -> None:
+    """The answer of one partition that succeeded, from its template (built once, then
+    reused with other offsets), is byte for byte the general writer's and kio's."""
+    for base, append_ms, start in answers:
+        topics = [(name, [(index, 0, base, append_ms, start if version >= 5 else -1, None, [])])]
+        fast = write_one_partition(version, name, index, base, append_ms, start if version >= 5 else -1)
+        assert fast == write_produce_response(version, topics) == kio_bytes(version, topics)

@@ -151,3 +151,54 @@ def test_a_handler_that_fails_before_its_first_wait_closes_only_its_connection()
         other_client.close()
 
     asyncio.run(body())
+
+
+futures: list[asyncio.Future[Any]] = []
+
+
+def future_handler(ctx: Any, request: Any) -> Any:
+    """Metadata v1 answered through a future (as Produce answers once its fsync is done):
+    "futureN" resolves it after N seconds, "now" answers at once."""
+    what = request.topics[0].name if request.topics else "now"
+    response = make(ctx.response_type, brokers=(), topics=(), controller_id=len(futures))
+    if not what.startswith("future"):
+        return response
+    fut = asyncio.get_running_loop().create_future()
+    futures.append(fut)
+    asyncio.get_running_loop().call_later(float(what[6:]), lambda: fut.done() or fut.set_result(response))
+    return fut
+
+
+def test_an_answer_to_come_as_a_future_is_sent_when_it_resolves_in_request_order() -> None:
+    async def body() -> None:
+        futures.clear()
+        conn, client = await harness.serve(harness.join_answer)
+        conn._routes = {3: Route(3, future_handler, 0, 12)}
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(client, metadata("future0.1", 1) + metadata("now", 2) + metadata("future0.01", 3))
+        frames: list[bytes] = []
+        buf = b""
+        while len(frames) < 3:
+            chunk = await asyncio.wait_for(loop.sock_recv(client, 1 << 16), 5)
+            assert chunk, "the connection was closed"
+            buf += chunk
+            while len(buf) >= 4 and len(buf) >= 4 + struct.unpack_from(">i", buf)[0]:
+                n = struct.unpack_from(">i", buf)[0]
+                frames.append(buf[:4 + n])
+                buf = buf[4 + n:]
+        got = [answer(frame[4:]) for frame in frames]
+        assert [cid for cid, _ in got] == [1, 2, 3]
+        assert [r.controller_id for _, r in got] == [0, 1, 1]
+        assert not conn._slots and not conn._closing
+        # a connection that closes while an answer is to come cancels it
+        await loop.sock_sendall(client, metadata("future5", 4))
+        for _ in range(100):
+            if len(futures) == 3:
+                break
+            await asyncio.sleep(0.01)
+        conn.transport.abort()
+        await asyncio.wait_for(conn.closed, 5)
+        assert futures[-1].cancelled()
+        client.close()
+
+    asyncio.run(body())

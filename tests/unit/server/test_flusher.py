@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from pathlib import Path
 
 import pytest
@@ -169,83 +168,110 @@ def test_a_new_log_object_is_not_durable_because_an_old_one_was(tmp_path: Path) 
     asyncio.run(body())
 
 
-class SignallingLog(PartitionLog):
-    """A log whose fsyncs set ``synced`` (from the worker thread that runs them)."""
+def _sync_threads(monkeypatch: pytest.MonkeyPatch, delay_s: float = 0.0, *, instant: bool = False) -> list[str]:
+    """Record the name of the thread each fdatasync runs in (after ``delay_s``, a slow disk;
+    ``instant``: a disk that takes no time at all, whatever the machine's disk does now)."""
+    import os
+    import threading
+    import time
 
-    synced: threading.Event
+    names: list[str] = []
+    real = os.fdatasync
 
-    def begin_flush(self, drop_cache=False):  # type: ignore[no-untyped-def]
-        ticket = super().begin_flush(drop_cache)
-        real, synced = ticket.sync, self.synced
+    def recording(fd: int) -> None:
+        names.append(threading.current_thread().name)
+        if delay_s:
+            time.sleep(delay_s)
+        if not instant:
+            real(fd)
 
-        class Ticket:
-            end_offset, messages, truncations, path = ticket.end_offset, ticket.messages, ticket.truncations, ticket.path
-
-            def sync(self) -> None:
-                real()
-                synced.set()
-
-        return Ticket()
+    monkeypatch.setattr(os, "fdatasync", recording)
+    return names
 
 
-def test_a_flush_asked_now_starts_before_the_loop_pass_ends(tmp_path: Path) -> None:
-    """``now=True`` (Produce, transaction markers): the fsync is in a worker thread's hands at
-    once, while the loop is still busy (a burst of large appends read in one pass); by
-    default it is handed over at the end of the pass, shared by the pass's appends."""
+def test_small_syncs_run_on_the_event_loop_once_per_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two partitions appended to by several producers in one pass: one fdatasync each, on
+    the loop's own thread (no hand-off to a worker thread and back)."""
+    import threading
+
     async def body() -> None:
+        names = _sync_threads(monkeypatch)
+        logs = [PartitionLog.open(tmp_path / f"t-{i}", LogConfig()) for i in range(2)]
         flusher = Flusher(Clock())
-        for now in (True, False):
-            plog = SignallingLog.open(tmp_path / f"t-{int(now)}", LogConfig())
-            plog.synced = threading.Event()
-            plog.append(_batch(2), 0, defer_flush=True)
-            waiter = flusher.waiter(plog, plog.log_end_offset, now=now)
-            assert waiter is not None
-            # the loop is blocked here, as by the appends that follow in the same pass
-            assert plog.synced.wait(2 if now else 0.2) is now
-            await waiter
-            assert plog.synced.is_set() and plog.durable_offset == 2
-            # appended while a flush runs: covered by the next one, also started at once
-            plog.synced.clear()
-            plog.append(_batch(1), 0, defer_flush=True)
-            first = flusher.waiter(plog, plog.log_end_offset, now=now)
-            plog.append(_batch(1), 0, defer_flush=True)
-            second = flusher.waiter(plog, plog.log_end_offset, now=now)
-            assert first is not None and second is not None
-            await asyncio.gather(first, second)
-            assert plog.durable_offset == 4 and plog.unflushed_messages == 0
-            plog.close()
+        waiters = []
+        for _ in range(3):
+            for plog in logs:
+                plog.append(_batch(2), 0, defer_flush=True)
+                waiters.append(flusher.waiter(plog, plog.log_end_offset, inline_if_small=True))
+        await asyncio.gather(*waiters)
+        assert names == [threading.current_thread().name] * 2
+        assert [plog.durable_offset for plog in logs] == [6, 6]
+        assert [plog.unflushed_bytes for plog in logs] == [0, 0]
+        # a caller that keeps the loop free (share state, transaction markers): a thread
+        other = PartitionLog.open(tmp_path / "other-0", LogConfig())
+        other.append(_batch(2), 0, defer_flush=True)
+        await flusher.durable(other, other.log_end_offset)
+        assert names[-1].startswith("shoal-fsync")
         flusher.close()
+        for plog in (*logs, other):
+            plog.close()
 
     asyncio.run(body())
 
 
-def test_a_produce_append_starts_its_fsync_before_the_loop_pass_ends(tmp_path: Path) -> None:
-    """Produce (``handlers.produce._append``): the fsync the flush policy asks for is in a
-    worker thread's hands when the append returns, so the partitions of a burst of
-    requests read in one pass are synced while the later ones are appended."""
-    from types import SimpleNamespace
-
-    from shoal.server.handlers.produce import _append
+def test_large_syncs_and_many_partitions_go_to_the_fsync_threads(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from shoal.server.broker import INLINE_FSYNC_PARTITIONS
 
     async def body() -> None:
-        flusher = Flusher(Clock())
-        broker = SimpleNamespace(replicas=None, flusher=flusher, metrics=None,
-                                 storage_errors=SimpleNamespace(ok=lambda key: None, failed=lambda key, why: None),
-                                 append_waiters=SimpleNamespace(notify=lambda topic, partition: None))
-        logs = []
-        flushes: list = []
-        for p in range(3):
-            plog = SignallingLog.open(tmp_path / f"t-{p}", LogConfig())
-            plog.synced = threading.Event()
-            logs.append(plog)
-            _append(broker, plog, ("t", p), _batch(2), 0, {}, flushes, [], -1)
-        # no await since the appends: the loop has not run a pass
-        assert all(plog.synced.wait(2) for plog in logs)
-        assert len(flushes) == 3
-        await asyncio.gather(*(waiter for _r, waiter, _key, _plog in flushes))
-        assert [plog.durable_offset for plog in logs] == [2, 2, 2]
-        for plog in logs:
-            plog.close()
+        names = _sync_threads(monkeypatch)
+        big = PartitionLog.open(tmp_path / "big-0", LogConfig())
+        flusher = Flusher(Clock(), inline_bytes=100)
+        big.append(_batch(20), 0, defer_flush=True)
+        assert big.unflushed_bytes > 100
+        await flusher.waiter(big, big.log_end_offset, inline_if_small=True)
+        assert names and names[-1].startswith("shoal-fsync")
         flusher.close()
+        names.clear()
+        flusher = Flusher(Clock())
+        logs = [PartitionLog.open(tmp_path / f"t-{i}", LogConfig()) for i in range(INLINE_FSYNC_PARTITIONS + 1)]
+        waiters = []
+        for plog in logs:
+            plog.append(_batch(1), 0, defer_flush=True)
+            waiters.append(flusher.waiter(plog, plog.log_end_offset, inline_if_small=True))
+        await asyncio.gather(*waiters)
+        assert len(names) == len(logs) and all(n.startswith("shoal-fsync") for n in names)
+        flusher.close()
+        for plog in (big, *logs):
+            plog.close()
+
+    asyncio.run(body())
+
+
+def test_a_slow_disk_moves_the_syncs_off_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While fsyncs take longer than INLINE_FSYNC_MAX_S they run in a worker thread, and
+    back on the loop once they are quick again."""
+    import threading
+
+    from shoal.server.broker import INLINE_FSYNC_MAX_S
+
+    async def body() -> None:
+        loop_thread = threading.current_thread().name
+        names = _sync_threads(monkeypatch, delay_s=INLINE_FSYNC_MAX_S * 20)
+        plog = PartitionLog.open(tmp_path / "t-0", LogConfig())
+        flusher = Flusher(Clock())
+        for _ in range(3):
+            plog.append(_batch(1), 0, defer_flush=True)
+            await flusher.waiter(plog, plog.log_end_offset, inline_if_small=True)
+        assert names[0] == loop_thread
+        assert names[-1].startswith("shoal-fsync")
+        monkeypatch.undo()
+        names = _sync_threads(monkeypatch, instant=True)
+        for _ in range(30):
+            plog.append(_batch(1), 0, defer_flush=True)
+            await flusher.waiter(plog, plog.log_end_offset, inline_if_small=True)
+        assert names[-1] == loop_thread
+        flusher.close()
+        plog.close()
 
     asyncio.run(body())

@@ -72,21 +72,3 @@ def test_calls_of_one_loop_pass_go_to_the_threads_together() -> None:
 
     asyncio.run(body())
     threads.close()
-
-
-def test_start_hands_a_call_over_before_the_loop_pass_ends() -> None:
-    threads = WorkerThreads(2, "test")
-    ran = threading.Event()
-
-    async def body() -> None:
-        future = threads.start(ran.set)
-        assert ran.wait(5)  # the loop has not run since: the call was handed over at once
-        assert await future is None
-        late = threading.Event()
-        queued = threads.run(late.set)
-        assert not late.wait(0.2)  # run waits for the end of the pass
-        await queued
-        assert late.is_set()
-
-    asyncio.run(body())
-    threads.close()
