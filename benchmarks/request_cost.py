@@ -5,7 +5,9 @@ Usage:
         [--kinds produce1,produce_all,fetch,heartbeat,share_fetch] [-o key=value ...]
 
 Starts one broker per tree (``PYTHONPATH=TREE python -m shoal serve``, run from a
-directory outside the trees), then, per round and per kind, drives each broker in turn
+directory outside the trees; a TREE of ``kafka`` or ``kafka-flush`` is Apache Kafka from
+the reference kit, reference/kafka/kit.sh, with its default flush policy or with an fsync
+per append; ``-o`` applies to shoal's brokers only), then, per round and per kind, drives each broker in turn
 (in alternating order, so that each pair sees about the same load on a shared machine)
 with raw wire requests sent at a fixed rate (open loop: a request leaves when its time
 comes, whether or not earlier ones were answered), round-robin over ``--connections``
@@ -63,12 +65,38 @@ from produce_consume import cpu_seconds, free_port, wait_port
 from shoal.protocol.batch import build_batch
 from tests.support.wire import RawConnection, request_bytes
 
+KAFKA_TREES = ("kafka", "kafka-flush")
 KINDS = ("produce1", "produce_all", "fetch", "heartbeat", "share_fetch")
 TOPIC = "cost"
 GROUP = "cost-share"
 
 
-def start(tree: str, data_dir: str, cwd: str, overrides: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+class _Kafka:
+    """Apache Kafka from the reference kit (tests/support/kafka_ref.py) in place of a tree:
+    ``kafka`` with its default flush policy, ``kafka-flush`` with an fsync per append."""
+
+    def __init__(self, data_dir: str, flush: bool) -> None:
+        from tests.support.kafka_ref import KafkaBroker
+
+        overrides = {"log.flush.interval.messages": "1"} if flush else {}
+        self.broker = KafkaBroker(Path(data_dir), overrides=overrides).start()
+        assert self.broker.proc is not None
+        self.pid = self.broker.proc.pid
+
+    def terminate(self) -> None:
+        self.broker.stop()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return 0
+
+    def kill(self) -> None:
+        self.broker.stop()
+
+
+def start(tree: str, data_dir: str, cwd: str, overrides: list[str]) -> tuple[Any, str]:
+    if tree in KAFKA_TREES:
+        kafka = _Kafka(data_dir, tree == "kafka-flush")
+        return kafka, kafka.broker.bootstrap
     port = free_port()
     args = [sys.executable, "-m", "shoal", "serve", "--port", str(port), "--data-dir", data_dir,
             "--log-level", "WARNING"]
@@ -350,11 +378,11 @@ def main() -> int:
     for k in kinds:
         if k not in KINDS:
             ap.error(f"unknown kind {k}")
-    trees = [os.path.abspath(t) for t in args.trees]
+    trees = [t if t in KAFKA_TREES else os.path.abspath(t) for t in args.trees]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the brokers on the way out
     results: dict[tuple[str, int], list[tuple[float, ...]]] = {(k, i): [] for k in kinds for i in range(len(trees))}
     with tempfile.TemporaryDirectory(prefix="shoal-cost-") as tmp:
-        brokers: list[tuple[subprocess.Popen[bytes], str]] = []
+        brokers: list[tuple[Any, str]] = []
         try:
             for i, tree in enumerate(trees):
                 brokers.append(start(tree, os.path.join(tmp, f"data-{i}"), tmp, args.overrides))
