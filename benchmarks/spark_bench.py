@@ -10,7 +10,9 @@ share source), with the ratio.
                                      [--spark-conf KEY=VALUE ...]
 
 Prints MB/s and records/s per case. Times include Spark's job overhead (a few hundred ms per
-job), so small runs understate the steady state. The streaming queries keep their checkpoints
+job), so small runs understate the steady state. The batch writes run on records already
+cached in as many partitions as tasks, after an untimed write that starts Spark's Python
+workers: the timed job is the sink's, as a plain producer's time is its own. The streaming queries keep their checkpoints
 with Spark's FileSystem-based checkpoint manager (``--spark-conf
 spark.sql.streaming.checkpointFileManagerClass=...`` to choose another): Spark's default one
 spends about 80 ms more per micro-batch on a local directory, whatever the source.
