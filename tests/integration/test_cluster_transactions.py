@@ -41,7 +41,12 @@ from tests.integration.conftest import running_cluster
 from tests.support.clients import admin_client, consumer, producer, wait_until
 from tests.support.cluster import LocalCluster, partition_states
 from tests.support.etcd import find_etcd
-from tests.support.transactions import CLUSTER_TRANSACTION_SETTINGS, consumed_all, end_transaction, try_kafka
+from tests.support.transactions import (
+    CLUSTER_TRANSACTION_SETTINGS,
+    assert_exactly_once,
+    consume_transform_produce,
+    try_kafka,
+)
 from tests.support.wire import RawConnection
 
 pytestmark = [pytest.mark.integration,
@@ -167,65 +172,21 @@ def test_consume_transform_produce_survives_the_coordinators_kill(cluster: Local
     parts = [TopicPartition("ctp-in", p) for p in range(PARTITIONS)]
     c.assign(parts)
 
-    def rewind() -> None:
-        """Back to the group's committed offsets (what the last committed transaction consumed)."""
-        committed = wait_until("committed offsets", lambda: try_kafka(lambda: c.committed(parts, timeout=10)),
-                               timeout_s=90, interval_s=1)
-        for tp in committed:
-            c.seek(TopicPartition("ctp-in", tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
+    def kill() -> int:
+        victim = wait_until("the coordinator", lambda: _coordinator(cluster, txn_id), timeout_s=30)
+        cluster.broker_for(victim).kill()
+        return victim
 
-    p = new_producer()
-    victim = None
-    commits = aborts = commits_after_kill = 0
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        msgs = [m for m in c.consume(60, 1.0) if not m.error()]
-        if not msgs:
-            if consumed_all(c, parts, total):
-                break
-            continue
-        try:
-            p.begin_transaction()
-            for m in msgs:
-                p.produce("ctp-out", m.value(), partition=m.partition())
-            abort = rng.random() < 0.2
-            if victim is None and commits >= 8 and not abort:
-                # in the middle of a transaction: its records are out, the commit is still to come
-                p.flush(30)
-                victim = wait_until("the coordinator", lambda: _coordinator(cluster, txn_id), timeout_s=30)
-                cluster.broker_for(victim).kill()
-            if not abort:
-                p.send_offsets_to_transaction(c.position(parts), c.consumer_group_metadata(), 30)
-            else:
-                p.flush(30)  # the aborted records reach the logs (abort would purge what is queued)
-            end_transaction(p, commit=not abort)
-            if abort:
-                aborts += 1
-                rewind()
-            else:
-                commits += 1
-                commits_after_kill += victim is not None
-        except KafkaException as e:
-            err = e.args[0]
-            if err.fatal():
-                p = new_producer()
-            else:
-                try_kafka(lambda p=p: p.abort_transaction(30))
-            aborts += 1
-            rewind()
+    out = consume_transform_produce(c, parts, new_producer, "ctp-out", total, rng, batch=60, kill_after=8,
+                                    kill=kill, deadline_s=240)
     c.close()
+    victim = out.killed
     assert victim is not None, "the coordinator was never killed"
-    assert aborts > 0 and commits_after_kill > 0
+    assert out.aborts > 0 and out.commits_after_kill > 0, out
     successor = wait_until("the new coordinator", lambda: _coordinator(cluster, txn_id), timeout_s=30)
     assert successor != victim
     got = _read_committed(cluster, "ctp-out", total, timeout_s=90)
-    values = sorted(int(v) for v in got)
-    missing = sorted(set(range(total)) - set(values))
-    dupes = len(values) - len(set(values))
-    assert not missing and not dupes, f"{len(missing)} missing (first {missing[:10]}), {dupes} duplicated"
-
-
-
+    assert_exactly_once([int(v) for v in got], total)
 
 
 def _until_ok(what: str, call: Any) -> Any:

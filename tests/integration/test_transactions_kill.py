@@ -15,11 +15,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from tests.support.broker import BrokerProcess
 from tests.support.clients import consumer, create_topic, producer, wait_until
-from tests.support.transactions import consumed_all, end_transaction, try_kafka
+from tests.support.transactions import assert_exactly_once, consume_transform_produce, try_kafka
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -62,12 +62,6 @@ def _read_committed(bootstrap: str, topic: str, timeout_s: float = 120.0) -> lis
     return out
 
 
-def _check(values: list[int]) -> None:
-    missing = sorted(set(range(TOTAL)) - set(values))
-    dupes = len(values) - len(set(values))
-    assert not missing and not dupes, f"{len(missing)} missing (first {missing[:10]}), {dupes} duplicated"
-
-
 def test_confluent_kafka_exactly_once_through_a_broker_kill(start_broker: Callable[..., BrokerProcess]) -> None:
     b = start_broker()
     create_topic(b.bootstrap, "ck-in", partitions=PARTITIONS)
@@ -92,56 +86,15 @@ def test_confluent_kafka_exactly_once_through_a_broker_kill(start_broker: Callab
     parts = [TopicPartition("ck-in", p) for p in range(PARTITIONS)]
     c.assign(parts)
 
-    def rewind() -> None:
-        """Back to the group's committed offsets (what the last committed transaction consumed)."""
-        committed = wait_until("committed offsets", lambda: try_kafka(lambda: c.committed(parts, timeout=10)),
-                               timeout_s=90, interval_s=1)
-        for tp in committed:
-            c.seek(TopicPartition("ck-in", tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
+    def kill() -> bool:
+        b.restart(crash=True)  # kill -9, and the broker starts again on the same data
+        return True
 
-    p = new_producer()
-    killed = False
-    commits = aborts = commits_after_kill = 0
-    deadline = time.monotonic() + 400
-    while time.monotonic() < deadline:
-        msgs = [m for m in c.consume(1000, 1.0) if not m.error()]
-        if not msgs:
-            if consumed_all(c, parts, TOTAL):
-                break
-            continue
-        try:
-            p.begin_transaction()
-            for m in msgs:
-                p.produce("ck-out", m.value(), partition=m.partition())
-            abort = rng.random() < 0.2
-            if not killed and commits >= 20 and not abort:
-                p.flush(30)  # this transaction's records are in the log, its commit is still to come
-                b.restart(crash=True)  # kill -9, and the broker starts again on the same data
-                killed = True
-            if not abort:
-                p.send_offsets_to_transaction(c.position(parts), c.consumer_group_metadata(), 60)
-            else:
-                p.flush(30)  # the aborted records reach the log (abort would purge what is queued)
-            end_transaction(p, commit=not abort, timeout_s=60, attempts=30)
-            if abort:
-                aborts += 1
-                rewind()
-            else:
-                commits += 1
-                commits_after_kill += killed
-        except KafkaException as e:
-            if e.args[0].fatal():
-                p = new_producer()
-            else:
-                try_kafka(lambda p=p: p.abort_transaction(60))
-            aborts += 1
-            rewind()
+    out = consume_transform_produce(c, parts, new_producer, "ck-out", TOTAL, rng, batch=1000, kill_after=20,
+                                    kill=kill, deadline_s=400, timeout_s=60, attempts=30)
     c.close()
-    assert killed and aborts > 0 and commits_after_kill > 0, (killed, aborts, commits_after_kill)
-    _check(_read_committed(b.bootstrap, "ck-out"))
-
-
-
+    assert out.killed and out.aborts > 0 and out.commits_after_kill > 0, out
+    assert_exactly_once(_read_committed(b.bootstrap, "ck-out"), TOTAL)
 
 
 def test_kafka_python_exactly_once_through_a_broker_kill(start_broker: Callable[..., BrokerProcess]) -> None:
@@ -229,7 +182,7 @@ def test_kafka_python_exactly_once_through_a_broker_kill(start_broker: Callable[
     p.close(timeout=10)
     c.close()
     assert killed and aborts > 0 and commits_after_kill > 0, (killed, aborts, commits_after_kill)
-    _check(_read_committed(b.bootstrap, "kp-out"))
+    assert_exactly_once(_read_committed(b.bootstrap, "kp-out"), TOTAL)
 
 
 def _kp_consumed_all(c: Any, parts: list[Any]) -> bool:
