@@ -84,16 +84,7 @@ def test_answers_leave_in_request_order_whichever_handler_waits() -> None:
         loop = asyncio.get_running_loop()
         await loop.sock_sendall(client, metadata("wait0.1", 1) + metadata("now", 2) + metadata("wait0.01", 3)
                                 + metadata("now", 4))
-        got = []
-        buf = b""
-        while len(got) < 4:
-            chunk = await asyncio.wait_for(loop.sock_recv(client, 1 << 16), 5)
-            assert chunk, "the connection was closed"
-            buf += chunk
-            while len(buf) >= 4 and len(buf) >= 4 + struct.unpack_from(">i", buf)[0]:
-                n = struct.unpack_from(">i", buf)[0]
-                got.append(buf[4:4 + n])
-                buf = buf[4 + n:]
+        got = await harness.read_frames(client, 4)
         assert [struct.unpack_from(">i", f)[0] for f in got] == [1, 2, 3, 4]
         assert ran.index("end wait0.01") < ran.index("end wait0.1")  # finished out of order, answered in order
         assert not conn._closing
@@ -176,17 +167,7 @@ def test_an_answer_to_come_as_a_future_is_sent_when_it_resolves_in_request_order
         conn._routes = {3: Route(3, future_handler, 0, 12)}
         loop = asyncio.get_running_loop()
         await loop.sock_sendall(client, metadata("future0.1", 1) + metadata("now", 2) + metadata("future0.01", 3))
-        frames: list[bytes] = []
-        buf = b""
-        while len(frames) < 3:
-            chunk = await asyncio.wait_for(loop.sock_recv(client, 1 << 16), 5)
-            assert chunk, "the connection was closed"
-            buf += chunk
-            while len(buf) >= 4 and len(buf) >= 4 + struct.unpack_from(">i", buf)[0]:
-                n = struct.unpack_from(">i", buf)[0]
-                frames.append(buf[:4 + n])
-                buf = buf[4 + n:]
-        got = [answer(frame[4:]) for frame in frames]
+        got = [answer(frame) for frame in await harness.read_frames(client, 3)]
         assert [cid for cid, _ in got] == [1, 2, 3]
         assert [r.controller_id for _, r in got] == [0, 1, 1]
         assert not conn._slots and not conn._closing

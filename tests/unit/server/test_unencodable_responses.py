@@ -87,6 +87,22 @@ async def read_frame(client: socket.socket) -> bytes | None:
         buf += chunk
 
 
+async def read_frames(client: socket.socket, n: int) -> list[bytes]:
+    """The next ``n`` response frames (without their size), also when several come in one read."""
+    loop = asyncio.get_running_loop()
+    frames: list[bytes] = []
+    buf = b""
+    while len(frames) < n:
+        chunk = await asyncio.wait_for(loop.sock_recv(client, 1 << 16), 5)
+        assert chunk, "the connection was closed"
+        buf += chunk
+        while len(buf) >= 4 and len(buf) >= 4 + struct.unpack_from(">i", buf)[0]:
+            size = struct.unpack_from(">i", buf)[0]
+            frames.append(buf[4:4 + size])
+            buf = buf[4 + size:]
+    return frames
+
+
 def join_request() -> bytes:
     return request_bytes(join5.JoinGroupRequest(
         group_id="g", session_timeout=datetime.timedelta(seconds=6), rebalance_timeout=datetime.timedelta(seconds=6),
