@@ -3,8 +3,8 @@
 :meth:`WorkerThreads.run` hands a call to the threads and returns an asyncio future that
 the loop resolves with the call's result or exception. Calls made in one pass of the
 event loop go to the threads together, at the end of that pass: one ``SimpleQueue`` item
-(two halves for four calls or more, when there are two threads or more), whose outcomes come back
-with one ``call_soon_threadsafe``. Waking a sleeping thread is the expensive part of a
+per thread at most, each of two calls or more (so one item for up to three calls), whose
+outcomes come back with one ``call_soon_threadsafe``. Waking a sleeping thread is the expensive part of a
 hand-over on the benchmark machine (tens of µs with the other core busy), and a Produce
 request for six partitions asks for six fsyncs at once. ``loop.run_in_executor`` would
 wake a thread per call, through a ``concurrent.futures`` executor whose future, locks,
@@ -46,26 +46,20 @@ class WorkerThreads:
             loop.call_soon(self._hand_over, loop)
         return future
 
-    def _start_threads(self) -> None:
-        if not self._threads:
-            for i in range(self._count):
-                t = threading.Thread(target=self._work, name=f"{self._name}-{i}", daemon=True)
-                t.start()
-                self._threads.append(t)
-
     def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
         calls, self._pending = self._pending, []
         if self._closed:
             for future, _ in calls:
                 future.cancel()
             return
-        self._start_threads()
-        if len(calls) >= 4 and self._count > 1:
-            half = len(calls) // 2
-            self._queue.put((loop, calls[:half]))
-            self._queue.put((loop, calls[half:]))
-        else:
-            self._queue.put((loop, calls))
+        if not self._threads:
+            for i in range(self._count):
+                t = threading.Thread(target=self._work, name=f"{self._name}-{i}", daemon=True)
+                t.start()
+                self._threads.append(t)
+        parts = max(1, min(self._count, len(calls) // 2))  # one per thread, two calls or more each
+        for k in range(parts):
+            self._queue.put((loop, calls[k * len(calls) // parts:(k + 1) * len(calls) // parts]))
 
     def _work(self) -> None:
         while True:

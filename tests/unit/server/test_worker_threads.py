@@ -72,3 +72,23 @@ def test_calls_of_one_loop_pass_go_to_the_threads_together() -> None:
 
     asyncio.run(body())
     threads.close()
+
+
+def test_calls_of_one_loop_pass_are_spread_over_the_threads_two_or_more_each() -> None:
+    """Six calls and four threads: three items of two calls, run by three threads at once
+    (each call of an item's first waits at a barrier of three)."""
+    threads = WorkerThreads(4, "test")
+    barrier = threading.Barrier(3, timeout=5)
+
+    def call(i: int) -> str:
+        if i % 2 == 0:
+            barrier.wait()  # the first call of each item: three items, three threads at once
+        return threading.current_thread().name
+
+    async def body() -> None:
+        names = await asyncio.gather(*(threads.run(lambda i=i: call(i)) for i in range(6)))
+        assert len(set(names)) == 3, names
+        assert names[0] == names[1] and names[2] == names[3] and names[4] == names[5], names
+
+    asyncio.run(body())
+    threads.close()
