@@ -305,32 +305,23 @@ def _append(broker: Any, plog: Any, key: tuple[str, int], validated: Any, now_ms
 
 async def _wait_flushes(broker: Any, flushes: list[Flush]) -> None:
     """Wait for each fsync the flush policy asked for (they run meanwhile, together), then
-    report each partition's outcome to ``broker.storage_errors`` and mark the failed ones.
-
-    The waits are futures, awaited in turn: no task per partition.
-    """
+    report each partition's outcome (:func:`_flush_outcome`). The waits are the flushes'
+    own futures: no task per partition."""
+    pending = [waiter for _, waiter, _, _ in flushes if waiter is not None and not waiter.done()]
+    if pending:
+        await asyncio.wait(pending)  # raises only if this task itself is cancelled
     for r, waiter, key, plog in flushes:
-        try:
-            if waiter is not None:
-                await waiter
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise
-            r.update(error_code=ErrorCode.kafka_storage_error, base_offset=-1)  # the flusher stopped
-        except OSError as e:
-            if key is not None:
-                broker.storage_errors.failed(key, plog.offline or f"fsync failed: {e}")
-            r.update(error_code=ErrorCode.kafka_storage_error, base_offset=-1)
-        except Exception:
-            r.update(error_code=ErrorCode.kafka_storage_error, base_offset=-1)
-        else:
-            if key is not None:
-                broker.storage_errors.ok(key)
+        _flush_outcome(broker, r, waiter, key, plog)
 
 
-def _flush_outcome(broker: Any, r: dict[str, Any], waiter: asyncio.Future[Any], key: Any, plog: Any) -> None:
-    """As one step of :func:`_wait_flushes`, for a waiter already done."""
+def _flush_outcome(broker: Any, r: dict[str, Any], waiter: asyncio.Future[Any] | None, key: Any,
+                   plog: Any) -> None:
+    """Report a partition's fsync, done (or not needed: ``waiter`` None), to
+    ``broker.storage_errors``, and mark the partition's result failed if it failed."""
+    if waiter is None:
+        if key is not None:
+            broker.storage_errors.ok(key)
+        return
     if waiter.cancelled():
         r.update(error_code=ErrorCode.kafka_storage_error, base_offset=-1)  # the flusher stopped
         return
@@ -491,11 +482,7 @@ def _after_flush(broker: Any, cls: type, tcls: type, pcls: type, acks: int,
     def finish() -> None:
         try:
             for r, waiter, key, plog in flushes:
-                if waiter is None:
-                    if key is not None:
-                        broker.storage_errors.ok(key)
-                else:
-                    _flush_outcome(broker, r, waiter, key, plog)
+                _flush_outcome(broker, r, waiter, key, plog)
             answer.set_result(_response(cls, tcls, pcls, topic_results, cluster, acks))
         except Exception as e:  # a bug: the connection logs it and closes
             answer.set_exception(e)
