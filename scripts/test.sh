@@ -40,6 +40,8 @@ bash reference/kafka/kit.sh fetch
 .venv/bin/python reference/spark/fetch.py >/dev/null
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
+# The typed message views are what kio's schemas give (shoal/protocol/messages is generated).
+.venv/bin/python -m shoal.protocol.messages_gen --check
 # The pure core and shoal/server type-check clean ([tool.mypy] in pyproject.toml lists them),
 # and shoal lints clean ([tool.ruff]).
 .venv/bin/python -m mypy

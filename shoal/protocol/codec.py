@@ -2,7 +2,8 @@
 
 For each (api_key, version) the kio classes, reader and writer are looked up once and
 cached. ``decode_request`` turns a frame into (header, entity); ``encode_response``
-turns an entity into the frame pieces to write. Pure.
+turns an entity, or a response view of ``shoal.protocol.messages``, into the frame pieces
+to write. Pure.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ..errors import ProtocolViolation
 from .bounds import request_checker
 from .framing import frame
 from .header import RequestHeader, parse_request_header, response_header
+from .views import fill_absent, to_entity
 
 __all__ = ["Codec", "EncodedBody", "EncodedPieces", "codec_for", "decode_body", "decode_request", "encode_body", "encode_response"]
 
@@ -57,6 +59,7 @@ def codec_for(api_key: int, version: int) -> Codec | None:
         resp = load_response_schema(api_key, version)
     except (UnknownAPIKey, UnknownEntity):
         return None
+    fill_absent(req)
     return Codec(req, resp, entity_reader(req), entity_writer(resp), bool(req.__flexible__), request_checker(req))
 
 
@@ -130,6 +133,8 @@ def encode_response(codec: Codec, api_key: int, correlation_id: int, entity: Any
         return frame(response_header(api_key, correlation_id, codec.flexible), entity.body)
     if type(entity) is EncodedPieces:
         return frame(response_header(api_key, correlation_id, codec.flexible), *entity.pieces)
+    if type(entity) is not codec.response_type:
+        entity = to_entity(entity, codec.response_type)
     buf = _Pieces()
     codec.write_response(buf, entity)
     return frame(response_header(api_key, correlation_id, codec.flexible), *buf.done())

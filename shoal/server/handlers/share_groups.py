@@ -18,9 +18,11 @@ import logging
 from typing import Any
 
 from ...errors import ErrorCode
-from ...groups.share_group import ShareEffects, heartbeat_assignment
+from ...groups.share_group import ShareEffects, heartbeat_assignment, hb_req, hb_resp
 from ...observe.logs import log_once
-from ...protocol.entities import make
+from ...protocol.messages.share_group_describe_request import ShareGroupDescribeRequest
+from ...protocol.messages.share_group_describe_response import ShareGroupDescribeResponse
+from ...protocol.messages.share_group_heartbeat_response import ShareGroupHeartbeatResponse
 from ...security.authz import (
     GROUP,
     READ,
@@ -29,6 +31,7 @@ from ...security.authz import (
     hide_undescribable,
     subscription_refusal,
 )
+from ..context import RequestContext
 from ..dispatch import api
 from ..group_service import client_host, group_service
 
@@ -42,17 +45,18 @@ def share_groups_limit_message(group_id: str, limit: int) -> str:
             f"--group GROUP) or raise group.share.max.groups (at most 100).")
 
 
-def _error(ctx: Any, code: ErrorCode, message: str) -> Any:
-    return make(ctx.response_type, throttle_time=0, error_code=code, error_message=message, member_id=None,
-                member_epoch=0, heartbeat_interval=0, assignment=None)
+def _error(code: ErrorCode, message: str) -> ShareGroupHeartbeatResponse:
+    return ShareGroupHeartbeatResponse(error_code=code, error_message=message)
 
 
 @api(76, 1, 1)
-async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
+async def handle_share_group_heartbeat(
+        ctx: RequestContext, request: hb_req.ShareGroupHeartbeatRequest,
+) -> ShareGroupHeartbeatResponse | hb_resp.ShareGroupHeartbeatResponse:
     broker = ctx.broker
     svc = group_service(broker)
     if not broker.config["group.share.enable"]:
-        return _error(ctx, ErrorCode.unsupported_version, "Share groups are not enabled.")
+        return _error(ErrorCode.unsupported_version, "Share groups are not enabled.")
     group_id = request.group_id
     if (denied := group_refusal(ctx, READ, group_id, member_id=None, assignment=None)
             or subscription_refusal(ctx, request.subscribed_topic_names, member_id=None, assignment=None)):
@@ -60,13 +64,13 @@ async def handle_share_group_heartbeat(ctx: Any, request: Any) -> Any:
     p = svc.partition_for(group_id)
     existing = svc.shard(p).groups.get(group_id)
     if existing is not None and existing.group_type != "share":
-        return _error(ctx, ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
+        return _error(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
     share_groups = svc.share_groups(p)
     limit = broker.config["group.share.max.groups"]
     if existing is None and request.member_epoch == 0 and svc.share_group_count() >= limit:
         message = share_groups_limit_message(group_id, limit)
         log_once(log, ("group.share.max.groups", group_id), message)
-        return _error(ctx, ErrorCode.group_max_size_reached, message)
+        return _error(ErrorCode.group_max_size_reached, message)
     result = share_groups.handle_heartbeat(
         request, ctx.now_ms(), svc.topics_metadata(),
         client_id=ctx.header.client_id or "", client_host=client_host(ctx),
@@ -104,7 +108,7 @@ the principal may do (every one of them without an authorizer)."""
 
 
 @api(77, 1, 1)
-def handle_share_group_describe(ctx: Any, request: Any) -> Any:
+def handle_share_group_describe(ctx: RequestContext, request: ShareGroupDescribeRequest) -> Any:
     svc = group_service(ctx.broker)
     groups = hide_undescribable(ctx, (svc.describe(svc.share_groups, g) for g in request.group_ids))
     if request.include_authorized_operations:
@@ -113,4 +117,4 @@ def handle_share_group_describe(ctx: Any, request: Any) -> Any:
                        if g.error_code == ErrorCode.none else g for g in groups)
     return svc.answer_per_partition(
         (svc.runtime.partition_for_group(g) for g in request.group_ids),
-        lambda errors: make(ctx.response_type, throttle_time=0, groups=tuple(svc.with_error(g, errors) for g in groups)))
+        lambda errors: ShareGroupDescribeResponse(groups=tuple(svc.with_error(g, errors) for g in groups)))
