@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime
 
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v4.request import FetchRequest as FetchV4
 from kio.schema.fetch.v4.request import FetchPartition as FetchPartitionV4
+from kio.schema.fetch.v4.request import FetchRequest as FetchV4
 from kio.schema.fetch.v4.request import FetchTopic as FetchTopicV4
 from kio.schema.produce.v3.response import ProduceResponse as ProduceV3
 from kio.schema.produce.v12.response import LeaderIdAndEpoch as LeaderV12
