@@ -15,6 +15,10 @@
     python benchmarks/share_consume.py --only b --consumers 1,2,4,8,16,32,64 --max-poll-records 20
     python benchmarks/share_consume.py --only c --records 200000 --queue-consumers 8
 
+``--kafka`` runs the same cases against Apache Kafka afterwards (the jars of
+reference/kafka/kit.sh, Java 17+; share groups enabled, Kafka's defaults otherwise) and
+prints shoal's figures over Kafka's.
+
 Each case also prints what the share coordinator wrote to ``__share_group_state`` meanwhile
 (read from its segment files): records, bytes, and bytes per write and per acknowledged
 record.
@@ -291,7 +295,7 @@ def _queue_worker(bs: str, group: str, topic: str, count: int, done: Any, first:
         out.put(("offsets", offsets))
 
 
-def case_c(bs: str, pid: int, data_dir: str, consumers: int, count: int, value_size: int) -> None:
+def case_c(bs: str, pid: int, data_dir: str, consumers: int, count: int, value_size: int) -> float:
     topic = f"c-{uuid.uuid4().hex[:8]}"
     group = "bench-c"
     setup(bs, topic, group, count, value_size, 500)
@@ -325,6 +329,38 @@ def case_c(bs: str, pid: int, data_dir: str, consumers: int, count: int, value_s
     print(f"    {rate:10.0f} records/s   broker CPU {(cpu1 - cpu0) * 1e6 / count:6.1f} us/record   "
           f"duplicates {len(taken) - len(distinct)}   missing {len(set(range(count)) - distinct)}")
     print_state_writes("share state", state0, state1, count)
+    return rate
+
+
+def run_cases(args: argparse.Namespace, bs: str, pid: int, data_dir: str) -> float | None:
+    """The cases ``--only`` selects; (c)'s records/s when it ran."""
+    if args.only in (None, "a"):
+        case_a(bs, pid, data_dir, args.records, args.batch_records, args.share_max_poll_records)
+    if args.only in (None, "b"):
+        case_b(bs, pid, data_dir, [int(x) for x in args.consumers.split(",")], args.seconds, args.work_ms,
+               args.max_poll_records)
+    if args.only in (None, "c"):
+        return case_c(bs, pid, data_dir, args.queue_consumers, args.records, args.queue_value_bytes)
+    return None
+
+
+def run_on_kafka(args: argparse.Namespace) -> float | None:
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from pathlib import Path
+
+    from tests.support.kafka_ref import KafkaBroker
+
+    work = Path(tempfile.mkdtemp(prefix="kafka-share-bench-"))
+    # Kafka's own defaults, except what the test kit sets for a one-broker cluster (replication
+    # factors of 1, share groups enabled) and the group limit shoal's run raises too.
+    kafka = KafkaBroker(work, overrides={"group.share.max.groups": "100"}).start()
+    try:
+        assert kafka.proc is not None
+        print(f"Apache Kafka at {kafka.bootstrap}")
+        return run_cases(args, kafka.bootstrap, kafka.proc.pid, str(kafka.data_dir))
+    finally:
+        kafka.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> int:
@@ -342,22 +378,23 @@ def main() -> int:
     ap.add_argument("--queue-consumers", type=int, default=8, help="(c) ShareConsumers on the partition")
     ap.add_argument("--queue-value-bytes", type=int, default=1024, help="(c) record value size")
     ap.add_argument("-o", "--override", action="append", default=[], help="broker KEY=VALUE, repeatable")
+    ap.add_argument("--kafka", action="store_true",
+                    help="the same cases against Apache Kafka afterwards (reference/kafka/kit.sh's jars)")
     args = ap.parse_args()
     data_dir = tempfile.mkdtemp(prefix="shoal-share-bench-")
     proc, port = start_shoal(data_dir, args.override)
     bs = f"127.0.0.1:{port}"
+    print(f"shoal at {bs}")
     try:
-        if args.only in (None, "a"):
-            case_a(bs, proc.pid, data_dir, args.records, args.batch_records, args.share_max_poll_records)
-        if args.only in (None, "b"):
-            case_b(bs, proc.pid, data_dir, [int(x) for x in args.consumers.split(",")], args.seconds, args.work_ms,
-                   args.max_poll_records)
-        if args.only in (None, "c"):
-            case_c(bs, proc.pid, data_dir, args.queue_consumers, args.records, args.queue_value_bytes)
+        shoal_c = run_cases(args, bs, proc.pid, data_dir)
     finally:
         proc.terminate()
         proc.wait(30)
         shutil.rmtree(data_dir, ignore_errors=True)
+    if args.kafka:
+        kafka_c = run_on_kafka(args)
+        if shoal_c and kafka_c:
+            print(f"(c) shoal / Apache Kafka = {shoal_c / kafka_c:.2f}")
     return 0
 
 
