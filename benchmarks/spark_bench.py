@@ -15,7 +15,12 @@ cached in as many partitions as tasks, after an untimed write that starts Spark'
 workers: the timed job is the sink's, as a plain producer's time is its own. The streaming queries keep their checkpoints
 with Spark's FileSystem-based checkpoint manager (``--spark-conf
 spark.sql.streaming.checkpointFileManagerClass=...`` to choose another): Spark's default one
-spends about 80 ms more per micro-batch on a local directory, whatever the source.
+spends about 80 ms more per micro-batch on a local directory, whatever the source. Before
+the share-group cases an untimed share stream of ``--share-warm-up`` micro-batches (10 by
+default) runs, as the untimed write does for the sink: Spark's JVM takes some tens of
+micro-batches to reach its steady speed. Each share case prints its figure over the whole
+run (the first micro-batch, the Python workers' start, included) and after the first
+micro-batch.
 """
 
 from __future__ import annotations
@@ -131,6 +136,31 @@ def _steady(batches: list[dict]) -> tuple[int, float] | None:
     return sum(p["numInputRows"] for p in batches[1:]), end(batches[-1]) - end(batches[0])
 
 
+def _share_stream(spark, bootstrap: str, topic: str, group: str, parts: int, n: int, work: str
+                  ) -> tuple[int, float, list[dict]]:
+    """The share source (default options, ``numTasks`` up to 2) into Spark's noop sink until
+    ``n`` records went through: (records, seconds, progress of the micro-batches with records)."""
+    from pyspark.sql import functions as F
+
+    rows = 0
+    t = time.perf_counter()
+    q = (spark.readStream.format("shoal").option("kafka.bootstrap.servers", bootstrap)
+         .option("subscribe", topic).option("shareGroup", group)
+         .option("numTasks", str(min(parts, 2))).option("startingOffsets", "earliest")
+         .option("stateDir", os.path.join(work, "share-state")).load()
+         .select(F.length("value").alias("n")).writeStream.format("noop").start())
+    try:
+        deadline = time.monotonic() + 600
+        while rows < n and time.monotonic() < deadline:
+            time.sleep(0.2)
+            rows = sum(p["numInputRows"] for p in q.recentProgress)
+        elapsed = time.perf_counter() - t
+        batches = [p for p in q.recentProgress if p["numInputRows"]]
+    finally:
+        q.stop()
+    return rows, elapsed, batches
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=200_000)
@@ -142,6 +172,8 @@ def main() -> int:
     ap.add_argument("--record-locks", type=int,
                     help="the share groups' share.partition.max.record.locks (a group config, up to the brokers' "
                          "group.share.max.partition.max.record.locks, 4000 by default); default: the brokers' 2000")
+    ap.add_argument("--share-warm-up", type=int, default=10, metavar="BATCHES",
+                    help="micro-batches of an untimed 8-partition share stream before the measured ones (0: none)")
     ap.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                     help="a Spark session setting; repeatable. The streaming queries' checkpoints use "
                          f"{FS_CHECKPOINTS.split('=')[1].rsplit('.', 1)[1]} unless "
@@ -224,6 +256,19 @@ def main() -> int:
             _topic(bootstrap, read_topic)
             _plain_produce(bootstrap, read_topic, n, size)
 
+        # Spark's JVM runs its per-micro-batch code faster after some tens of micro-batches (in
+        # a new session, the first 8-partition micro-batches after the first took 400-460 ms
+        # against about 260 ms later): an untimed stream first, as the sink's warm-up write.
+        if args.share_warm_up:
+            warm = f"bench-warm-{stamp}"
+            _topic(bootstrap, warm, 8)
+            warm_n = args.share_warm_up * 8 * (args.record_locks or 2000)
+            _plain_produce(bootstrap, warm, warm_n, size)
+            t = time.perf_counter()
+            got, _, _ = _share_stream(spark, bootstrap, warm, f"bench-warm-{stamp}", 8, warm_n, work)
+            print(f"untimed warm-up: share-group stream, 8 partitions, {got} records in "
+                  f"{time.perf_counter() - t:.1f} s", flush=True)
+
         # the share-group source, default options, beside a plain ShareConsumer on the same topic
         eight = f"bench-p8-{stamp}"
         if 8 in share_parts:
@@ -238,22 +283,7 @@ def main() -> int:
             if args.record_locks:
                 _set_group_config(bootstrap, group, "share.partition.max.record.locks", str(args.record_locks))
             locks = args.record_locks or 2000
-            rows = 0
-            t = time.perf_counter()
-            q = (spark.readStream.format("shoal").option("kafka.bootstrap.servers", bootstrap)
-                 .option("subscribe", topic).option("shareGroup", group)
-                 .option("numTasks", str(min(parts, 2))).option("startingOffsets", "earliest")
-                 .option("stateDir", os.path.join(work, "share-state")).load()
-                 .select(F.length("value").alias("n")).writeStream.format("noop").start())
-            try:
-                deadline = time.monotonic() + 600
-                while rows < n and time.monotonic() < deadline:
-                    time.sleep(0.2)
-                    rows = sum(p["numInputRows"] for p in q.recentProgress)
-                elapsed = time.perf_counter() - t
-                batches = [p for p in q.recentProgress if p["numInputRows"]]
-            finally:
-                q.stop()
+            rows, elapsed, batches = _share_stream(spark, bootstrap, topic, group, parts, n, work)
             _line(f"share-group stream, {parts} partition(s)", rows, rows * (size // 3 * 3), elapsed)
             steady = _steady(batches)
             if steady:
