@@ -17,7 +17,7 @@ from typing import Any
 from kio.serial import entity_reader, entity_writer
 
 from ..errors import ProtocolViolation
-from ..protocol.bounds import check_request
+from ..protocol.bounds import UnknownTaggedFields, check_request
 from ..protocol.codec import codec_for
 from ..protocol.header import skip_tagged_fields
 
@@ -175,6 +175,8 @@ class PeerConnection:
         cls = codec_for(api_key, version).response_type  # type: ignore[union-attr]
         try:
             check_request(cls, body, 0)  # kio's reader must not see an array longer than the frame
+        except UnknownTaggedFields as e:  # from a newer broker: skipped, as Kafka skips them
+            body = e.frame
         except ProtocolViolation as e:
             raise ConnectionError(f"undecodable answer from {self.host}:{self.port}: {e}") from e
         value, _ = entity_reader(cls)(body, 0)

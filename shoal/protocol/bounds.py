@@ -29,6 +29,13 @@ topics, a third of kio's reader.
 
 A violation raises ProtocolViolation (the connection is closed, as Kafka closes one
 whose request does not parse). Pure.
+
+Tagged fields the schema does not know (a newer client may add some to a version this
+broker serves, which is what tagged fields are for) are skipped by Kafka's readers; kio's
+reader refuses them. The check meets them when it steps over a tagged-field section: it
+then walks the body again, noting each unknown field, and raises
+:class:`UnknownTaggedFields` with the frame rewritten without them (each section's count
+lowered), which the caller decodes instead. Only such requests pay for it.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from kio.serial._introspect import classify_field, get_field_tag, is_optional
 from ..errors import ProtocolViolation
 from .header import read_uvarint as _uv
 
-__all__ = ["check_request", "request_checker"]
+__all__ = ["UnknownTaggedFields", "check_request", "request_checker"]
 
 Checker = Callable[[bytes, int], int]
 Walker = Callable[[bytes, int, int], int]
@@ -61,6 +68,19 @@ _unpack_i16 = struct.Struct(">h").unpack_from
 _unpack_i32 = struct.Struct(">i").unpack_from
 
 
+class UnknownTaggedFields(ProtocolViolation):
+    """The body has tagged fields its schema does not know; ``frame`` is the same frame
+    without them, for the reader."""
+
+    def __init__(self, frame: bytes) -> None:
+        super().__init__("tagged fields the schema does not know")
+        self.frame = frame
+
+
+class _Unknown(Exception):
+    """An unknown tagged field met by the check (it then walks again, collecting them)."""
+
+
 def _tags(buf: bytes, pos: int, end: int, known: dict[int, Walker] | None, where: str) -> int:
     """Step over a tagged-field section; check the known fields' values inside their sizes."""
     count, pos = _uv(buf, pos)
@@ -72,10 +92,74 @@ def _tags(buf: bytes, pos: int, end: int, known: dict[int, Walker] | None, where
         if size > end - pos:
             raise ProtocolViolation(f"{where}: tagged field {tag} of {size} bytes, {end - pos} bytes left")
         walk = known.get(tag) if known else None
-        if walk is not None and walk(buf, pos, pos + size) != pos + size:
+        if walk is None:
+            raise _Unknown
+        if walk(buf, pos, pos + size) != pos + size:
             raise ProtocolViolation(f"{where}: tagged field {tag} does not fill its {size} bytes")
         pos += size
     return pos
+
+
+def _collecting_tags(unknown: list[tuple[int, int, int]], known_spans: list[tuple[int, int]]) -> Callable[..., int]:
+    """``_tags`` that notes each unknown field as (section start, field start, field end)
+    instead of stopping at it, and each known field's value as (start, end)."""
+
+    def tags(buf: bytes, pos: int, end: int, known: dict[int, Walker] | None, where: str) -> int:
+        section = pos
+        count, pos = _uv(buf, pos)
+        if count * 2 > end - pos:
+            raise ProtocolViolation(f"{where}: {count} tagged fields announced, {end - pos} bytes left")
+        for _ in range(count):
+            start = pos
+            tag, pos = _uv(buf, pos)
+            size, pos = _uv(buf, pos)
+            if size > end - pos:
+                raise ProtocolViolation(f"{where}: tagged field {tag} of {size} bytes, {end - pos} bytes left")
+            walk = known.get(tag) if known else None
+            if walk is None:
+                unknown.append((section, start, pos + size))
+            else:
+                if walk(buf, pos, pos + size) != pos + size:
+                    raise ProtocolViolation(f"{where}: tagged field {tag} does not fill its {size} bytes")
+                known_spans.append((pos, pos + size))
+            pos += size
+        return pos
+
+    return tags
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _without(buf: bytes, unknown: list[tuple[int, int, int]], known_spans: list[tuple[int, int]]) -> bytes:
+    """``buf`` without the unknown fields, each section's count lowered by those it lost."""
+    for _, start, _ in unknown:
+        if any(lo <= start < hi for lo, hi in known_spans):
+            # Dropping it would change the size of the known field around it as well.
+            raise ProtocolViolation("an unknown tagged field inside a known tagged field's value")
+    lost: dict[int, int] = {}
+    for section, _, _ in unknown:
+        lost[section] = lost.get(section, 0) + 1
+    cuts: list[tuple[int, int, bytes]] = []  # (start, end, replacement), in order
+    for section, n in lost.items():
+        count, after = _uv(buf, section)
+        cuts.append((section, after, _uvarint(count - n)))
+    cuts.extend((start, end, b"") for _, start, end in unknown)
+    cuts.sort()
+    out = bytearray()
+    pos = 0
+    for start, end, replacement in cuts:
+        out += buf[pos:start]
+        out += replacement
+        pos = end
+    out += buf[pos:]
+    return bytes(out)
 
 
 def _too_many(where: str, count: int, smallest: int, left: int) -> ProtocolViolation:
@@ -294,17 +378,30 @@ def request_checker(request_type: Any) -> Checker:
     fn = ns[top]
     where = request_type.__name__
 
-    def check(buf: bytes, pos: int) -> int:
-        if type(buf) is not bytes:
-            buf = bytes(buf)  # a memoryview has no count() for the strided check
-        end = len(buf)
+    def walk(walker: Walker, buf: bytes, pos: int, end: int) -> int:
         try:
-            pos = fn(buf, pos, end)
+            pos = walker(buf, pos, end)
         except (IndexError, struct.error):
             raise ProtocolViolation(f"{where}: body runs past the end of the frame") from None
         if pos > end:
             raise ProtocolViolation(f"{where}: body runs {pos - end} bytes past the end of the frame")
         return pos
+
+    def check(buf: bytes, pos: int) -> int:
+        if type(buf) is not bytes:
+            buf = bytes(buf)  # a memoryview has no count() for the strided check
+        try:
+            return walk(fn, buf, pos, len(buf))
+        except _Unknown:
+            pass
+        # The same walk with its own namespace (calls may run in several threads at once)
+        # whose tagged-field step collects the unknown fields.
+        unknown: list[tuple[int, int, int]] = []
+        known_spans: list[tuple[int, int]] = []
+        collecting = dict(ns, _tags=_collecting_tags(unknown, known_spans))
+        exec(code, collecting)  # noqa: S102 (as above)
+        walk(collecting[top], buf, pos, len(buf))
+        raise UnknownTaggedFields(_without(buf, unknown, known_spans))
 
     return check
 

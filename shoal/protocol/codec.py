@@ -16,7 +16,7 @@ from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_re
 from kio.serial import entity_reader, entity_writer
 
 from ..errors import ProtocolViolation
-from .bounds import request_checker
+from .bounds import UnknownTaggedFields, request_checker
 from .framing import frame
 from .header import RequestHeader, parse_request_header, response_header
 from .views import fill_absent, to_entity
@@ -68,9 +68,13 @@ def decode_request(frame_bytes: bytes, codec: Codec) -> tuple[RequestHeader, Any
 
     The body's length fields are checked against the frame first: kio's native reader
     reserves what an array announces, and a failed allocation there aborts the process.
+    Tagged fields the version's schema does not know are left out (see ``bounds``).
     """
     header, pos = parse_request_header(frame_bytes, codec.flexible)
-    codec.check_request(frame_bytes, pos)
+    try:
+        codec.check_request(frame_bytes, pos)
+    except UnknownTaggedFields as e:  # skipped, as Kafka's readers skip them
+        frame_bytes = e.frame
     try:
         body, _size = codec.read_request(frame_bytes, pos)
     except Exception as e:  # kio raises several types for bad input

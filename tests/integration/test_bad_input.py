@@ -263,3 +263,26 @@ def test_many_connections_opened_and_dropped(shared_broker, probe_topic):
         assert cid == 2 * i + 1 and resp.error_code == ErrorCode.none
         c.close()
     still_serves(shared_broker, probe_topic)
+
+
+def test_tagged_fields_the_version_lacks_are_skipped(shared_broker, probe_topic, topic_name):
+    """A newer client may add tagged fields to a version this broker serves: Kafka skips the
+    ones it does not know, and so does shoal (kio's reader alone refuses the frame)."""
+    create_topic(shared_broker.bootstrap, topic_name, 1)
+    value = b"tagged-%d" % time.monotonic_ns()
+    body = bytearray(request_bytes(produce_request(topic_name, {0: build_batch([(None, value, [], 1_700_000_000_000)])}),
+                                   correlation_id=5))
+    # Produce v9 ends with the partition's, the topic's and the request's tagged-field counts
+    # (0 each): give the partition tag 4 (2 bytes) and the request tags 7 and 12.
+    assert body[-3:] == b"\x00\x00\x00"
+    body[-3:] = b"\x01\x04\x02hi" + b"\x00" + b"\x02\x07\x00\x0c\x03abc"
+    body[:4] = struct.pack(">i", len(body) - 4)
+    with RawConnection(shared_broker.bootstrap) as conn:
+        conn.send(bytes(body))
+        cid, response = conn.read_response(0, 9)
+    assert cid == 5
+    (part,) = response.responses[0].partition_responses
+    assert part.error_code == ErrorCode.none
+    (r,) = records_of(shared_broker.bootstrap, topic_name, [0], 1)
+    assert r.value == value
+    still_serves(shared_broker, probe_topic)

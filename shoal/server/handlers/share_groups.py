@@ -18,7 +18,7 @@ import logging
 from typing import Any
 
 from ...errors import ErrorCode
-from ...groups.share_group import ShareEffects, heartbeat_assignment, hb_req, hb_resp
+from ...groups.share_group import ShareEffects, hb_req, hb_resp, heartbeat_assignment
 from ...observe.logs import log_once
 from ...protocol.messages.share_group_describe_request import ShareGroupDescribeRequest
 from ...protocol.messages.share_group_describe_response import ShareGroupDescribeResponse

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import datetime
 import random
 import struct
 import subprocess
@@ -21,7 +22,7 @@ from kio.index import load_request_schema
 from kio.serial import entity_reader
 
 from shoal.errors import ProtocolViolation
-from shoal.protocol.bounds import check_request
+from shoal.protocol.bounds import UnknownTaggedFields, check_request
 from shoal.protocol.codec import codec_for, decode_request
 from shoal.protocol.fetch_request import write_fetch_request_v12
 from shoal.protocol.header import uvarint
@@ -52,10 +53,55 @@ def test_elements_with_tagged_fields_are_stepped_over_one_by_one() -> None:
     second_tags = 29 + 33 + 32  # top-level fields and topic, first partition, second one's fields
     assert body[second_tags] == 0
     tagged = body[:second_tags] + b"\x01\x07\x02ab" + body[second_tags + 1:]  # tag 7, 2 bytes
-    assert check_request(cls, tagged, 0) == len(tagged)
+    with pytest.raises(UnknownTaggedFields) as unknown:  # Fetch v12 has no tag 7 there
+        check_request(cls, tagged, 0)
+    assert unknown.value.frame == body
     overlong = body[:second_tags] + b"\x01\x07\x7fab" + body[second_tags + 1:]
     with pytest.raises(ProtocolViolation, match="tagged field 7"):
         check_request(cls, overlong, 0)
+
+
+def test_unknown_tagged_fields_are_skipped_as_kafka_skips_them() -> None:
+    """A newer client may send tagged fields this version's schema lacks: the request is
+    decoded without them, the known ones kept (kio's reader alone refuses the frame)."""
+    from kio.schema.fetch.v15.request import FetchPartition, FetchRequest, FetchTopic, ReplicaState
+
+    cls = load_request_schema(1, 15)
+    want = FetchRequest(max_wait=datetime.timedelta(milliseconds=500), min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                        session_epoch=-1, rack_id="", cluster_id="c1",
+                        replica_state=ReplicaState(replica_id=-1, replica_epoch=3),  # written: not the default
+                        forgotten_topics_data=(), topics=(FetchTopic(topic_id=None, partitions=tuple(
+                            FetchPartition(partition=p, current_leader_epoch=0, fetch_offset=5, last_fetched_epoch=-1,
+                                           log_start_offset=-1, partition_max_bytes=100) for p in range(2)),),))
+    body = encode(want)
+    # The top level ends with its tagged fields: ClusterId (tag 0) and ReplicaState (tag 1).
+    # Add unknown tags 9 (at the top, between the known ones' and after them) and 3 (in a
+    # partition).
+    top_count = len(body) - len(encode(want.replica_state)) - 2 - (1 + 1 + 3) - 1
+    assert body[top_count] == 2
+    extended = bytearray(body)
+    extended[top_count] = 4
+    extended += b"\x09\x03xyz" + b"\x0a\x00"
+    # 21 bytes of top-level fields, the topics' count, a topic id, the partitions' count,
+    # then partitions of 33 bytes each, the last one their tagged-field count.
+    end_of_first = 21 + 1 + 16 + 1 + 32
+    assert extended[end_of_first] == 0 and extended[end_of_first + 1:end_of_first + 5] == bytes.fromhex("00000001")
+    extended[end_of_first:end_of_first + 1] = b"\x01\x03\x01q"
+    with pytest.raises(UnknownTaggedFields):
+        check_request(cls, bytes(extended), 0)
+    hdr = header(1, 15, True)
+    _, got = decode_request(hdr + bytes(extended), codec_for(1, 15))
+    assert got == want
+    with pytest.raises(KeyError, match="Unknown tagged field"):  # what kio alone does
+        entity_reader(cls)(bytes(extended), 0)
+
+
+def test_an_unknown_tagged_field_running_past_the_frame_is_still_refused() -> None:
+    from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+    body = encode(ApiVersionsRequest(client_software_name="c", client_software_version="1"))
+    with pytest.raises(ProtocolViolation, match="tagged field 5 of 9 bytes"):
+        decode_request(header(18, 3, True) + body[:-1] + b"\x01\x05\x09ab", codec_for(18, 3))
 
 
 def uv(n: int) -> bytes:
@@ -129,7 +175,7 @@ import random, struct, sys
 from kio.index import load_request_schema
 from kio.serial import entity_reader
 from shoal.errors import ProtocolViolation
-from shoal.protocol.bounds import check_request
+from shoal.protocol.bounds import UnknownTaggedFields, check_request
 from tests.support.fuzz import encode, random_entity
 from tests.unit.protocol.test_bounds import SERVED, _PATCHES
 
