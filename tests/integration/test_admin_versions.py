@@ -197,7 +197,7 @@ def test_describe_and_alter_configs_every_version(shared_broker, topic) -> None:
                 retention = configs["retention.ms"]
                 assert (retention.value, retention.config_source) == ("60000", 1)
                 if synonyms:  # the topic's override, then the broker's chain down to the default
-                    assert [(s.name, s.source) for s in retention.synonyms][0] == ("retention.ms", 1)
+                    assert (retention.synonyms[0].name, retention.synonyms[0].source) == ("retention.ms", 1)
                     assert retention.synonyms[-1].source == 5  # DEFAULT_CONFIG
                 else:
                     assert retention.synonyms == ()
