@@ -14,16 +14,21 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING
 
+from ...cluster.metadata import BrokerEndpoint
 from ...coordinator.partitioning import coordinator_partition
 from ...errors import ErrorCode
-from ...protocol.entities import make, sub
+from ...protocol.messages.describe_cluster_request import DescribeClusterRequest
+from ...protocol.messages.describe_cluster_response import DescribeClusterBroker, DescribeClusterResponse
+from ...protocol.messages.find_coordinator_request import FindCoordinatorRequest
+from ...protocol.messages.find_coordinator_response import Coordinator, FindCoordinatorResponse
 from ...security.acls import CLUSTER_NAME, Operation, ResourceType
 from ...security.authz import allowed
 from ...security.serving import client_endpoint
 from ...share.coordinator import SharePartitionKey
 from ...share.coordinator import partition_for as share_partition_for
+from ..context import RequestContext
 from ..dispatch import api
 from ..internal_topics import (
     OFFSETS_TOPIC,
@@ -32,19 +37,20 @@ from ..internal_topics import (
     ensure_internal_topic,
 )
 
+if TYPE_CHECKING:
+    from ..broker import Broker
+
 GROUP, TRANSACTION, SHARE = 0, 1, 2
 
 
 @api(60, 0, 1)
-def handle_describe_cluster(ctx: Any, request: Any) -> Any:
+def handle_describe_cluster(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
     b = ctx.broker
-    cls = ctx.response_type
-    bcls = sub(cls, "DescribeClusterBroker")
-    brokers = tuple(make(bcls, broker_id=e.node_id, host=hp[0], port=hp[1], rack=e.rack, is_fenced=False)
+    brokers = tuple(DescribeClusterBroker(broker_id=e.node_id, host=hp[0], port=hp[1], rack=e.rack, is_fenced=False)
                     for e in b.cluster.brokers() if (hp := client_endpoint(ctx, e)) is not None)
-    return make(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, endpoint_type=1,
-                cluster_id=b.cluster_id, controller_id=b.cluster.controller_id(), brokers=brokers,
-                cluster_authorized_operations=-2147483648)
+    return DescribeClusterResponse(throttle_time=0, error_code=ErrorCode.none, error_message=None, endpoint_type=1,
+                                   cluster_id=b.cluster_id, controller_id=b.cluster.controller_id(), brokers=brokers,
+                                   cluster_authorized_operations=-2147483648)
 
 
 def valid_share_key(key: str) -> bool:
@@ -71,7 +77,7 @@ def _b64_uuid(text: str) -> uuid.UUID:
     return uuid.UUID(bytes=raw)
 
 
-def _coordinator_error(ctx: Any, key_type: int, key: str) -> tuple[ErrorCode, str | None]:
+def _coordinator_error(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, str | None]:
     if key_type not in (GROUP, TRANSACTION, SHARE):
         return ErrorCode.invalid_request, f"unknown coordinator key type {key_type}"
     if key_type == SHARE and ctx.api_version < 6:
@@ -108,7 +114,7 @@ def coordinator_partition_of(key_type: int, key: str, num_partitions: int) -> in
     return coordinator_partition(key, num_partitions)
 
 
-def _coordinator(b: Any, topic: str, key_type: int, key: str) -> Any:
+def _coordinator(b: Broker, topic: str, key_type: int, key: str) -> BrokerEndpoint | None:
     """The live leader of ``key``'s partition of ``topic``, or None."""
     node = b.cluster
     rec = node.store.snapshot.topics.get(topic)
@@ -117,14 +123,14 @@ def _coordinator(b: Any, topic: str, key_type: int, key: str) -> Any:
     view = node.partition(topic, coordinator_partition_of(key_type, key, rec.num_partitions))
     if view is None or view.leader < 0:
         return None
-    return next((e for e in node.brokers() if e.node_id == view.leader), None)
+    endpoint: BrokerEndpoint | None = next((e for e in node.brokers() if e.node_id == view.leader), None)
+    return endpoint
 
 
 @api(10, 0, 6)
-async def handle_find_coordinator(ctx: Any, request: Any) -> Any:
+async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     b = ctx.broker
-    cls = ctx.response_type
-    key_type = getattr(request, "key_type", GROUP)
+    key_type = request.key_type  # v0 has none: reads 0, GROUP
     keys = [request.key] if ctx.api_version < 4 else list(request.coordinator_keys)
     topic = {SHARE: SHARE_STATE_TOPIC, TRANSACTION: TRANSACTION_STATE_TOPIC}.get(key_type, OFFSETS_TOPIC)
     clustered = b.cluster.clustered and key_type in (GROUP, TRANSACTION, SHARE)
@@ -133,7 +139,7 @@ async def handle_find_coordinator(ctx: Any, request: Any) -> Any:
     elif key_type == TRANSACTION and (txns := b.extensions.get("transactions")) is not None:
         txns.ensure_loaded()  # one broker: __transaction_state is created on first use, as in Kafka
 
-    def coordinator_of(key: str) -> Any:
+    def coordinator_of(key: str) -> BrokerEndpoint | None:
         coord = _coordinator(b, topic, key_type, key) if clustered else b.cluster.coordinator()
         if coord is None:
             return None
@@ -147,9 +153,9 @@ async def handle_find_coordinator(ctx: Any, request: Any) -> Any:
         if code is ErrorCode.none and coord is None:
             code = ErrorCode.coordinator_not_available
         ok = code is ErrorCode.none
-        return make(cls, throttle_time=0, error_code=code, error_message=msg, node_id=node_id if ok else -1,
-                    host=host if ok else "", port=port if ok else -1)
-    ccls = sub(cls, "Coordinator")
+        return FindCoordinatorResponse(throttle_time=0, error_code=code, error_message=msg,
+                                       node_id=node_id if ok else -1, host=host if ok else "",
+                                       port=port if ok else -1)
     out = []
     for key in request.coordinator_keys:
         code, msg = _coordinator_error(ctx, key_type, key)
@@ -160,6 +166,6 @@ async def handle_find_coordinator(ctx: Any, request: Any) -> Any:
             node_id, host, port = -1, "", -1
         else:
             node_id, host, port = coord.node_id, coord.host, coord.port
-        out.append(make(ccls, key=key, node_id=node_id, host=host, port=port, error_code=code,
-                        error_message=msg))
-    return make(cls, throttle_time=0, coordinators=tuple(out))
+        out.append(Coordinator(key=key, node_id=node_id, host=host, port=port, error_code=code,
+                               error_message=msg))
+    return FindCoordinatorResponse(throttle_time=0, coordinators=tuple(out))

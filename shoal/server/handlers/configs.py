@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from ...config import (
     CONFIG_DEFS,
@@ -32,11 +32,30 @@ from ...config import (
     topic_keys,
 )
 from ...errors import ApiError, ErrorCode
-from ...protocol.entities import make, sub
+from ...protocol.messages import alter_configs_response as alter_views
+from ...protocol.messages import incremental_alter_configs_response as incremental_views
+from ...protocol.messages.alter_configs_request import AlterConfigsRequest, AlterConfigsResource
+from ...protocol.messages.alter_configs_response import AlterConfigsResponse
+from ...protocol.messages.describe_configs_request import DescribeConfigsRequest, DescribeConfigsResource
+from ...protocol.messages.describe_configs_response import (
+    DescribeConfigsResourceResult,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
+    DescribeConfigsSynonym,
+)
+from ...protocol.messages.incremental_alter_configs_request import (
+    AlterConfigsResource as IncrementalAlterConfigsResource,
+)
+from ...protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest
+from ...protocol.messages.incremental_alter_configs_response import IncrementalAlterConfigsResponse
 from ...security.acls import CLUSTER_NAME, Operation, ResourceType
 from ...security.authz import allowed, per_entry
+from ..context import RequestContext
 from ..dispatch import api
-from .metadata import INTERNAL_TOPICS
+from .metadata import INTERNAL_TOPICS, log_store
+
+if TYPE_CHECKING:
+    from ..broker import Broker
 
 log = logging.getLogger("shoal.configs")
 
@@ -59,7 +78,7 @@ class ConfigEntry:
     synonyms: tuple[tuple[str, str | None, str], ...] = ()
 
 
-def to_text(value: Any) -> str | None:
+def to_text(value: object) -> str | None:
     if value is None:
         return None
     if isinstance(value, bool):
@@ -69,7 +88,7 @@ def to_text(value: Any) -> str | None:
     return str(value)
 
 
-def _broker_source(broker: Any, name: str) -> str:
+def _broker_source(broker: Broker, name: str) -> str:
     """Where a broker key's value comes from: this broker's dynamic config (set with
     AlterConfigs on resource BROKER ``<node id>``), the properties file or ``-o``, or the default."""
     if name in broker.dynamic_configs.broker:
@@ -78,7 +97,7 @@ def _broker_source(broker: Any, name: str) -> str:
     return "static_broker" if broker.dynamic_configs.static_values().get(name, default) != default else "default"
 
 
-def _broker_synonyms(broker: Any, name: str) -> list[tuple[str, str | None, str]]:
+def _broker_synonyms(broker: Broker, name: str) -> list[tuple[str, str | None, str]]:
     """Kafka's synonym chain of a broker key: dynamic, static, default (those that are set)."""
     d = CONFIG_DEFS[name]
     out: list[tuple[str, str | None, str]] = []
@@ -91,7 +110,7 @@ def _broker_synonyms(broker: Any, name: str) -> list[tuple[str, str | None, str]
     return out
 
 
-def topic_config_entries(broker: Any, overrides: dict[str, str]) -> list[ConfigEntry]:
+def topic_config_entries(broker: Broker, overrides: dict[str, str]) -> list[ConfigEntry]:
     out = []
     for d in topic_keys():
         synonym = topic_broker_synonym(d)
@@ -116,7 +135,7 @@ def topic_config_entries(broker: Any, overrides: dict[str, str]) -> list[ConfigE
     return out
 
 
-def broker_config_entries(broker: Any) -> list[ConfigEntry]:
+def broker_config_entries(broker: Broker) -> list[ConfigEntry]:
     out = []
     for d in CONFIG_DEFS.values():
         if d.scope is not Scope.BROKER:
@@ -127,7 +146,7 @@ def broker_config_entries(broker: Any) -> list[ConfigEntry]:
     return out
 
 
-def group_config_entries(broker: Any, group_id: str) -> list[ConfigEntry]:
+def group_config_entries(broker: Broker, group_id: str) -> list[ConfigEntry]:
     overrides = broker.dynamic_configs.groups.get(group_id, {})
     out = []
     for d in CONFIG_DEFS.values():
@@ -155,7 +174,7 @@ def parse_by_duration(text: str) -> int:
     return int(((int(d or 0) * 24 + int(h or 0)) * 60 + int(mi or 0)) * 60_000 + float(s or 0) * 1000)
 
 
-def check_group_config(broker: Any, name: str, value: str) -> None:
+def check_group_config(broker: Broker, name: str, value: str) -> None:
     """Raise ApiError(INVALID_CONFIG) if ``value`` is not valid for group config ``name``."""
     d = CONFIG_DEFS.get(name)
     if d is None or d.scope is not Scope.GROUP:
@@ -195,9 +214,9 @@ def check_group_config(broker: Any, name: str, value: str) -> None:
                            "share.auto.offset.reset must be latest, earliest or by_duration:<ISO-8601>") from None
 
 
-def _check_group_configs_together(broker: Any, overrides: Mapping[str, str | None]) -> None:
+def _check_group_configs_together(broker: Broker, overrides: Mapping[str, str | None]) -> None:
     """KIP-932: a group's heartbeat interval must be shorter than its session timeout."""
-    def effective(name: str) -> Any:
+    def effective(name: str) -> int:
         raw = overrides.get(name)
         return parse_value(name, raw) if raw is not None else broker.config.resolve(name)
 
@@ -207,7 +226,7 @@ def _check_group_configs_together(broker: Any, overrides: Mapping[str, str | Non
                        f"share.heartbeat.interval.ms ({hb}) must be less than share.session.timeout.ms ({session})")
 
 
-def _check_broker_configs_together(broker: Any, dynamic: Mapping[str, str | None]) -> None:
+def _check_broker_configs_together(broker: Broker, dynamic: Mapping[str, str | None]) -> None:
     """The share-group broker settings as they would be once ``dynamic`` replaces the
     dynamic broker configs: each default within its min and max, heartbeat < session."""
     values = broker.dynamic_configs.static_values()
@@ -266,12 +285,12 @@ def _apply_ops(current: dict[str, str], ops: list[tuple[str, int, str | None]]) 
     return new
 
 
-def _refresh_log_configs(broker: Any) -> None:
+def _refresh_log_configs(broker: Broker) -> None:
     """Re-resolve every partition's settings after a broker default (``log.*``) changed.
 
     A topic without its own override follows the broker's dynamic default, as in Kafka.
     """
-    store = broker.store
+    store = log_store(broker)
     for meta in store.topics():
         cfg = store.log_config(meta.name)
         for i in range(meta.num_partitions):
@@ -312,7 +331,7 @@ def _new_topic_configs(current: dict[str, str], ops: list[tuple[str, int, str | 
     return new
 
 
-async def _alter_topic_in_cluster(broker: Any, name: str, ops: list[tuple[str, int, str | None]],
+async def _alter_topic_in_cluster(broker: Broker, name: str, ops: list[tuple[str, int, str | None]],
                                   validate_only: bool, replace: bool) -> None:
     """Cluster mode: the topic's configs change in etcd; every broker applies them from its watch."""
     old, new = await broker.cluster.alter_topic_configs(
@@ -321,7 +340,7 @@ async def _alter_topic_in_cluster(broker: Any, name: str, ops: list[tuple[str, i
         _log_change("topic", name, old, new)
 
 
-def _new_group_configs(broker: Any, current: dict[str, str], ops: list[tuple[str, int, str | None]],
+def _new_group_configs(broker: Broker, current: dict[str, str], ops: list[tuple[str, int, str | None]],
                        replace: bool) -> dict[str, str]:
     new = _apply_ops({} if replace else current, ops)
     for k, v in new.items():
@@ -330,7 +349,7 @@ def _new_group_configs(broker: Any, current: dict[str, str], ops: list[tuple[str
     return new
 
 
-async def _alter_group_in_cluster(broker: Any, name: str, ops: list[tuple[str, int, str | None]],
+async def _alter_group_in_cluster(broker: Broker, name: str, ops: list[tuple[str, int, str | None]],
                                   validate_only: bool, replace: bool) -> None:
     """Cluster mode: the group's configs change in etcd; every broker applies them from its watch."""
     old, new = await broker.cluster.alter_group_configs(
@@ -339,8 +358,8 @@ async def _alter_group_in_cluster(broker: Any, name: str, ops: list[tuple[str, i
         _log_change("group", name, old, new)
 
 
-def alter_resource(broker: Any, resource_type: int, name: str, ops: list[tuple[str, int, str | None]],
-                   validate_only: bool, replace: bool = False) -> Any:
+def alter_resource(broker: Broker, resource_type: int, name: str, ops: list[tuple[str, int, str | None]],
+                   validate_only: bool, replace: bool = False) -> Awaitable[None] | None:
     """Apply config operations to one resource, all or nothing. Raises ApiError.
 
     Returns an awaitable for a topic or group in cluster mode (the change goes through
@@ -349,13 +368,14 @@ def alter_resource(broker: Any, resource_type: int, name: str, ops: list[tuple[s
     if resource_type == TOPIC and broker.cluster.clustered:
         return _alter_topic_in_cluster(broker, name, ops, validate_only, replace)
     if resource_type == TOPIC:
-        meta = broker.store.get_topic(name)
+        store = log_store(broker)
+        meta = store.get_topic(name)
         if meta is None:
             raise ApiError(ErrorCode.unknown_topic_or_partition)
         new = _new_topic_configs(dict(meta.configs), ops, replace, name)
         if not validate_only:
             old = dict(meta.configs)
-            broker.store.alter_topic_configs(name, new, [k for k in meta.configs if k not in new])
+            store.alter_topic_configs(name, new, [k for k in meta.configs if k not in new])
             _log_change("topic", name, old, new)
     elif resource_type == BROKER:
         if name == "":
@@ -388,10 +408,25 @@ def alter_resource(broker: Any, resource_type: int, name: str, ops: list[tuple[s
     return None
 
 
-def _config_refusal(ctx: Any, operation: int, make_result: Any) -> Any:
+class _Resource(Protocol):
+    """A config resource of a request (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs)."""
+
+    @property
+    def resource_type(self) -> int: ...
+
+    @property
+    def resource_name(self) -> str: ...
+
+
+R = TypeVar("R", bound=_Resource)
+Result = TypeVar("Result")
+
+
+def _config_refusal(ctx: RequestContext, operation: int,
+                    make_result: Callable[[R, ErrorCode], Result]) -> Callable[[R], Result | None]:
     """Kafka's check of a config resource: a topic's on the TOPIC, a group's on the GROUP,
     a broker's (and its loggers', client metrics') on the CLUSTER."""
-    def refusal(res: Any) -> Any:
+    def refusal(res: R) -> Result | None:
         if res.resource_type == TOPIC:
             ok, code = allowed(ctx, operation, ResourceType.TOPIC, res.resource_name), \
                 ErrorCode.topic_authorization_failed
@@ -406,29 +441,28 @@ def _config_refusal(ctx: Any, operation: int, make_result: Any) -> Any:
 
 
 @api(32, 1, 4)
-def handle_describe_configs(ctx: Any, request: Any) -> Any:
+def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     if ctx.broker.authorizer is None:
         return _describe_configs(ctx, request)
-    rcls = sub(ctx.response_type, "DescribeConfigsResult")
-    return per_entry(ctx, request, _describe_configs, "resources", "results", _config_refusal(
-        ctx, Operation.DESCRIBE_CONFIGS, lambda res, code: make(
-            rcls, error_code=code, error_message="Authorization failed.", resource_type=res.resource_type,
-            resource_name=res.resource_name, configs=())))
+
+    def refused(res: DescribeConfigsResource, code: ErrorCode) -> DescribeConfigsResult:
+        return DescribeConfigsResult(error_code=code, error_message="Authorization failed.",
+                                     resource_type=res.resource_type, resource_name=res.resource_name, configs=())
+
+    answer: DescribeConfigsResponse = per_entry(ctx, request, _describe_configs, "resources", "results",
+                                                _config_refusal(ctx, Operation.DESCRIBE_CONFIGS, refused))
+    return answer
 
 
-def _describe_configs(ctx: Any, request: Any) -> Any:
+def _describe_configs(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     broker = ctx.broker
-    cls = ctx.response_type
-    rcls = sub(cls, "DescribeConfigsResult")
-    ecls = sub(cls, "DescribeConfigsResourceResult")
-    scls = sub(cls, "DescribeConfigsSynonym")
-    include_synonyms = getattr(request, "include_synonyms", False)
-    include_docs = getattr(request, "include_documentation", False)
+    include_synonyms = request.include_synonyms
+    include_docs = request.include_documentation  # v3 on; before, reads False
     results = []
     for res in request.resources:
         try:
             if res.resource_type == TOPIC:
-                meta = broker.store.get_topic(res.resource_name)
+                meta = log_store(broker).get_topic(res.resource_name)
                 if meta is None:
                     raise ApiError(ErrorCode.unknown_topic_or_partition)
                 entries = topic_config_entries(broker, dict(meta.configs))
@@ -446,83 +480,135 @@ def _describe_configs(ctx: Any, request: Any) -> Any:
                 keys = set(res.configuration_keys)
                 entries = [e for e in entries if e.name in keys]
             configs = tuple(
-                make(ecls, name=e.name, value=e.value, read_only=e.read_only,
-                     config_source=CONFIG_SOURCE[e.source], is_sensitive=e.name in SENSITIVE_KEYS,
-                     is_default=e.source == "default", config_type=e.config_type,
-                     documentation=e.doc if include_docs else None,
-                     synonyms=tuple(make(scls, name=n, value=v, source=CONFIG_SOURCE[s]) for n, v, s in e.synonyms)
-                     if include_synonyms else ())
+                DescribeConfigsResourceResult(
+                    name=e.name, value=e.value, read_only=e.read_only, config_source=CONFIG_SOURCE[e.source],
+                    is_sensitive=e.name in SENSITIVE_KEYS, config_type=e.config_type,
+                    documentation=e.doc if include_docs else None,
+                    synonyms=tuple(DescribeConfigsSynonym(name=n, value=v, source=CONFIG_SOURCE[s])
+                                   for n, v, s in e.synonyms) if include_synonyms else ())
                 for e in entries
             )
-            results.append(make(rcls, error_code=ErrorCode.none, error_message=None,
-                                resource_type=res.resource_type, resource_name=res.resource_name, configs=configs))
+            results.append(DescribeConfigsResult(error_code=ErrorCode.none, error_message=None,
+                                                 resource_type=res.resource_type, resource_name=res.resource_name,
+                                                 configs=configs))
         except ApiError as e:
-            results.append(make(rcls, error_code=e.error_code, error_message=e.message,
-                                resource_type=res.resource_type, resource_name=res.resource_name, configs=()))
-    return make(cls, throttle_time=0, results=tuple(results))
+            results.append(DescribeConfigsResult(error_code=e.error_code, error_message=e.message,
+                                                 resource_type=res.resource_type, resource_name=res.resource_name,
+                                                 configs=()))
+    return DescribeConfigsResponse(throttle_time=0, results=tuple(results))
 
 
-def _alter_response(ctx: Any, request: Any, incremental: bool) -> Any:
-    if ctx.broker.cluster.clustered and any(res.resource_type in (TOPIC, GROUP) for res in request.resources):
-        return _alter_response_async(ctx, request, incremental)
-    cls = ctx.response_type
-    rcls = sub(cls, "AlterConfigsResourceResponse")
+AlterResult = TypeVar("AlterResult", alter_views.AlterConfigsResourceResponse,
+                      incremental_views.AlterConfigsResourceResponse)
+AlterResource = AlterConfigsResource | IncrementalAlterConfigsResource
+
+
+Ops = list[tuple[str, int, str | None]]
+"""A resource's changes: (config name, operation, value)."""
+
+
+def _alter_results(ctx: RequestContext, changes: Sequence[tuple[AlterResource, Ops]], validate_only: bool,
+                   replace: bool, result: Callable[[AlterResource, ApiError | None], AlterResult],
+                   ) -> list[AlterResult] | Awaitable[list[AlterResult]]:
+    """Each resource's outcome (all of its changes or none), as ``result(resource, error)``;
+    ``replace``: the changes replace the resource's whole set of overrides (AlterConfigs)."""
+    if ctx.broker.cluster.clustered and any(res.resource_type in (TOPIC, GROUP) for res, _ in changes):
+        return _alter_results_async(ctx, changes, validate_only, replace, result)
     out = []
-    for res in request.resources:
+    for res, ops in changes:
         try:
-            alter_resource(ctx.broker, res.resource_type, res.resource_name, _ops(res, incremental),
-                           request.validate_only, replace=not incremental)
-            out.append(_resource_result(rcls, res, None))
+            alter_resource(ctx.broker, res.resource_type, res.resource_name, ops, validate_only, replace=replace)
+            out.append(result(res, None))
         except ApiError as e:
-            out.append(_resource_result(rcls, res, e))
-    return make(cls, throttle_time=0, responses=tuple(out))
+            out.append(result(res, e))
+    return out
 
 
-async def _alter_response_async(ctx: Any, request: Any, incremental: bool) -> Any:
-    cls = ctx.response_type
-    rcls = sub(cls, "AlterConfigsResourceResponse")
+async def _alter_results_async(ctx: RequestContext, changes: Sequence[tuple[AlterResource, Ops]],
+                               validate_only: bool, replace: bool,
+                               result: Callable[[AlterResource, ApiError | None], AlterResult],
+                               ) -> list[AlterResult]:
     out = []
-    for res in request.resources:
+    for res, ops in changes:
         try:
-            done = alter_resource(ctx.broker, res.resource_type, res.resource_name, _ops(res, incremental),
-                                  request.validate_only, replace=not incremental)
+            done = alter_resource(ctx.broker, res.resource_type, res.resource_name, ops, validate_only,
+                                  replace=replace)
             if done is not None:
                 await done
-            out.append(_resource_result(rcls, res, None))
+            out.append(result(res, None))
         except ApiError as e:
-            out.append(_resource_result(rcls, res, e))
-    return make(cls, throttle_time=0, responses=tuple(out))
+            out.append(result(res, e))
+    return out
 
 
-def _ops(res: Any, incremental: bool) -> list[tuple[str, int, str | None]]:
-    if incremental:
-        return [(c.name, c.config_operation, c.value) for c in res.configs]
-    return [(c.name, SET, c.value) for c in res.configs]
+def _alter_result(res: AlterResource, e: ApiError | None) -> alter_views.AlterConfigsResourceResponse:
+    return alter_views.AlterConfigsResourceResponse(
+        error_code=e.error_code if e else ErrorCode.none, error_message=e.message if e else None,
+        resource_type=res.resource_type, resource_name=res.resource_name)
 
 
-def _resource_result(rcls: type, res: Any, e: ApiError | None) -> Any:
-    return make(rcls, error_code=e.error_code if e else ErrorCode.none, error_message=e.message if e else None,
-                resource_type=res.resource_type, resource_name=res.resource_name)
+def _incremental_result(res: AlterResource, e: ApiError | None) -> incremental_views.AlterConfigsResourceResponse:
+    return incremental_views.AlterConfigsResourceResponse(
+        error_code=e.error_code if e else ErrorCode.none, error_message=e.message if e else None,
+        resource_type=res.resource_type, resource_name=res.resource_name)
+
+
+def _alter_configs(ctx: RequestContext,
+                   request: AlterConfigsRequest) -> AlterConfigsResponse | Awaitable[AlterConfigsResponse]:
+    changes = [(res, [(c.name, SET, c.value) for c in res.configs]) for res in request.resources]
+    results = _alter_results(ctx, changes, request.validate_only, True, _alter_result)
+    if isinstance(results, list):
+        return AlterConfigsResponse(throttle_time=0, responses=tuple(results))
+
+    async def later(pending: Awaitable[list[alter_views.AlterConfigsResourceResponse]]) -> AlterConfigsResponse:
+        return AlterConfigsResponse(throttle_time=0, responses=tuple(await pending))
+    return later(results)
+
+
+def _incremental_alter_configs(
+        ctx: RequestContext, request: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse | Awaitable[IncrementalAlterConfigsResponse]:
+    changes = [(res, [(c.name, c.config_operation, c.value) for c in res.configs]) for res in request.resources]
+    results = _alter_results(ctx, changes, request.validate_only, False, _incremental_result)
+    if isinstance(results, list):
+        return IncrementalAlterConfigsResponse(throttle_time=0, responses=tuple(results))
+
+    async def later(pending: Awaitable[list[incremental_views.AlterConfigsResourceResponse]],
+                    ) -> IncrementalAlterConfigsResponse:
+        return IncrementalAlterConfigsResponse(throttle_time=0, responses=tuple(await pending))
+    return later(results)
+
+
+def _refused_alter(res: AlterConfigsResource, code: ErrorCode) -> alter_views.AlterConfigsResourceResponse:
+    return alter_views.AlterConfigsResourceResponse(error_code=code, error_message="Authorization failed.",
+                                                    resource_type=res.resource_type, resource_name=res.resource_name)
+
+
+def _refused_incremental(res: IncrementalAlterConfigsResource,
+                         code: ErrorCode) -> incremental_views.AlterConfigsResourceResponse:
+    return incremental_views.AlterConfigsResourceResponse(
+        error_code=code, error_message="Authorization failed.", resource_type=res.resource_type,
+        resource_name=res.resource_name)
 
 
 @api(33, 0, 2)
-def handle_alter_configs(ctx: Any, request: Any) -> Any:
-    return _authorized_alter(ctx, request, incremental=False)
+def handle_alter_configs(ctx: RequestContext,
+                         request: AlterConfigsRequest) -> AlterConfigsResponse | Awaitable[AlterConfigsResponse]:
+    if ctx.broker.authorizer is None:
+        return _alter_configs(ctx, request)
+    answer: AlterConfigsResponse | Awaitable[AlterConfigsResponse] = per_entry(
+        ctx, request, _alter_configs, "resources", "responses",
+        _config_refusal(ctx, Operation.ALTER_CONFIGS, _refused_alter))
+    return answer
 
 
 @api(44, 0, 1)
-def handle_incremental_alter_configs(ctx: Any, request: Any) -> Any:
-    return _authorized_alter(ctx, request, incremental=True)
-
-
-def _authorized_alter(ctx: Any, request: Any, *, incremental: bool) -> Any:
-    def serve(c: Any, r: Any) -> Any:
-        return _alter_response(c, r, incremental=incremental)
-
+def handle_incremental_alter_configs(
+        ctx: RequestContext, request: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse | Awaitable[IncrementalAlterConfigsResponse]:
     if ctx.broker.authorizer is None:
-        return serve(ctx, request)
-    rcls = sub(ctx.response_type, "AlterConfigsResourceResponse")
-    return per_entry(ctx, request, serve, "resources", "responses", _config_refusal(
-        ctx, Operation.ALTER_CONFIGS, lambda res, code: make(
-            rcls, error_code=code, error_message="Authorization failed.", resource_type=res.resource_type,
-            resource_name=res.resource_name)))
+        return _incremental_alter_configs(ctx, request)
+    answer: IncrementalAlterConfigsResponse | Awaitable[IncrementalAlterConfigsResponse] = per_entry(
+        ctx, request, _incremental_alter_configs, "resources", "responses",
+        _config_refusal(ctx, Operation.ALTER_CONFIGS, _refused_incremental))
+    return answer

@@ -11,38 +11,47 @@ A null topic list means every partition (internal topics excepted).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ...errors import ApiError, ErrorCode
-from ...protocol.entities import make, sub
-from ...security.authz import ALTER, cluster_refusal
+from ...protocol.messages.elect_leaders_request import ElectLeadersRequest
+from ...protocol.messages.elect_leaders_response import (
+    ElectLeadersResponse,
+    PartitionResult,
+    ReplicaElectionResult,
+)
+from ...security.authz import ALTER, CLUSTER, CLUSTER_RESOURCE, allowed
+from ..context import RequestContext
 from ..dispatch import api
-from .metadata import INTERNAL_TOPICS
+from .metadata import INTERNAL_TOPICS, log_store
+
+if TYPE_CHECKING:
+    from ..broker import Broker
 
 PREFERRED, UNCLEAN = 0, 1
 
 
-def _targets(broker: Any, request: Any) -> list[tuple[str, list[int]]]:
+def _targets(broker: Broker, request: ElectLeadersRequest) -> list[tuple[str, list[int]]]:
     if request.topic_partitions is None:
-        return [(m.name, list(range(m.num_partitions))) for m in broker.store.topics() if m.name not in INTERNAL_TOPICS]
+        return [(m.name, list(range(m.num_partitions))) for m in log_store(broker).topics()
+                if m.name not in INTERNAL_TOPICS]
     return [(t.topic, list(t.partitions)) for t in request.topic_partitions]
 
 
 @api(43, 0, 2)
-async def handle_elect_leaders(ctx: Any, request: Any) -> Any:
-    if (denied := cluster_refusal(ctx, ALTER, replica_election_results=())) is not None:
-        return denied
+async def handle_elect_leaders(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse:
     broker = ctx.broker
-    cls = ctx.response_type
-    rcls = sub(cls, "ReplicaElectionResult")
-    pcls = sub(cls, "PartitionResult")
-    election_type = getattr(request, "election_type", PREFERRED)
+    if broker.authorizer is not None and not allowed(ctx, ALTER, CLUSTER, CLUSTER_RESOURCE):
+        return ElectLeadersResponse(throttle_time=0, error_code=ErrorCode.cluster_authorization_failed)
+    election_type = request.election_type  # v0 has none: reads 0, PREFERRED
+    store = log_store(broker)
     results = []
     for topic, partitions in _targets(broker, request):
-        meta = broker.store.get_topic(topic)
+        meta = store.get_topic(topic)
         out = []
         for index in partitions:
-            code, message = ErrorCode.none, None
+            code: ErrorCode = ErrorCode.none
+            message: str | None = None
             try:
                 if meta is None or not 0 <= index < meta.num_partitions or topic in INTERNAL_TOPICS:
                     raise ApiError(ErrorCode.unknown_topic_or_partition)
@@ -53,6 +62,6 @@ async def handle_elect_leaders(ctx: Any, request: Any) -> Any:
                 await broker.cluster.elect_preferred(topic, index)
             except ApiError as e:
                 code, message = e.error_code, e.message if e.message != e.error_code.name else None
-            out.append(make(pcls, partition_id=index, error_code=code, error_message=message))
-        results.append(make(rcls, topic=topic, partition_result=tuple(out)))
-    return make(cls, throttle_time=0, error_code=ErrorCode.none, replica_election_results=tuple(results))
+            out.append(PartitionResult(partition_id=index, error_code=code, error_message=message))
+        results.append(ReplicaElectionResult(topic=topic, partition_result=tuple(out)))
+    return ElectLeadersResponse(throttle_time=0, error_code=ErrorCode.none, replica_election_results=tuple(results))

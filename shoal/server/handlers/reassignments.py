@@ -15,15 +15,34 @@ NO_REASSIGNMENT_IN_PROGRESS, and the list is always empty.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ...errors import ApiError, ErrorCode
-from ...protocol.entities import make, sub
-from ...security.authz import DESCRIBE, cluster_refusal
+from ...protocol.messages.alter_partition_reassignments_request import AlterPartitionReassignmentsRequest
+from ...protocol.messages.alter_partition_reassignments_response import (
+    AlterPartitionReassignmentsResponse,
+    ReassignablePartitionResponse,
+    ReassignableTopicResponse,
+)
+from ...protocol.messages.list_partition_reassignments_request import ListPartitionReassignmentsRequest
+from ...protocol.messages.list_partition_reassignments_response import (
+    ListPartitionReassignmentsResponse,
+    OngoingPartitionReassignment,
+    OngoingTopicReassignment,
+)
+from ...security.authz import CLUSTER, CLUSTER_RESOURCE, DESCRIBE, allowed
+from ..context import RequestContext
 from ..dispatch import api
+from .metadata import log_store
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+Ongoing = dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
+"""(topic, partition) -> (replicas, adding, removing) of each ongoing reassignment."""
 
 
-def _local_outcome(broker: Any, target: list[int] | None) -> ApiError | None:
+def _local_outcome(broker: Broker, target: list[int] | None) -> ApiError | None:
     if target is None:
         return ApiError(ErrorCode.no_reassignment_in_progress)
     if list(target) != [broker.node_id]:
@@ -33,16 +52,15 @@ def _local_outcome(broker: Any, target: list[int] | None) -> ApiError | None:
 
 
 @api(45, 0, 1)
-async def handle_alter_partition_reassignments(ctx: Any, request: Any) -> Any:
+async def handle_alter_partition_reassignments(
+        ctx: RequestContext, request: AlterPartitionReassignmentsRequest) -> AlterPartitionReassignmentsResponse:
     broker = ctx.broker
-    cls = ctx.response_type
-    tcls = sub(cls, "ReassignableTopicResponse")
-    pcls = sub(cls, "ReassignablePartitionResponse")
-    allow_rf_change = getattr(request, "allow_replication_factor_change", True)
+    store = log_store(broker)
+    allow_rf_change = request.allow_replication_factor_change  # v0 has none: reads True, as Kafka's default
     targets: list[tuple[str, int, list[int] | None]] = []
     early: dict[tuple[str, int], ApiError] = {}
     for t in request.topics:
-        meta = broker.store.get_topic(t.name)
+        meta = store.get_topic(t.name)
         for p in t.partitions:
             key = (t.name, p.partition_index)
             target = list(p.replicas) if p.replicas is not None else None
@@ -57,6 +75,7 @@ async def handle_alter_partition_reassignments(ctx: Any, request: Any) -> Any:
                                           f"the replication factor would change from {rf} to {len(target)}")
             if key not in early:
                 targets.append((t.name, p.partition_index, target))
+    outcomes: list[ApiError | None]
     if broker.cluster.clustered:
         outcomes = await broker.cluster.reassign(targets)
     else:
@@ -70,32 +89,30 @@ async def handle_alter_partition_reassignments(ctx: Any, request: Any) -> Any:
         parts = []
         for p in t.partitions:
             e = results.get((t.name, p.partition_index))
-            parts.append(make(pcls, partition_index=p.partition_index,
-                              error_code=e.error_code if e else ErrorCode.none,
-                              error_message=e.message if e else None))
-        topics.append(make(tcls, name=t.name, partitions=tuple(parts)))
-    fields: dict[str, Any] = dict(throttle_time=0, error_code=ErrorCode.none, error_message=None,
-                                  responses=tuple(topics))
-    if ctx.api_version >= 1:
-        fields["allow_replication_factor_change"] = allow_rf_change
-    return make(cls, **fields)
+            parts.append(ReassignablePartitionResponse(partition_index=p.partition_index,
+                                                       error_code=e.error_code if e else ErrorCode.none,
+                                                       error_message=e.message if e else None))
+        topics.append(ReassignableTopicResponse(name=t.name, partitions=tuple(parts)))
+    return AlterPartitionReassignmentsResponse(throttle_time=0, error_code=ErrorCode.none, error_message=None,
+                                               responses=tuple(topics),
+                                               allow_replication_factor_change=allow_rf_change)
 
 
 @api(46, 0, 0)
-def handle_list_partition_reassignments(ctx: Any, request: Any) -> Any:
-    if (denied := cluster_refusal(ctx, DESCRIBE, topics=())) is not None:
-        return denied
+def handle_list_partition_reassignments(
+        ctx: RequestContext, request: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse:
     broker = ctx.broker
-    cls = ctx.response_type
-    tcls = sub(cls, "OngoingTopicReassignment")
-    pcls = sub(cls, "OngoingPartitionReassignment")
-    ongoing = broker.cluster.reassignments() if broker.cluster.clustered else {}
+    if broker.authorizer is not None and not allowed(ctx, DESCRIBE, CLUSTER, CLUSTER_RESOURCE):
+        return ListPartitionReassignmentsResponse(throttle_time=0, error_code=ErrorCode.cluster_authorization_failed,
+                                                  error_message="Cluster authorization failed.")
+    ongoing: Ongoing = broker.cluster.reassignments() if broker.cluster.clustered else {}
     if request.topics is not None:
         wanted = {(t.name, i) for t in request.topics for i in t.partition_indexes}
         ongoing = {k: v for k, v in ongoing.items() if k in wanted}
-    by_topic: dict[str, list[Any]] = {}
+    by_topic: dict[str, list[OngoingPartitionReassignment]] = {}
     for (topic, index), (replicas, adding, removing) in sorted(ongoing.items()):
-        by_topic.setdefault(topic, []).append(
-            make(pcls, partition_index=index, replicas=replicas, adding_replicas=adding, removing_replicas=removing))
-    return make(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None,
-                topics=tuple(make(tcls, name=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
+        by_topic.setdefault(topic, []).append(OngoingPartitionReassignment(
+            partition_index=index, replicas=replicas, adding_replicas=adding, removing_replicas=removing))
+    return ListPartitionReassignmentsResponse(
+        throttle_time=0, error_code=ErrorCode.none, error_message=None,
+        topics=tuple(OngoingTopicReassignment(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()))

@@ -16,6 +16,8 @@ from shoal.errors import ErrorCode
 from shoal.protocol.codec import EncodedBody, codec_for, encode_body
 from shoal.protocol.entities import ZERO_UUID, make, sub
 from shoal.protocol.header import RequestHeader
+from shoal.protocol.messages.metadata_response import MetadataResponseTopic
+from shoal.protocol.views import to_entity
 from shoal.server.context import RequestContext
 from shoal.server.handlers import metadata as md
 
@@ -88,12 +90,16 @@ def request_for(version: int, names: list[str] | None) -> Any:
     return make(cls, **fields)
 
 
+def kio_encoding(ctx: RequestContext, topics: tuple[Any, ...]) -> bytes:
+    """kio's encoding of the whole response with ``topics``, in the request's version."""
+    return encode_body(to_entity(md._response(ctx, topics), ctx.response_type))
+
+
 def expected(ctx: RequestContext, metas: list[Any], missing: list[str] = ()) -> bytes:  # type: ignore[assignment]
-    tcls = sub(ctx.response_type, "MetadataResponseTopic")
-    topics = [md.topic_entity(ctx, tcls, m) for m in metas]
-    topics += [make(tcls, error_code=ErrorCode.unknown_topic_or_partition, name=n, topic_id=ZERO_UUID)
+    topics = [md.topic_entity(ctx, m) for m in metas]
+    topics += [MetadataResponseTopic(error_code=ErrorCode.unknown_topic_or_partition, name=n, topic_id=ZERO_UUID)
                for n in missing]
-    return encode_body(md._response(ctx, tuple(topics)))
+    return kio_encoding(ctx, tuple(topics))
 
 
 @pytest.mark.parametrize("version", range(13))
@@ -113,11 +119,10 @@ def test_named_topics_and_unknown_ones(version: int) -> None:
     ctx = ctx_for(fake_broker(store), version)
     got = answer(ctx, request_for(version, ["topic-3", "nope", "topic-1"]))
     # unknown topics are answered in request order, between the known ones
-    tcls = sub(ctx.response_type, "MetadataResponseTopic")
-    entities = (md.topic_entity(ctx, tcls, store.get_topic("topic-3")),
-                make(tcls, error_code=ErrorCode.unknown_topic_or_partition, name="nope", topic_id=ZERO_UUID),
-                md.topic_entity(ctx, tcls, store.get_topic("topic-1")))
-    assert got.body == encode_body(md._response(ctx, entities))
+    entities = (md.topic_entity(ctx, store.get_topic("topic-3")),
+                MetadataResponseTopic(error_code=ErrorCode.unknown_topic_or_partition, name="nope", topic_id=ZERO_UUID),
+                md.topic_entity(ctx, store.get_topic("topic-1")))
+    assert got.body == kio_encoding(ctx, entities)
 
 
 def test_a_change_reencodes_only_what_changed() -> None:
@@ -126,8 +131,7 @@ def test_a_change_reencodes_only_what_changed() -> None:
     ctx = ctx_for(broker, 12)
     answer(ctx, request_for(12, None))
     cache = md.metadata_cache(broker)
-    tcls = sub(ctx.response_type, "MetadataResponseTopic")
-    before = {m.name: cache.topic_bytes(ctx, tcls, m) for m in store.topics()}
+    before = {m.name: cache.topic_bytes(ctx, m) for m in store.topics()}
 
     store.get_topic("topic-5").num_partitions = 7
     store.bump_metadata_version("topic-5")
@@ -137,7 +141,7 @@ def test_a_change_reencodes_only_what_changed() -> None:
     assert body.body == expected(ctx, store.topics())
     for m in store.topics():
         if m.name not in ("topic-5", "brand-new"):
-            assert cache.topic_bytes(ctx, tcls, m) is before[m.name]
+            assert cache.topic_bytes(ctx, m) is before[m.name]
 
 
 def test_deleted_topic_disappears() -> None:
