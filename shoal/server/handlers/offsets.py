@@ -24,7 +24,7 @@ from ...protocol.messages.offset_delete_response import (
     OffsetDeleteResponsePartition,
     OffsetDeleteResponseTopic,
 )
-from ...protocol.messages.offset_fetch_request import OffsetFetchRequest
+from ...protocol.messages.offset_fetch_request import OffsetFetchRequest, OffsetFetchRequestGroup
 from ...protocol.messages.offset_fetch_response import OffsetFetchResponse
 from ...security.authz import (
     DELETE,
@@ -130,7 +130,7 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
         response = svc.shard(p).handle_offset_fetch(request, now).response
         await svc.runtime.wait_durable(p)
         return _describable_topics(ctx, response, request.topics is None)
-    by_partition: dict[int, list[Any]] = {}
+    by_partition: dict[int, list[OffsetFetchRequestGroup]] = {}
     errors: dict[str, ApiError] = {}
     for g in request.groups:
         p = svc.runtime.partition_for_group(g.group_id)
