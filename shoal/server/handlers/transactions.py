@@ -25,16 +25,37 @@ are committed).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from ...errors import ApiError, ErrorCode
-from ...protocol.entities import make, sub
+from ...protocol.messages.add_offsets_to_txn_request import AddOffsetsToTxnRequest
+from ...protocol.messages.add_offsets_to_txn_response import AddOffsetsToTxnResponse
+from ...protocol.messages.add_partitions_to_txn_request import AddPartitionsToTxnRequest
+from ...protocol.messages.add_partitions_to_txn_response import (
+    AddPartitionsToTxnPartitionResult,
+    AddPartitionsToTxnResponse,
+    AddPartitionsToTxnResult,
+    AddPartitionsToTxnTopicResult,
+)
+from ...protocol.messages.end_txn_request import EndTxnRequest
+from ...protocol.messages.end_txn_response import EndTxnResponse
+from ...protocol.messages.txn_offset_commit_request import TxnOffsetCommitRequest
+from ...protocol.messages.txn_offset_commit_response import (
+    TxnOffsetCommitResponse,
+    TxnOffsetCommitResponsePartition,
+    TxnOffsetCommitResponseTopic,
+)
 from ...security.authz import GROUP, READ, TRANSACTIONAL_ID, WRITE, allowed, topic_allowed
+from ..context import RequestContext
 from ..dispatch import api
 from ..group_service import group_service
 from ..internal_topics import OFFSETS_TOPIC
 from ..txn_service import transaction_service
 from .metadata import INTERNAL_TOPICS
+
+if TYPE_CHECKING:
+    from ...log.store import LogStore
 
 NOT_SERVED = ErrorCode.transactional_id_authorization_failed
 _OFFSET_VERIFICATION_ERRORS = {
@@ -44,9 +65,10 @@ _OFFSET_VERIFICATION_ERRORS = {
     ErrorCode.network_exception: ErrorCode.coordinator_load_in_progress,
 }
 TXN_ID_DENIED = ErrorCode.transactional_id_authorization_failed
+Key = tuple[str, int]
 
 
-def txn_id_allowed(ctx: Any, transactional_id: str) -> bool:
+def txn_id_allowed(ctx: RequestContext, transactional_id: str) -> bool:
     """WRITE on the TRANSACTIONAL_ID (True without an authorizer)."""
     return ctx.broker.authorizer is None or allowed(ctx, WRITE, TRANSACTIONAL_ID, transactional_id)
 
@@ -58,15 +80,20 @@ def fenced_code(code: ErrorCode, version: int, first: int = 2) -> ErrorCode:
     return code
 
 
+def _topic_results(by_topic: Iterable[tuple[str, Iterable[int]]],
+                   code_of: dict[Key, ErrorCode]) -> tuple[AddPartitionsToTxnTopicResult, ...]:
+    return tuple(AddPartitionsToTxnTopicResult(name=name, results_by_partition=tuple(
+        AddPartitionsToTxnPartitionResult(partition_index=p, partition_error_code=code_of[(name, p)])
+        for p in partitions)) for name, partitions in by_topic)
+
+
 @api(24, 0, 5)
-async def handle_add_partitions_to_txn(ctx: Any, request: Any) -> Any:
+async def handle_add_partitions_to_txn(ctx: RequestContext,
+                                       request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
     if ctx.api_version >= 4:
         return await _add_partitions_for_brokers(ctx, request)
-    cls = ctx.response_type
-    tcls = sub(cls, "AddPartitionsToTxnTopicResult")
-    pcls = sub(cls, "AddPartitionsToTxnPartitionResult")
     svc = transaction_service(ctx.broker)
-    store = ctx.broker.store
+    store = _store(ctx)
     topics = request.v3_and_below_topics
     wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
     id_allowed = txn_id_allowed(ctx, request.v3_and_below_transactional_id)
@@ -86,13 +113,17 @@ async def handle_add_partitions_to_txn(ctx: Any, request: Any) -> Any:
                                         request.v3_and_below_producer_epoch, wanted)
         code = fenced_code(code, ctx.api_version)
         code_of = {k: code for k in wanted}
-    results = tuple(make(tcls, name=t.name, results_by_partition=tuple(
-        make(pcls, partition_index=p, partition_error_code=code_of[(t.name, int(p))]) for p in t.partitions))
-        for t in topics)
-    return make(cls, throttle_time=0, results_by_topic_v3_and_below=results)
+    return AddPartitionsToTxnResponse(results_by_topic_v3_and_below=_topic_results(
+        ((t.name, (int(p) for p in t.partitions)) for t in topics), code_of))
 
 
-def _unknown_partitions(store: Any, wanted: list[tuple[str, int]]) -> set[tuple[str, int]]:
+def _store(ctx: RequestContext) -> LogStore:
+    store = ctx.broker.store
+    assert store is not None  # set at start, before any request
+    return store
+
+
+def _unknown_partitions(store: LogStore, wanted: list[Key]) -> set[Key]:
     unknown = set()
     for name, p in wanted:
         meta = store.get_topic(name)
@@ -101,22 +132,20 @@ def _unknown_partitions(store: Any, wanted: list[tuple[str, int]]) -> set[tuple[
     return unknown
 
 
-async def _add_partitions_for_brokers(ctx: Any, request: Any) -> Any:
+async def _add_partitions_for_brokers(ctx: RequestContext,
+                                      request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
     """v4+, a partition leader's batch form (KIP-890; refused to clients by
     ``security.access``, Kafka's CLUSTER_ACTION): per transaction either add the
     partitions or, with VerifyOnly, only say whether each is in the transaction. As
     Kafka: no topic authorization, a partition that does not exist fails the whole
     transaction (UNKNOWN_TOPIC_OR_PARTITION, the others OPERATION_NOT_ATTEMPTED), and
     TRANSACTION_ABORTABLE is answered from v5 (INVALID_TXN_STATE before)."""
-    cls = ctx.response_type
-    rcls = sub(cls, "AddPartitionsToTxnResult")
-    tcls = sub(cls, "AddPartitionsToTxnTopicResult")
-    pcls = sub(cls, "AddPartitionsToTxnPartitionResult")
     svc = transaction_service(ctx.broker)
     results = []
     for txn in request.transactions:
         wanted = list(dict.fromkeys((t.name, int(p)) for t in txn.topics for p in t.partitions))
-        unknown = _unknown_partitions(ctx.broker.store, wanted)
+        unknown = _unknown_partitions(_store(ctx), wanted)
+        code_of: dict[Key, ErrorCode]
         if unknown:
             code_of = {k: ErrorCode.unknown_topic_or_partition if k in unknown else ErrorCode.operation_not_attempted
                        for k in wanted}
@@ -135,70 +164,63 @@ async def _add_partitions_for_brokers(ctx: Any, request: Any) -> Any:
         by_topic: dict[str, list[int]] = {}
         for name, p in wanted:
             by_topic.setdefault(name, []).append(p)
-        results.append(make(rcls, transactional_id=txn.transactional_id, topic_results=tuple(
-            make(tcls, name=name, results_by_partition=tuple(
-                make(pcls, partition_index=p, partition_error_code=code_of[(name, p)]) for p in ps))
-            for name, ps in by_topic.items())))
-    return make(cls, throttle_time=0, error_code=ErrorCode.none, results_by_transaction=tuple(results))
+        results.append(AddPartitionsToTxnResult(transactional_id=txn.transactional_id,
+                                                topic_results=_topic_results(by_topic.items(), code_of)))
+    return AddPartitionsToTxnResponse(error_code=ErrorCode.none, results_by_transaction=tuple(results))
 
 
 @api(25, 0, 4)
-async def handle_add_offsets_to_txn(ctx: Any, request: Any) -> Any:
-    cls = ctx.response_type
+async def handle_add_offsets_to_txn(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
     if not txn_id_allowed(ctx, request.transactional_id):
-        return make(cls, throttle_time=0, error_code=TXN_ID_DENIED)
+        return AddOffsetsToTxnResponse(error_code=TXN_ID_DENIED)
     if ctx.broker.authorizer is not None and not allowed(ctx, READ, GROUP, request.group_id):
-        return make(cls, throttle_time=0, error_code=ErrorCode.group_authorization_failed)
+        return AddOffsetsToTxnResponse(error_code=ErrorCode.group_authorization_failed)
     svc = transaction_service(ctx.broker)
     if svc is None:
-        return make(cls, throttle_time=0, error_code=NOT_SERVED)
+        return AddOffsetsToTxnResponse(error_code=NOT_SERVED)
     if not request.group_id:
-        return make(cls, throttle_time=0, error_code=ErrorCode.invalid_group_id)
+        return AddOffsetsToTxnResponse(error_code=ErrorCode.invalid_group_id)
     groups = ctx.broker.extensions.get("groups")
     if groups is None:
-        return make(cls, throttle_time=0, error_code=ErrorCode.coordinator_not_available)
-    partition = groups.runtime.partition_for_group(request.group_id)
+        return AddOffsetsToTxnResponse(error_code=ErrorCode.coordinator_not_available)
+    partition: int = groups.runtime.partition_for_group(request.group_id)
     code = await svc.add_partitions(request.transactional_id, request.producer_id, request.producer_epoch,
                                     [(OFFSETS_TOPIC, partition)])
-    return make(cls, throttle_time=0, error_code=fenced_code(code, ctx.api_version))
+    return AddOffsetsToTxnResponse(error_code=fenced_code(code, ctx.api_version))
 
 
 @api(26, 0, 5)
-async def handle_end_txn(ctx: Any, request: Any) -> Any:
+async def handle_end_txn(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
     """v5 is transaction version 2's (KIP-890 part 2): the epoch is bumped at every end and
     the answer carries the producer id and epoch to go on with (-1 on an error)."""
-    cls = ctx.response_type
-    none = {"producer_id": -1, "producer_epoch": -1}
     if not txn_id_allowed(ctx, request.transactional_id):
-        return make(cls, throttle_time=0, error_code=TXN_ID_DENIED, **none)
+        return EndTxnResponse(error_code=TXN_ID_DENIED, producer_id=-1, producer_epoch=-1)
     svc = transaction_service(ctx.broker)
     if svc is None:
-        return make(cls, throttle_time=0, error_code=NOT_SERVED, **none)
+        return EndTxnResponse(error_code=NOT_SERVED, producer_id=-1, producer_epoch=-1)
     tv2 = ctx.api_version >= 5
     code = await svc.end_txn(request.transactional_id, request.producer_id, request.producer_epoch,
                              bool(request.committed), tv2)
     if tv2 and code == ErrorCode.none:
         pid, epoch = svc.producer_after_end(request.transactional_id)
-        return make(cls, throttle_time=0, error_code=code, producer_id=pid, producer_epoch=epoch)
-    return make(cls, throttle_time=0, error_code=fenced_code(code, ctx.api_version), **none)
+        return EndTxnResponse(error_code=code, producer_id=pid, producer_epoch=epoch)
+    return EndTxnResponse(error_code=fenced_code(code, ctx.api_version), producer_id=-1, producer_epoch=-1)
 
 
 @api(28, 0, 5)
-async def handle_txn_offset_commit(ctx: Any, request: Any) -> Any:
+async def handle_txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
     """Offsets committed in a transaction: pending in the group coordinator until the
     transaction's marker reaches the group's ``__consumer_offsets`` partition. The
     producer's transaction must be open and hold that partition (AddOffsetsToTxn); v5
     (transaction version 2) adds it to the transaction here instead. TRANSACTION_ABORTABLE
     is answered from v4 (INVALID_TXN_STATE before)."""
-    cls = ctx.response_type
-    tcls = sub(cls, "TxnOffsetCommitResponseTopic")
-    pcls = sub(cls, "TxnOffsetCommitResponsePartition")
-    store = ctx.broker.store
+    store = _store(ctx)
 
-    def answer(code_of: Any) -> Any:
-        return make(cls, throttle_time=0, topics=tuple(
-            make(tcls, name=t.name, partitions=tuple(
-                make(pcls, partition_index=x.partition_index, error_code=code_of(t.name, x.partition_index))
+    def answer(code_of: Callable[[str, int], ErrorCode]) -> TxnOffsetCommitResponse:
+        return TxnOffsetCommitResponse(topics=tuple(
+            TxnOffsetCommitResponseTopic(name=t.name, partitions=tuple(
+                TxnOffsetCommitResponsePartition(partition_index=x.partition_index,
+                                                 error_code=code_of(t.name, x.partition_index))
                 for x in t.partitions)) for t in request.topics))
 
     if not txn_id_allowed(ctx, request.transactional_id):
@@ -236,16 +258,19 @@ async def handle_txn_offset_commit(ctx: Any, request: Any) -> Any:
             return ErrorCode.topic_authorization_failed
         return ErrorCode.unknown_topic_or_partition if (t, p) in unknown else None
 
-    known = dataclasses.replace(request, topics=tuple(
-        dataclasses.replace(t, partitions=kept) for t in request.topics
+    # the group coordinator takes the request's own entity (the kio class of its version; the
+    # view Protocol does not say it is a dataclass), without the left-out partitions
+    known = dataclasses.replace(request, topics=tuple(  # type: ignore[type-var]
+        dataclasses.replace(t, partitions=kept) for t in request.topics  # type: ignore[type-var]
         if (kept := tuple(x for x in t.partitions if left_out(t.name, x.partition_index) is None))))
     if not known.topics:
-        return answer(left_out)
+        return answer(lambda t, p: left_out(t, p) or ErrorCode.none)  # each partition is left out
     try:
         result = await groups.apply_durable(partition, groups.shard(partition).handle_txn_offset_commit(
             known, ctx.now_ms()))
     except ApiError as e:
         failed = e.error_code
         return answer(lambda t, p: failed)
-    codes = {(t.name, x.partition_index): x.error_code for t in result.answer().topics for x in t.partitions}
+    codes: dict[Key, ErrorCode] = {(t.name, x.partition_index): x.error_code
+                                   for t in result.answer().topics for x in t.partitions}
     return answer(lambda t, p: left_out(t, p) or codes[(t, p)])
