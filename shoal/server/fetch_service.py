@@ -32,7 +32,7 @@ which moves the high watermark and the ISR, and reads up to the log end
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import ApiError, ErrorCode
 from ..log.partition_log import PartitionLog
@@ -42,6 +42,7 @@ from ..protocol.codec import LARGE_VALUE
 from .fetch_session import FetchSession, FetchSessionError, PartitionKey, SessionPartition
 
 if TYPE_CHECKING:
+    from ..cluster.replica_manager import ReplicaManager
     from ..log.store import LogStore
     from .broker import Broker
 
@@ -138,7 +139,7 @@ class DelayedFetch:
         self.epochs = params.epochs
         self.replica_id = params.replica_id
         self.replica_epoch = params.replica_epoch
-        self.replicas: Any = broker.replicas  # cluster mode's replica manager, else None
+        self.replicas: ReplicaManager | None = broker.replicas  # cluster mode's, else None
         self.results: dict[PartitionKey, PartitionRead] = {}
 
     def try_complete(self) -> bool:
@@ -265,7 +266,7 @@ def _aborted(plog: PartitionLog, start: int, end: int) -> list[tuple[int, int]]:
     return [(a.producer_id, a.first_offset) for a in plog.aborted_transactions(start, end)]
 
 
-def _read_replicated(store: LogStore, key: PartitionKey, sp: SessionPartition, budget: int, replicas: Any,
+def _read_replicated(store: LogStore, key: PartitionKey, sp: SessionPartition, budget: int, replicas: ReplicaManager,
                      replica_id: int, epochs: dict[PartitionKey, int], now_ms: int, replica_epoch: int,
                      min_slice: int | None, committed: bool) -> PartitionRead:
     """Cluster mode: the leader's answer to a consumer (below the HW; with ``committed``,
@@ -282,7 +283,7 @@ def _read_replicated(store: LogStore, key: PartitionKey, sp: SessionPartition, b
     if want >= 0 and want != replica.leader_epoch:
         return PartitionRead(ErrorCode.fenced_leader_epoch if want < replica.leader_epoch
                              else ErrorCode.unknown_leader_epoch)
-    plog: PartitionLog = replica.plog
+    plog = replica.plog
     if replica_id >= 0:
         code = replicas.on_follower_fetch(replica, replica_id, sp.fetch_offset, now_ms,
                                           replica_epoch=replica_epoch, names_leader_epoch=want >= 0)
