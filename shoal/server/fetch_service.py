@@ -121,17 +121,19 @@ class DelayedFetch:
     """One Fetch's partitions and the state of its reads: completable when MinBytes are
     ready, a partition has an error, its deadline passed or the broker shuts down."""
 
-    __slots__ = ("committed", "deadline_ms", "epochs", "keys", "max_bytes", "min_bytes", "min_slice", "partitions",
-                 "refused", "replica_epoch", "replica_id", "replicas", "results", "service")
+    __slots__ = ("broker", "committed", "deadline_ms", "epochs", "keys", "max_bytes", "min_bytes", "min_slice",
+                 "partitions", "refused", "remaining_ms", "replica_epoch", "replica_id", "replicas", "results", "store")
 
-    def __init__(self, service: FetchService, params: FetchParams, partitions: dict[PartitionKey, SessionPartition],
-                 refused: frozenset[PartitionKey], now_ms: int) -> None:
-        broker = service.broker
-        self.service = service
+    def __init__(self, broker: Broker, store: LogStore, params: FetchParams,
+                 partitions: dict[PartitionKey, SessionPartition], refused: frozenset[PartitionKey],
+                 now_ms: int) -> None:
+        self.broker = broker
+        self.store = store
         self.partitions = partitions
         self.keys = list(partitions)
         self.refused = refused
         self.deadline_ms = now_ms + params.max_wait_ms
+        self.remaining_ms = params.max_wait_ms
         self.min_bytes = max(params.min_bytes, 1)
         self.max_bytes = min(params.max_bytes, broker.config["fetch.max.bytes"])
         self.min_slice = LARGE_VALUE if params.file_slices else None
@@ -143,10 +145,11 @@ class DelayedFetch:
         self.results: dict[PartitionKey, PartitionRead] = {}
 
     def try_complete(self) -> bool:
-        """Read every partition again; whether the fetch is done (its results are then final)."""
-        service = self.service
-        store = service.store()
-        now_ms = service.broker.clock.now_ms()
+        """Read every partition again; whether the fetch is done (its results are then
+        final). If not, ``remaining_ms`` is the time left before its deadline."""
+        store = self.store
+        replicas = self.replicas
+        now_ms = self.broker.clock.now_ms() if replicas is not None else 0
         results: dict[PartitionKey, PartitionRead] = {}
         budget = self.max_bytes
         total = 0
@@ -155,8 +158,8 @@ class DelayedFetch:
         for key, sp in self.partitions.items():
             if key in refused:
                 r = _refused()
-            elif self.replicas is not None:
-                r = _read_replicated(store, key, sp, budget, self.replicas, self.replica_id, self.epochs, now_ms,
+            elif replicas is not None:
+                r = _read_replicated(store, key, sp, budget, replicas, self.replica_id, self.epochs, now_ms,
                                      self.replica_epoch, self.min_slice, self.committed)
             else:
                 r = _read(store, key, sp, budget, self.min_slice, self.committed)
@@ -167,11 +170,10 @@ class DelayedFetch:
                 any_error = True
             results[key] = r
         self.results = results
-        return (total >= self.min_bytes or any_error or self.deadline_ms - service.broker.clock.now_ms() <= 0
-                or service.broker.shutting_down)
-
-    def remaining_s(self) -> float:
-        return (self.deadline_ms - self.service.broker.clock.now_ms()) / 1000
+        if total >= self.min_bytes or any_error:
+            return True
+        self.remaining_ms = self.deadline_ms - self.broker.clock.now_ms()
+        return self.remaining_ms <= 0 or self.broker.shutting_down
 
 
 class FetchService:
@@ -199,9 +201,10 @@ class FetchService:
             except FetchSessionError as e:
                 return FetchResult(e.error_code, 0, [])
         partitions = session.partitions if session is not None else params.partitions
-        op = DelayedFetch(self, params, partitions, self._unreadable(params, partitions), broker.clock.now_ms())
+        op = DelayedFetch(broker, self.store(), params, partitions, self._unreadable(params, partitions),
+                          broker.clock.now_ms())
         while not op.try_complete():
-            await broker.append_waiters.wait(op.keys, op.remaining_s())
+            await broker.append_waiters.wait(op.keys, op.remaining_ms / 1000)
         results = op.results
         metrics = broker.metrics
         if metrics is not None:
