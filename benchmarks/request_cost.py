@@ -2,7 +2,7 @@
 
 Usage:
     python benchmarks/request_cost.py TREE [TREE ...] [--rate N] [--seconds S] [--rounds R]
-        [--kinds produce1,produce_all,fetch,heartbeat,share_fetch] [-o key=value ...]
+        [--kinds produce1,produce_all,fetch,fetch1,heartbeat,share_fetch] [-o key=value ...]
 
 Starts one broker per tree (``PYTHONPATH=TREE python -m shoal serve``, run from a
 directory outside the trees; a TREE of ``kafka`` or ``kafka-flush`` is Apache Kafka from
@@ -18,6 +18,8 @@ connections:
   every append, and ``-o log.flush.interval.messages=...`` changes it);
 - ``fetch``: Fetch v12 at the log end with max_wait 100 ms (an empty long poll that
   times out);
+- ``fetch1``: Fetch v12 of the log's last batch, one 100-byte record (produced first
+  when the topic is empty), answered at once;
 - ``heartbeat``: ShareGroupHeartbeat v1 of members already in a share group;
 - ``share_fetch``: ShareFetch v2 of one record, each acknowledging (ACCEPT) the record the
   member's previous ShareFetch acquired, by ``--connections`` members of a new share group
@@ -66,7 +68,7 @@ from shoal.protocol.batch import build_batch
 from tests.support.wire import RawConnection, request_bytes
 
 KAFKA_TREES = ("kafka", "kafka-flush")
-KINDS = ("produce1", "produce_all", "fetch", "heartbeat", "share_fetch")
+KINDS = ("produce1", "produce_all", "fetch", "fetch1", "heartbeat", "share_fetch")
 TOPIC = "cost"
 GROUP = "cost-share"
 
@@ -348,6 +350,11 @@ def run_kind(kind: str, bootstrap: str, pid: int, rate: float, seconds: float, c
             conns = [RawConnection(bootstrap, timeout_s=60) for _ in range(connections)]
             if kind == "fetch":
                 templates = [fetch_template(log_end(bootstrap))]
+            elif kind == "fetch1":
+                if log_end(bootstrap) == 0:
+                    conns[0].send(produce_template(1))
+                    conns[0].read_frame()
+                templates = [fetch_template(log_end(bootstrap) - 1)]
             else:
                 templates = [produce_template(1 if kind == "produce1" else -1)]
             templates = templates * connections

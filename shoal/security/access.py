@@ -34,6 +34,7 @@ from typing import Any
 
 from ..errors import ErrorCode, ProtocolViolation
 from ..protocol.entities import has_field, make, sub
+from ..protocol.messages.fetch_request import FetchRequest
 from .acls import CLUSTER_NAME, Operation, ResourceType
 from .authz import allowed, trusted_broker
 
@@ -48,12 +49,11 @@ SHARE_STATE_APIS = frozenset({83, 84, 85, 86, 87})
 GUARDED_APIS = frozenset({FETCH, ADD_PARTITIONS_TO_TXN, 45, 50, 51} | SHARE_STATE_APIS)
 
 
-def replica_id(request: Any) -> int:
-    rid = getattr(request, "replica_id", None)
-    if rid is None:
-        state = getattr(request, "replica_state", None)
-        rid = getattr(state, "replica_id", -1) if state is not None else -1
-    return int(rid)
+def replica_id(request: FetchRequest) -> int:
+    """A Fetch's replica id: ReplicaId before v15, ReplicaState's from v15 (every version
+    reads both, the one it lacks as its default, -1)."""
+    rid = request.replica_id
+    return int(rid if rid >= 0 else request.replica_state.replica_id)
 
 
 def is_broker(sec: Any) -> bool:

@@ -33,6 +33,7 @@ from ..log.store import LogStore
 from ..security.serving import Listeners
 from .data_dir import DataDirLock, StorageErrors
 from .dispatch import routes
+from .fetch_service import FetchService
 from .fetch_session import FetchSessionCache
 from .listener import bind_error
 from .memory_pool import MemoryPool
@@ -269,7 +270,9 @@ def _resolve(fut: asyncio.Future[None]) -> None:
 
 
 class AppendWaiters:
-    """Fetch long polls park here until a partition they read changes.
+    """The watchers of parked Fetch long polls (``fetch_service.DelayedFetch``), keyed by
+    (topic, partition): ``notify`` completes the operations watched under a partition that
+    changed (an append, a moved high watermark or last stable offset, a lost leadership).
 
     ``listeners`` are told of every change too (``notify(topic, partition)``, ``wake_all()``,
     and their ``parked()`` counts in): the share service's ShareFetch purgatory is one.
@@ -338,6 +341,7 @@ class Broker:
         self.routes = routes()
         self.flusher = Flusher(self.clock)
         self.append_waiters = AppendWaiters()
+        self.fetch_service = FetchService(self)
         self.shutting_down = False
         self.connections: set[Any] = set()
         self._next_connection_id = 0

@@ -599,6 +599,7 @@ def test_broker_only_apis_need_the_broker_principal_or_a_super_user(start_broker
     from kio.schema.alter_partition_reassignments.v0.request import AlterPartitionReassignmentsRequest
     from kio.schema.errors import ErrorCode
     from kio.schema.fetch.v12.request import FetchRequest
+    from kio.schema.fetch.v16.request import FetchRequest as Fetch16
     from kio.schema.initialize_share_group_state.v0.request import InitializeShareGroupStateRequest
 
     from shoal.protocol.entities import make, sub
@@ -620,6 +621,13 @@ def test_broker_only_apis_need_the_broker_principal_or_a_super_user(start_broker
         make(sub(FetchRequest, "FetchTopic"), topic=topic_name, partitions=(
             make(sub(FetchRequest, "FetchPartition"), partition=0, current_leader_epoch=-1, fetch_offset=0,
                  last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20),)),), rack_id="")
+    # from v15 a follower names itself in ReplicaState (the version has no ReplicaId)
+    fetch16 = make(Fetch16, replica_state=make(sub(Fetch16, "ReplicaState"), replica_id=5, replica_epoch=-1),
+                   max_wait=0, min_bytes=0, max_bytes=1 << 20, session_epoch=-1, topics=(
+                       make(sub(Fetch16, "FetchTopic"), topic_id=uuid.UUID(str(topic_id)), partitions=(
+                           make(sub(Fetch16, "FetchPartition"), partition=0, current_leader_epoch=-1, fetch_offset=0,
+                                last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20),)),),
+                   rack_id="")
     reassign = make(AlterPartitionReassignmentsRequest, timeout=10_000, topics=())
     denied = ErrorCode.cluster_authorization_failed
 
@@ -627,6 +635,7 @@ def test_broker_only_apis_need_the_broker_principal_or_a_super_user(start_broker
         r = c.request(init)
         assert [p.error_code for t in r.results for p in t.partitions] == [denied]
         assert c.request(fetch).error_code == denied
+        assert c.request(fetch16).error_code == denied
         assert c.request(reassign).error_code == denied
     alice_admin = admin_client(b.bootstrap, **alice)
     refused = alice_admin.alter_user_scram_credentials(
@@ -638,9 +647,10 @@ def test_broker_only_apis_need_the_broker_principal_or_a_super_user(start_broker
         with _sasl_plain_connection(b.bootstrap, user, password) as c:
             r = c.request(init)
             assert [p.error_code for t in r.results for p in t.partitions] == [ErrorCode.none]
-            r = c.request(fetch)
-            assert r.error_code == ErrorCode.none
-            assert r.responses[0].partitions[0].records
+            for req in (fetch, fetch16):
+                r = c.request(req)
+                assert r.error_code == ErrorCode.none
+                assert r.responses[0].partitions[0].records
             assert c.request(reassign).error_code == ErrorCode.none
     b.assert_alive()
 

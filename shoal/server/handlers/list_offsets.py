@@ -6,11 +6,16 @@ last stable offset.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ...errors import ApiError, ErrorCode
-from ...protocol.entities import make, sub
+from ...log.partition_log import PartitionLog
+from ...protocol.messages.list_offsets_request import ListOffsetsRequest, ListOffsetsTopic
+from ...protocol.messages.list_offsets_response import (
+    ListOffsetsPartitionResponse,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+)
 from ...security.authz import DESCRIBE, per_topic
+from ..context import RequestContext
 from ..dispatch import api
 
 LATEST = -1
@@ -20,7 +25,7 @@ EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 
 
-def lookup(plog: Any, timestamp: int, committed: bool = False) -> tuple[int, int]:
+def lookup(plog: PartitionLog, timestamp: int, committed: bool = False) -> tuple[int, int]:
     """(offset, timestamp) for a ListOffsets timestamp spec; (-1, -1) when there is none.
     ``committed`` (isolation level read_committed): the latest offset is the last stable offset."""
     if timestamp == LATEST:
@@ -36,43 +41,44 @@ def lookup(plog: Any, timestamp: int, committed: bool = False) -> tuple[int, int
     return found if found is not None else (-1, -1)
 
 
+def _failed(index: int, code: ErrorCode) -> ListOffsetsPartitionResponse:
+    return ListOffsetsPartitionResponse(partition_index=index, error_code=code, timestamp=-1, offset=-1,
+                                        leader_epoch=-1)
+
+
+def _refused(t: ListOffsetsTopic) -> ListOffsetsTopicResponse:
+    return ListOffsetsTopicResponse(name=t.name, partitions=tuple(
+        _failed(p.partition_index, ErrorCode.topic_authorization_failed) for p in t.partitions))
+
+
 @api(2, 1, 10)
-def handle_list_offsets(ctx: Any, request: Any) -> Any:
-    tcls = sub(ctx.response_type, "ListOffsetsTopicResponse")
-    pcls = sub(ctx.response_type, "ListOffsetsPartitionResponse")
-    return per_topic(ctx, request, _list_offsets, DESCRIBE, "topics", "topics", lambda t: make(
-        tcls, name=t.name, partitions=tuple(make(pcls, partition_index=p.partition_index, timestamp=-1, offset=-1,
-                                                 leader_epoch=-1, error_code=ErrorCode.topic_authorization_failed)
-                                            for p in t.partitions)))
+def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
+    response: ListOffsetsResponse = per_topic(ctx, request, _list_offsets, DESCRIBE, "topics", "topics", _refused)
+    return response
 
 
-def _list_offsets(ctx: Any, request: Any) -> Any:
-    store = ctx.broker.store
+def _list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
+    store = ctx.broker.fetch_service.store()
     replicas = ctx.broker.replicas
-    cls = ctx.response_type
-    tcls = sub(cls, "ListOffsetsTopicResponse")
-    pcls = sub(cls, "ListOffsetsPartitionResponse")
+    committed = request.isolation_level == 1  # 0 (read_uncommitted) before v2
     topics = []
     for t in request.topics:
         meta = store.get_topic(t.name)
         parts = []
         for p in t.partitions:
             if meta is None or not 0 <= p.partition_index < meta.num_partitions:
-                parts.append(make(pcls, partition_index=p.partition_index,
-                                  error_code=ErrorCode.unknown_topic_or_partition, timestamp=-1, offset=-1,
-                                  leader_epoch=-1))
+                parts.append(_failed(p.partition_index, ErrorCode.unknown_topic_or_partition))
                 continue
             epoch = 0
             if replicas is not None:  # cluster mode: only the leader answers
                 try:
                     epoch = replicas.leader_replica(t.name, p.partition_index).leader_epoch
                 except ApiError as e:
-                    parts.append(make(pcls, partition_index=p.partition_index, error_code=e.error_code,
-                                      timestamp=-1, offset=-1, leader_epoch=-1))
+                    parts.append(_failed(p.partition_index, e.error_code))
                     continue
-            offset, ts = lookup(store.partition(t.name, p.partition_index), p.timestamp,
-                                getattr(request, "isolation_level", 0) == 1)
-            parts.append(make(pcls, partition_index=p.partition_index, error_code=ErrorCode.none,
-                              timestamp=ts, offset=offset, leader_epoch=epoch if offset >= 0 else -1))
-        topics.append(make(tcls, name=t.name, partitions=tuple(parts)))
-    return make(cls, throttle_time=0, topics=tuple(topics))
+            offset, ts = lookup(store.partition(t.name, p.partition_index), p.timestamp, committed)
+            parts.append(ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=ErrorCode.none,
+                                                      timestamp=ts, offset=offset,
+                                                      leader_epoch=epoch if offset >= 0 else -1))
+        topics.append(ListOffsetsTopicResponse(name=t.name, partitions=tuple(parts)))
+    return ListOffsetsResponse(topics=tuple(topics))

@@ -66,3 +66,23 @@ def test_an_answer_becomes_the_versions_entity_without_the_fields_it_lacks() -> 
 def test_an_entity_of_the_version_passes_as_it_is() -> None:
     entity = to_entity(_answer(), ProduceV12)
     assert to_entity(entity, ProduceV12) is entity
+
+
+def test_a_null_array_of_entities_stays_null() -> None:
+    from kio.schema.fetch.v4.response import FetchResponse as FetchResponseV4
+
+    from shoal.protocol.messages.fetch_response import (
+        AbortedTransaction,
+        FetchableTopicResponse,
+        FetchResponse,
+        PartitionData,
+    )
+
+    def answer(aborted: tuple[AbortedTransaction, ...] | None) -> FetchResponse:
+        return FetchResponse(responses=(FetchableTopicResponse(topic="t", partitions=(
+            PartitionData(partition_index=0, records=b"", aborted_transactions=aborted),)),))
+
+    (p,) = to_entity(answer(None), FetchResponseV4).responses[0].partitions
+    assert p.aborted_transactions is None  # read_uncommitted: null, not an empty array
+    (p,) = to_entity(answer((AbortedTransaction(producer_id=7, first_offset=3),)), FetchResponseV4).responses[0].partitions
+    assert [(a.producer_id, a.first_offset) for a in p.aborted_transactions] == [(7, 3)]

@@ -9,7 +9,7 @@ from pathlib import Path
 from shoal.log.partition_log import PartitionLog
 from shoal.log.policy import LogConfig
 from shoal.log.segment import FileSlice
-from shoal.server.handlers.fetch import _below, _slice_below
+from shoal.server.fetch_service import _below, _slice_below
 
 from ..log.helpers import batch
 
