@@ -23,40 +23,61 @@ acquired are available again after the reload, as after a restart.
 from __future__ import annotations
 
 import dataclasses
-import operator
-import sys
+import functools
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
+from kio.schema.delete_share_group_state.v0 import request as delete_req
+from kio.schema.delete_share_group_state.v0 import response as delete_resp
+from kio.schema.initialize_share_group_state.v0 import request as init_req
+from kio.schema.initialize_share_group_state.v0 import response as init_resp
+from kio.schema.read_share_group_state.v0 import request as read_req
+from kio.schema.read_share_group_state.v0 import response as read_resp
+from kio.schema.read_share_group_state_summary.v1 import request as summary_req
+from kio.schema.read_share_group_state_summary.v1 import response as summary_resp
+from kio.schema.write_share_group_state.v1 import request as write_req
+from kio.schema.write_share_group_state.v1 import response as write_resp
+
+from ...coordinator.result import Result
 from ...errors import ApiError, ErrorCode
-from ...protocol.entities import make, sub
-from ...share.coordinator import SharePartitionKey, partition_for
+from ...share.coordinator import ShareCoordinatorShard, SharePartitionKey, partition_for
+from ..context import RequestContext
 from ..dispatch import api
 from ..share_service import share_service
+
+R = TypeVar("R")
 
 
 def _changes_state(p: Any) -> bool:
     return True
 
 
-def _read_bumps_leader_epoch(p: Any) -> bool:
+def _read_bumps_leader_epoch(p: read_req.PartitionData) -> bool:
     return int(p.leader_epoch) != -1
 
 
-async def _route(ctx: Any, request: Any, method: str,
-                 changes_state: Callable[[Any], bool] | None = _changes_state) -> Any:
+def _on_shard(run: Callable[[ShareCoordinatorShard, Any], Result[Any]], request: Any,
+              shard: ShareCoordinatorShard) -> Result[Any]:
+    return run(shard, request)
+
+
+async def _route(ctx: RequestContext, request: Any, run: Callable[[ShareCoordinatorShard, Any], Result[Any]],
+                 response_cls: Callable[..., R], result_cls: Callable[..., Any], partition_cls: Callable[..., Any],
+                 changes_state: Callable[[Any], bool] | None = _changes_state) -> R:
+    """``request`` (one of the share-state requests, kio's class of the single version served)
+    answered per partition by its state partition's shard (``run``), as a ``response_cls``
+    whose ``results`` are ``result_cls`` per topic (``partition_cls`` per partition)."""
     svc = share_service(ctx.broker)
     runtime = svc.runtime
+
     def error(p: Any, e: ApiError) -> Any:
-        return make(sub(ctx.response_type, "PartitionResult"), partition=p.partition, error_code=e.error_code,
-                    error_message=e.message)
+        return partition_cls(partition=p.partition, error_code=e.error_code, error_message=e.message)
 
     answers: list[tuple[Any, list[Any]]] = []
     touched: dict[int, list[tuple[Any, Any, int]]] = {}
     """state partition -> (topic, partition request, index in its topic's answers) of its writes."""
     wrote: set[int] = set()
-    response = None
     for topic in request.topics:
         parts: list[Any] = []
         for p in topic.partitions:
@@ -66,12 +87,11 @@ async def _route(ctx: Any, request: Any, method: str,
             try:
                 # Appended and replayed now; one fsync per state partition below covers them all.
                 runtime.check_owner(shard_index)
-                result = runtime.run_deferred(shard_index, operator.methodcaller(method, one))
+                result = runtime.run_deferred(shard_index, functools.partial(_on_shard, run, one))
             except ApiError as e:  # not the coordinator (cluster mode), or the state cannot be written
                 parts.append(error(p, e))
                 continue
-            response = result.answer()
-            parts.append(response.results[0].partitions[0])
+            parts.append(result.answer().results[0].partitions[0])
             touched.setdefault(shard_index, []).append((topic, p, len(parts) - 1))
             if result.records:
                 wrote.add(shard_index)
@@ -91,45 +111,55 @@ async def _route(ctx: Any, request: Any, method: str,
             if parts[i].error_code == ErrorCode.none and changes_state is not None and changes_state(p):
                 tid = topic.topic_id if isinstance(topic.topic_id, uuid.UUID) else uuid.UUID(str(topic.topic_id))
                 svc.forget_partition(request.group_id, tid, int(p.partition))
-    if response is None:
-        response = getattr(runtime.shards[0], method)(dataclasses.replace(request, topics=())).response
-        if not answers:
-            return response
-    result_cls = type(response.results[0]) if response.results else _result_class(ctx.response_type)
-    return dataclasses.replace(response, results=tuple(
+    return response_cls(results=tuple(
         result_cls(topic_id=topic.topic_id, partitions=tuple(parts)) for topic, parts in answers))
 
 
-def _result_class(cls: type) -> type:
-    """The per-topic result entity of a share-state response (InitializeStateResult, ...)."""
-    module = sys.modules[cls.__module__]
-    for name in dir(module):
-        c = getattr(module, name)
-        if isinstance(c, type) and dataclasses.is_dataclass(c) and [f.name for f in dataclasses.fields(c)] == ["topic_id", "partitions"]:
-            return c
-    raise LookupError(f"no per-topic result entity next to {cls.__name__}")
-
-
 @api(83, 0, 0)
-async def handle_initialize_share_group_state(ctx: Any, request: Any) -> Any:
-    return await _route(ctx, request, "handle_initialize_share_group_state")
+async def handle_initialize_share_group_state(
+        ctx: RequestContext, request: init_req.InitializeShareGroupStateRequest,
+) -> init_resp.InitializeShareGroupStateResponse:
+    return await _route(
+        ctx, request, ShareCoordinatorShard.handle_initialize_share_group_state,
+        init_resp.InitializeShareGroupStateResponse, init_resp.InitializeStateResult,
+        init_resp.PartitionResult)
 
 
 @api(84, 0, 0)
-async def handle_read_share_group_state(ctx: Any, request: Any) -> Any:
-    return await _route(ctx, request, "handle_read_share_group_state", _read_bumps_leader_epoch)
+async def handle_read_share_group_state(
+        ctx: RequestContext, request: read_req.ReadShareGroupStateRequest,
+) -> read_resp.ReadShareGroupStateResponse:
+    return await _route(
+        ctx, request, ShareCoordinatorShard.handle_read_share_group_state,
+        read_resp.ReadShareGroupStateResponse, read_resp.ReadStateResult,
+        read_resp.PartitionResult, _read_bumps_leader_epoch)
 
 
 @api(85, 1, 1)
-async def handle_write_share_group_state(ctx: Any, request: Any) -> Any:
-    return await _route(ctx, request, "handle_write_share_group_state")
+async def handle_write_share_group_state(
+        ctx: RequestContext, request: write_req.WriteShareGroupStateRequest,
+) -> write_resp.WriteShareGroupStateResponse:
+    return await _route(
+        ctx, request, ShareCoordinatorShard.handle_write_share_group_state,
+        write_resp.WriteShareGroupStateResponse, write_resp.WriteStateResult,
+        write_resp.PartitionResult)
 
 
 @api(86, 0, 0)
-async def handle_delete_share_group_state(ctx: Any, request: Any) -> Any:
-    return await _route(ctx, request, "handle_delete_share_group_state")
+async def handle_delete_share_group_state(
+        ctx: RequestContext, request: delete_req.DeleteShareGroupStateRequest,
+) -> delete_resp.DeleteShareGroupStateResponse:
+    return await _route(
+        ctx, request, ShareCoordinatorShard.handle_delete_share_group_state,
+        delete_resp.DeleteShareGroupStateResponse, delete_resp.DeleteStateResult,
+        delete_resp.PartitionResult)
 
 
 @api(87, 1, 1)
-async def handle_read_share_group_state_summary(ctx: Any, request: Any) -> Any:
-    return await _route(ctx, request, "handle_read_share_group_state_summary", None)
+async def handle_read_share_group_state_summary(
+        ctx: RequestContext, request: summary_req.ReadShareGroupStateSummaryRequest,
+) -> summary_resp.ReadShareGroupStateSummaryResponse:
+    return await _route(
+        ctx, request, ShareCoordinatorShard.handle_read_share_group_state_summary,
+        summary_resp.ReadShareGroupStateSummaryResponse, summary_resp.ReadStateSummaryResult,
+        summary_resp.PartitionResult, None)
