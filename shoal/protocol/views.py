@@ -106,7 +106,9 @@ def _converter(kio_type: type) -> Callable[[Any], Any]:
         kafka_type = f.metadata.get("kafka_type", "")
         if inner is not None:
             env[f"c{i}"] = _converter(inner)
-            if many:
+            if many and type(None) in typing.get_args(hints[f.name]):  # a nullable array
+                args.append(f"{f.name}=(None if v.{f.name} is None else tuple([c{i}(x) for x in v.{f.name}]))")
+            elif many:
                 args.append(f"{f.name}=tuple([c{i}(x) for x in v.{f.name}])")
             else:
                 args.append(f"{f.name}=(None if v.{f.name} is None else c{i}(v.{f.name}))")

@@ -66,3 +66,17 @@ def test_an_answer_becomes_the_versions_entity_without_the_fields_it_lacks() -> 
 def test_an_entity_of_the_version_passes_as_it_is() -> None:
     entity = to_entity(_answer(), ProduceV12)
     assert to_entity(entity, ProduceV12) is entity
+
+
+def test_a_null_array_stays_null() -> None:
+    from kio.schema.describe_client_quotas.v0.response import DescribeClientQuotasResponse as QuotasV0
+    from kio.schema.describe_client_quotas.v1.response import DescribeClientQuotasResponse as QuotasV1
+
+    from shoal.protocol.messages.describe_client_quotas_response import DescribeClientQuotasResponse
+
+    refused = DescribeClientQuotasResponse(error_code=ErrorCode.invalid_request, error_message="bad filter")
+    assert refused.entries is None  # a nullable array: null when the request was refused
+    for cls in (QuotasV0, QuotasV1):
+        entity = to_entity(refused, cls)
+        assert type(entity) is cls and entity.entries is None
+        assert decode_body(cls, encode_body(entity)) == entity
