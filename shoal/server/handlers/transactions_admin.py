@@ -102,7 +102,12 @@ def handle_describe_transactions(
     out = []
     for txn_id in request.transactional_ids:
         permitted = ctx.broker.authorizer is None or allowed(ctx, DESCRIBE, TRANSACTIONAL_ID, txn_id)
-        owner = ErrorCode.coordinator_not_available if svc is None else svc.owner_error(txn_id)
+        if svc is None:
+            owner = ErrorCode.coordinator_not_available
+        elif not svc.loaded:  # no __transaction_state yet: this broker coordinates no id, as Kafka says
+            owner = ErrorCode.not_coordinator
+        else:
+            owner = svc.owner_error(txn_id)
         m = None if svc is None or owner != ErrorCode.none or not permitted else svc.find(txn_id)
         if m is None:
             code = (ErrorCode.transactional_id_authorization_failed if not permitted else
