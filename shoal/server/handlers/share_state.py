@@ -25,8 +25,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import uuid
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import ClassVar, Protocol, TypeVar
 
 from kio.schema.delete_share_group_state.v0 import request as delete_req
 from kio.schema.delete_share_group_state.v0 import response as delete_resp
@@ -46,40 +46,90 @@ from ..context import RequestContext
 from ..dispatch import api
 from ..share_service import share_service
 
+
+class _Partition(Protocol):
+    """A partition of a share-state request."""
+
+    @property
+    def partition(self) -> int: ...
+
+
+class _Topic(Protocol):
+    """A topic of a share-state request (kio's entities are dataclasses)."""
+
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[object]]]
+
+    @property
+    def topic_id(self) -> uuid.UUID | None: ...
+
+    @property
+    def partitions(self) -> Sequence[_Partition]: ...
+
+
+class _Request(Protocol):
+    """A share-state request: InitializeShareGroupState, ReadShareGroupState, ... (kio's class
+    of the one version served)."""
+
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[object]]]
+
+    @property
+    def group_id(self) -> str: ...
+
+    @property
+    def topics(self) -> Sequence[_Topic]: ...
+
+
+class _PartitionResult(Protocol):
+    @property
+    def error_code(self) -> ErrorCode: ...
+
+
+class _TopicResult(Protocol):
+    @property
+    def partitions(self) -> Sequence[_PartitionResult]: ...
+
+
+class _Response(Protocol):
+    @property
+    def results(self) -> Sequence[_TopicResult]: ...
+
+
+Q = TypeVar("Q", bound=_Request)
+S = TypeVar("S", bound=_Response)
 R = TypeVar("R")
 
 
-def _changes_state(p: Any) -> bool:
+def _changes_state(p: _Partition) -> bool:
     return True
 
 
-def _read_bumps_leader_epoch(p: read_req.PartitionData) -> bool:
-    return int(p.leader_epoch) != -1
+def _read_bumps_leader_epoch(p: _Partition) -> bool:
+    return isinstance(p, read_req.PartitionData) and p.leader_epoch != -1
 
 
-def _on_shard(run: Callable[[ShareCoordinatorShard, Any], Result[Any]], request: Any,
-              shard: ShareCoordinatorShard) -> Result[Any]:
+def _on_shard(run: Callable[[ShareCoordinatorShard, Q], Result[S]], request: Q,
+              shard: ShareCoordinatorShard) -> Result[S]:
     return run(shard, request)
 
 
-async def _route(ctx: RequestContext, request: Any, run: Callable[[ShareCoordinatorShard, Any], Result[Any]],
-                 response_cls: Callable[..., R], result_cls: Callable[..., Any], partition_cls: Callable[..., Any],
-                 changes_state: Callable[[Any], bool] | None = _changes_state) -> R:
-    """``request`` (one of the share-state requests, kio's class of the single version served)
-    answered per partition by its state partition's shard (``run``), as a ``response_cls``
-    whose ``results`` are ``result_cls`` per topic (``partition_cls`` per partition)."""
+async def _route(ctx: RequestContext, request: Q, run: Callable[[ShareCoordinatorShard, Q], Result[S]],
+                 response_cls: Callable[..., R], result_cls: Callable[..., object],
+                 partition_cls: Callable[..., _PartitionResult],
+                 changes_state: Callable[[_Partition], bool] | None = _changes_state) -> R:
+    """``request`` answered per partition by its state partition's shard (``run``), as a
+    ``response_cls`` whose ``results`` are ``result_cls`` per topic (``partition_cls`` per partition)."""
     svc = share_service(ctx.broker)
     runtime = svc.runtime
 
-    def error(p: Any, e: ApiError) -> Any:
+    def error(p: _Partition, e: ApiError) -> _PartitionResult:
         return partition_cls(partition=p.partition, error_code=e.error_code, error_message=e.message)
 
-    answers: list[tuple[Any, list[Any]]] = []
-    touched: dict[int, list[tuple[Any, Any, int]]] = {}
+    answers: list[tuple[_Topic, list[_PartitionResult]]] = []
+    touched: dict[int, list[tuple[_Topic, _Partition, int]]] = {}
     """state partition -> (topic, partition request, index in its topic's answers) of its writes."""
     wrote: set[int] = set()
     for topic in request.topics:
-        parts: list[Any] = []
+        parts: list[_PartitionResult] = []
         for p in topic.partitions:
             one = dataclasses.replace(request, topics=(dataclasses.replace(topic, partitions=(p,)),))
             shard_index = partition_for(SharePartitionKey.of(request.group_id, topic.topic_id, p.partition),
@@ -108,9 +158,9 @@ async def _route(ctx: RequestContext, request: Any, run: Callable[[ShareCoordina
             continue
         for topic, p, i in written:
             parts = next(ps for t, ps in answers if t is topic)
-            if parts[i].error_code == ErrorCode.none and changes_state is not None and changes_state(p):
-                tid = topic.topic_id if isinstance(topic.topic_id, uuid.UUID) else uuid.UUID(str(topic.topic_id))
-                svc.forget_partition(request.group_id, tid, int(p.partition))
+            if (parts[i].error_code == ErrorCode.none and topic.topic_id is not None
+                    and changes_state is not None and changes_state(p)):
+                svc.forget_partition(request.group_id, topic.topic_id, p.partition)
     return response_cls(results=tuple(
         result_cls(topic_id=topic.topic_id, partitions=tuple(parts)) for topic, parts in answers))
 
