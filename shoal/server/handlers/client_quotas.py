@@ -42,7 +42,7 @@ async def _load_quotas(broker: Broker) -> None:
 
 
 def _allowed(ctx: RequestContext) -> bool:
-    sec = getattr(ctx.connection, "security", None)  # connections made by tests may have none
+    sec = ctx.connection.security
     return sec is None or is_broker(sec)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ...errors import ErrorCode
 from ...protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest
@@ -31,10 +31,13 @@ from ...security.sasl import AuthenticationFailed, PlainServer, ScramServer
 from ..context import RequestContext
 from ..dispatch import api
 
+if TYPE_CHECKING:
+    from ..connection import Connection
+
 log = logging.getLogger("shoal.security")
 
 
-def close_after_answer(conn: Any) -> None:  # a Connection, or a test's stand-in
+def close_after_answer(conn: Connection) -> None:
     """Close ``conn`` once the answer of the request being handled is written: the current
     task's done callbacks run in order, and the connection's (which writes the answer)
     was added first."""
@@ -58,7 +61,7 @@ def _mechanism_server(ctx: RequestContext, name: str) -> PlainServer | ScramServ
 
 @api(17, 0, 1)
 async def handle_sasl_handshake(ctx: RequestContext, request: SaslHandshakeRequest) -> SaslHandshakeResponse:
-    sec = getattr(ctx.connection, "security", None)
+    sec = ctx.connection.security
     if sec is None or not sec.listener.sasl:
         return SaslHandshakeResponse(error_code=ErrorCode.illegal_sasl_state)
     # re-authentication (KIP-368): a v1 handshake on an authenticated connection, when sessions expire
@@ -83,7 +86,7 @@ async def handle_sasl_handshake(ctx: RequestContext, request: SaslHandshakeReque
 @api(36, 0, 2)
 async def handle_sasl_authenticate(ctx: RequestContext, request: SaslAuthenticateRequest) -> SaslAuthenticateResponse:
     conn = ctx.connection
-    sec = getattr(conn, "security", None)
+    sec = conn.security
     if sec is None or not sec.listener.sasl or sec.server is None or sec.raw_tokens or (
             sec.authenticated and not sec.reauthenticating):
         return SaslAuthenticateResponse(error_code=ErrorCode.illegal_sasl_state,
