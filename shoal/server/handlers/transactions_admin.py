@@ -8,7 +8,8 @@ WriteTxnMarkers appends commit or abort markers to this broker's partitions: the
 transaction coordinator of another broker would send it, and Kafka's admin client sends
 it to abort a hanging transaction (``kafka-transactions abort``). In cluster mode
 DescribeTransactions answers NOT_COORDINATOR for a transactional id whose
-``__transaction_state`` partition another broker leads, ListTransactions lists the
+``__transaction_state`` partition another broker leads (and, on any broker, for every id
+before the topic exists: no transaction was begun yet), ListTransactions lists the
 transactional ids of the partitions this broker leads (Kafka's admin client asks every
 broker), and WriteTxnMarkers, sent by the coordinator to each partition's leader, is
 answered once the markers are on every in-sync replica (as an acks=all append, within
