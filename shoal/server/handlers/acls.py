@@ -13,10 +13,14 @@ and succeeds; DeleteAcls answers per filter the bindings it removed.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from ...errors import ErrorCode
-from ...protocol.entities import make, sub
+from ...protocol.messages import create_acls_response as create_resp
+from ...protocol.messages import delete_acls_response as delete_resp
+from ...protocol.messages.create_acls_request import CreateAclsRequest
+from ...protocol.messages.delete_acls_request import DeleteAclsFilter, DeleteAclsRequest
+from ...protocol.messages.describe_acls_request import DescribeAclsRequest
+from ...protocol.messages.describe_acls_response import AclDescription, DescribeAclsResource, DescribeAclsResponse
 from ...security.acls import (
     AclBinding,
     AclError,
@@ -27,18 +31,19 @@ from ...security.acls import (
     validate_filter,
 )
 from ...security.authz import allowed, install
-from ..broker import on_start
+from ..broker import Broker, on_start
+from ..context import RequestContext
 from ..dispatch import api
 
 log = logging.getLogger("shoal.security")
 
 
 @on_start
-async def _install_authorizer(broker: Any) -> None:
+async def _install_authorizer(broker: Broker) -> None:
     install(broker)
 
 
-def _refusal(ctx: Any, operation: Operation) -> tuple[ErrorCode, str] | None:
+def _refusal(ctx: RequestContext, operation: Operation) -> tuple[ErrorCode, str] | None:
     if ctx.broker.authorizer is None:
         return ErrorCode.security_disabled, "No Authorizer is configured."
     if not allowed(ctx, operation, ResourceType.CLUSTER, "kafka-cluster"):
@@ -46,44 +51,39 @@ def _refusal(ctx: Any, operation: Operation) -> tuple[ErrorCode, str] | None:
     return None
 
 
-def _filter(f: Any) -> AclFilter:
+def _filter(f: DescribeAclsRequest | DeleteAclsFilter) -> AclFilter:
     return AclFilter(f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter, f.principal_filter,
                      f.host_filter, f.operation, f.permission_type)
 
 
 @api(29, 1, 3)
-def handle_describe_acls(ctx: Any, request: Any) -> Any:
-    cls = ctx.response_type
+def handle_describe_acls(ctx: RequestContext, request: DescribeAclsRequest) -> DescribeAclsResponse:
     refused = _refusal(ctx, Operation.DESCRIBE)
     if refused is not None:
-        return make(cls, throttle_time=0, error_code=refused[0], error_message=refused[1], resources=())
+        return DescribeAclsResponse(error_code=refused[0], error_message=refused[1])
     flt = _filter(request)
     try:
         validate_filter(flt)
     except AclError as e:
-        return make(cls, throttle_time=0, error_code=ErrorCode.invalid_request, error_message=str(e), resources=())
+        return DescribeAclsResponse(error_code=ErrorCode.invalid_request, error_message=str(e))
     grouped: dict[tuple[int, str, int], list[AclBinding]] = {}
     for b in sorted(ctx.broker.authorizer.bindings):
         if flt.matches(b):
             grouped.setdefault((b.resource_type, b.resource_name, b.pattern_type), []).append(b)
-    rcls = sub(cls, "DescribeAclsResource")
-    dcls = sub(cls, "AclDescription")
     resources = tuple(
-        make(rcls, resource_type=t, resource_name=n, pattern_type=p, acls=tuple(
-            make(dcls, principal=b.principal, host=b.host, operation=b.operation, permission_type=b.permission)
+        DescribeAclsResource(resource_type=t, resource_name=n, pattern_type=p, acls=tuple(
+            AclDescription(principal=b.principal, host=b.host, operation=b.operation, permission_type=b.permission)
             for b in bs))
         for (t, n, p), bs in grouped.items())
-    return make(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, resources=resources)
+    return DescribeAclsResponse(resources=resources)
 
 
 @api(30, 1, 3)
-async def handle_create_acls(ctx: Any, request: Any) -> Any:
-    cls = ctx.response_type
-    rcls = sub(cls, "AclCreationResult")
+async def handle_create_acls(ctx: RequestContext, request: CreateAclsRequest) -> create_resp.CreateAclsResponse:
     refused = _refusal(ctx, Operation.ALTER)
     if refused is not None:
-        return make(cls, throttle_time=0, results=tuple(
-            make(rcls, error_code=refused[0], error_message=refused[1]) for _ in request.creations))
+        return create_resp.CreateAclsResponse(results=tuple(
+            create_resp.AclCreationResult(error_code=refused[0], error_message=refused[1]) for _ in request.creations))
     results: list[tuple[ErrorCode, str | None]] = []
     good: dict[int, AclBinding] = {}
     for i, c in enumerate(request.creations):
@@ -105,18 +105,17 @@ async def handle_create_acls(ctx: Any, request: Any) -> Any:
         else:
             for b in good.values():
                 log.info("ACL added: %s", b.describe())
-    return make(cls, throttle_time=0, results=tuple(make(rcls, error_code=c, error_message=m) for c, m in results))
+    return create_resp.CreateAclsResponse(results=tuple(
+        create_resp.AclCreationResult(error_code=c, error_message=m) for c, m in results))
 
 
 @api(31, 1, 3)
-async def handle_delete_acls(ctx: Any, request: Any) -> Any:
-    cls = ctx.response_type
-    fcls = sub(cls, "DeleteAclsFilterResult")
-    mcls = sub(cls, "DeleteAclsMatchingAcl")
+async def handle_delete_acls(ctx: RequestContext, request: DeleteAclsRequest) -> delete_resp.DeleteAclsResponse:
     refused = _refusal(ctx, Operation.ALTER)
     if refused is not None:
-        return make(cls, throttle_time=0, filter_results=tuple(
-            make(fcls, error_code=refused[0], error_message=refused[1], matching_acls=()) for _ in request.filters))
+        return delete_resp.DeleteAclsResponse(filter_results=tuple(
+            delete_resp.DeleteAclsFilterResult(error_code=refused[0], error_message=refused[1])
+            for _ in request.filters))
     existing = sorted(ctx.broker.authorizer.bindings)
     per_filter: list[tuple[ErrorCode, str | None, list[AclBinding]]] = []
     doomed: set[AclBinding] = set()
@@ -139,9 +138,10 @@ async def handle_delete_acls(ctx: Any, request: Any) -> Any:
         else:
             for b in sorted(doomed):
                 log.info("ACL removed: %s", b.describe())
-    return make(cls, throttle_time=0, filter_results=tuple(
-        make(fcls, error_code=c, error_message=msg, matching_acls=tuple(
-            make(mcls, error_code=ErrorCode.none, error_message=None, resource_type=b.resource_type,
-                 resource_name=b.resource_name, pattern_type=b.pattern_type, principal=b.principal, host=b.host,
-                 operation=b.operation, permission_type=b.permission) for b in m))
+    return delete_resp.DeleteAclsResponse(filter_results=tuple(
+        delete_resp.DeleteAclsFilterResult(error_code=c, error_message=msg, matching_acls=tuple(
+            delete_resp.DeleteAclsMatchingAcl(
+                resource_type=b.resource_type, resource_name=b.resource_name, pattern_type=b.pattern_type,
+                principal=b.principal, host=b.host, operation=b.operation, permission_type=b.permission)
+            for b in m))
         for c, msg, m in per_filter))

@@ -16,61 +16,64 @@ anyone else gets CLUSTER_AUTHORIZATION_FAILED.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ...errors import ErrorCode
-from ...protocol.entities import make, sub
+from ...protocol.messages import alter_client_quotas_response as alter_resp
+from ...protocol.messages import describe_client_quotas_response as describe_resp
+from ...protocol.messages.alter_client_quotas_request import AlterClientQuotasRequest, EntryData
+from ...protocol.messages.describe_client_quotas_request import DescribeClientQuotasRequest
 from ...security.access import is_broker
 from ...security.quota_store import quota_service
 from ...security.quotas import (
+    Entity,
     QuotaRequestError,
     apply_alteration,
     describe,
     entity_of,
     validate_alteration,
 )
-from ..broker import on_start
+from ..broker import Broker, on_start
+from ..context import RequestContext
 from ..dispatch import api
 
 
 @on_start
-async def _load_quotas(broker: Any) -> None:
+async def _load_quotas(broker: Broker) -> None:
     quota_service(broker)  # read the stored quotas before the first connection
 
 
-def _allowed(ctx: Any) -> bool:
-    sec = getattr(ctx.connection, "security", None)
+def _allowed(ctx: RequestContext) -> bool:
+    sec = ctx.connection.security
     return sec is None or is_broker(sec)
 
 
 @api(48, 0, 1)
-def handle_describe_client_quotas(ctx: Any, request: Any) -> Any:
-    cls = ctx.response_type
+def handle_describe_client_quotas(
+        ctx: RequestContext, request: DescribeClientQuotasRequest) -> describe_resp.DescribeClientQuotasResponse:
     if not _allowed(ctx):
-        return make(cls, throttle_time=0, error_code=ErrorCode.cluster_authorization_failed,
-                    error_message="only brokers and super.users may describe client quotas", entries=None)
-    ecls, vcls, entry_cls = sub(cls, "EntityData"), sub(cls, "ValueData"), sub(cls, "EntryData")
+        return describe_resp.DescribeClientQuotasResponse(
+            error_code=ErrorCode.cluster_authorization_failed,
+            error_message="only brokers and super.users may describe client quotas")
     try:
         found = describe(quota_service(ctx.broker).quotas(),
-                         [(c.entity_type, int(c.match_type), c.match) for c in request.components], request.strict)
+                         [(c.entity_type, c.match_type, c.match) for c in request.components], request.strict)
     except QuotaRequestError as e:
-        return make(cls, throttle_time=0, error_code=ErrorCode[e.code], error_message=e.message, entries=None)
+        return describe_resp.DescribeClientQuotasResponse(error_code=ErrorCode[e.code], error_message=e.message)
     entries = tuple(
-        make(entry_cls, entity=tuple(make(ecls, entity_type=t, entity_name=n) for t, n in entity),
-             values=tuple(make(vcls, key=k, value=v) for k, v in sorted(values.items())))
+        describe_resp.EntryData(
+            entity=tuple(describe_resp.EntityData(entity_type=t, entity_name=n) for t, n in entity),
+            values=tuple(describe_resp.ValueData(key=k, value=v) for k, v in sorted(values.items())))
         for entity, values in found)
-    return make(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, entries=entries)
+    return describe_resp.DescribeClientQuotasResponse(entries=entries)
 
 
 @api(49, 0, 1)
-async def handle_alter_client_quotas(ctx: Any, request: Any) -> Any:
-    cls = ctx.response_type
-    ecls, entry_cls = sub(cls, "EntityData"), sub(cls, "EntryData")
+async def handle_alter_client_quotas(
+        ctx: RequestContext, request: AlterClientQuotasRequest) -> alter_resp.AlterClientQuotasResponse:
     service = quota_service(ctx.broker)
     allowed = _allowed(ctx)
     quotas = service.quotas()
-    results: list[tuple[Any, ErrorCode, str | None]] = []
-    changes: dict[Any, dict[str, float]] = {}
+    results: list[tuple[EntryData, ErrorCode, str | None]] = []
+    changes: dict[Entity, dict[str, float]] = {}
     accepted: list[int] = []
     for entry in request.entries:
         if not allowed:
@@ -91,11 +94,10 @@ async def handle_alter_client_quotas(ctx: Any, request: Any) -> Any:
         try:
             await service.alter(changes)
         except OSError as e:
-            code = ErrorCode.unknown_server_error if getattr(ctx.broker.cluster, "clustered", False) \
-                else ErrorCode.kafka_storage_error
+            code = ErrorCode.unknown_server_error if ctx.broker.cluster.clustered else ErrorCode.kafka_storage_error
             for i in accepted:
                 results[i] = (results[i][0], code, f"the client quotas could not be written: {e}")
-    return make(cls, throttle_time=0, entries=tuple(
-        make(entry_cls, error_code=code, error_message=message,
-             entity=tuple(make(ecls, entity_type=e.entity_type, entity_name=e.entity_name) for e in entry.entity))
+    return alter_resp.AlterClientQuotasResponse(entries=tuple(
+        alter_resp.EntryData(error_code=code, error_message=message, entity=tuple(
+            alter_resp.EntityData(entity_type=e.entity_type, entity_name=e.entity_name) for e in entry.entity))
         for entry, code, message in results))

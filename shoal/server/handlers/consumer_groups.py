@@ -9,54 +9,64 @@ ConsumerGroupDescribe, which is what librdkafka needs to fall back to DescribeGr
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-from typing import Any
+from collections.abc import Awaitable
 
-from kio.schema.consumer_group_heartbeat.v1 import request as hb_req_v1
+from kio.schema.consumer_group_heartbeat.v1 import request as hb_req
+from kio.schema.consumer_group_heartbeat.v1 import response as hb_resp
+from kio.schema.types import GroupId, TopicName
+from kio.static.primitive import i32, i32Timedelta
 
 from ...errors import ErrorCode
 from ...groups.classic import ClassicGroup
-from ...groups.manager import build_response
 from ...groups.records import group_metadata_tombstone
 from ...observe.logs import log_once
-from ...protocol.entities import make
+from ...protocol.messages.consumer_group_describe_request import ConsumerGroupDescribeRequest
+from ...protocol.messages.consumer_group_describe_response import ConsumerGroupDescribeResponse
+from ...protocol.messages.consumer_group_heartbeat_request import ConsumerGroupHeartbeatRequest
+from ...protocol.messages.consumer_group_heartbeat_response import ConsumerGroupHeartbeatResponse
 from ...security.authz import (
     READ,
     group_refusal,
     hide_undescribable,
     subscription_refusal,
 )
+from ..context import RequestContext
 from ..dispatch import api
 from ..group_service import client_host, group_service
 
 log = logging.getLogger("shoal.groups")
 
-
-def as_version(entity: Any, cls: type) -> Any:
-    """``entity`` rebuilt as ``cls`` (the same API at another version)."""
-    if type(entity) is cls:
-        return entity
-    return build_response(cls, {f.name: _plain(getattr(entity, f.name)) for f in dataclasses.fields(entity)})
+HeartbeatAnswer = ConsumerGroupHeartbeatResponse | hb_resp.ConsumerGroupHeartbeatResponse
+"""A refusal built here, or the coordinator's answer: kio's v1 entity (a v0 answer is
+converted when it is encoded)."""
 
 
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, tuple):
-        return tuple(_plain(v) for v in value)
-    return value
+def _as_v1(request: ConsumerGroupHeartbeatRequest) -> hb_req.ConsumerGroupHeartbeatRequest:
+    """The request as the coordinator reads it: kio's v1 entity (v0 has no SubscribedTopicRegex)."""
+    if isinstance(request, hb_req.ConsumerGroupHeartbeatRequest):
+        return request
+    names = request.subscribed_topic_names
+    owned = request.topic_partitions
+    return hb_req.ConsumerGroupHeartbeatRequest(
+        group_id=GroupId(request.group_id), member_id=request.member_id, member_epoch=i32(request.member_epoch),
+        instance_id=request.instance_id, rack_id=request.rack_id,
+        rebalance_timeout=i32Timedelta.parse(request.rebalance_timeout),
+        subscribed_topic_names=None if names is None else tuple(TopicName(n) for n in names),
+        subscribed_topic_regex=None, server_assignor=request.server_assignor,
+        topic_partitions=None if owned is None else tuple(
+            hb_req.TopicPartitions(topic_id=tp.topic_id, partitions=tuple(i32(p) for p in tp.partitions))
+            for tp in owned))
 
 
 @api(68, 0, 1)
-def handle_consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
+def handle_consumer_group_heartbeat(
+        ctx: RequestContext, request: ConsumerGroupHeartbeatRequest) -> HeartbeatAnswer | Awaitable[HeartbeatAnswer]:
     if (denied := group_refusal(ctx, READ, request.group_id, member_id=None, assignment=None)
             or subscription_refusal(ctx, request.subscribed_topic_names, member_id=None, assignment=None)):
-        return denied
+        refused: HeartbeatAnswer = denied
+        return refused
     svc = group_service(ctx.broker)
-    if ctx.api_version == 0:  # the coordinator reads v1's fields; v0 has no regex
-        request = hb_req_v1.ConsumerGroupHeartbeatRequest(
-            **{f.name: getattr(request, f.name) for f in dataclasses.fields(request)}, subscribed_topic_regex=None)
     group_id = request.group_id
     p = svc.partition_for(group_id)
     existing = svc.shard(p).groups.get(group_id)
@@ -65,11 +75,10 @@ def handle_consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
         if isinstance(existing, ClassicGroup) and existing.is_empty() and request.member_epoch == 0:
             convert = True
         else:
-            return make(ctx.response_type, throttle_time=0, error_code=ErrorCode.group_id_not_found,
-                        error_message=f"Group {group_id} is not a consumer group.", member_id=None,
-                        member_epoch=0, heartbeat_interval=0, assignment=None)
+            return ConsumerGroupHeartbeatResponse(error_code=ErrorCode.group_id_not_found,
+                                                  error_message=f"Group {group_id} is not a consumer group.")
     result = svc.consumer_groups(p).handle_heartbeat(
-        request, ctx.now_ms(), svc.topics_metadata(),
+        _as_v1(request), ctx.now_ms(), svc.topics_metadata(),
         client_id=ctx.header.client_id or "", client_host=client_host(ctx), api_version=ctx.api_version,
         session_timeout_ms=svc.group_config(group_id, "consumer.session.timeout.ms"),
         heartbeat_interval_ms=svc.group_config(group_id, "consumer.heartbeat.interval.ms"))
@@ -79,14 +88,19 @@ def handle_consumer_group_heartbeat(ctx: Any, request: Any) -> Any:
     response = result.answer()
     if response.error_code is ErrorCode.group_max_size_reached:
         log_once(log, ("group.consumer.max.size", group_id), response.error_message or "")
-    return svc.answer(p, as_version(response, ctx.response_type), wrote=bool(result.records))
+    answer: hb_resp.ConsumerGroupHeartbeatResponse | Awaitable[hb_resp.ConsumerGroupHeartbeatResponse] = svc.answer(
+        p, response, wrote=bool(result.records))
+    return answer
 
 
 @api(69, 0, 1)
-def handle_consumer_group_describe(ctx: Any, request: Any) -> Any:
+def handle_consumer_group_describe(
+        ctx: RequestContext, request: ConsumerGroupDescribeRequest,
+) -> ConsumerGroupDescribeResponse | Awaitable[ConsumerGroupDescribeResponse]:
+    """The coordinator describes each group as kio's v1 entity; a v0 answer is converted when encoded."""
     svc = group_service(ctx.broker)
     groups = hide_undescribable(ctx, (svc.describe(svc.consumer_groups, g) for g in request.group_ids))
-    return svc.answer_per_partition(
+    answer: ConsumerGroupDescribeResponse | Awaitable[ConsumerGroupDescribeResponse] = svc.answer_per_partition(
         (svc.runtime.partition_for_group(g) for g in request.group_ids),
-        lambda errors: build_response(ctx.response_type, {"throttle_time": 0, "groups": tuple(
-            _plain(svc.with_error(g, errors)) for g in groups)}))
+        lambda errors: ConsumerGroupDescribeResponse(groups=tuple(svc.with_error(g, errors) for g in groups)))
+    return answer

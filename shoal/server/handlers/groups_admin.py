@@ -9,17 +9,32 @@ DeleteGroups of a share group deletes its share-partition state first (two stage
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Awaitable
 from typing import Any
 
 from ...errors import ApiError, ErrorCode
-from ...protocol.entities import make, sub
+from ...protocol.messages.delete_groups_request import DeleteGroupsRequest
+from ...protocol.messages.delete_groups_response import DeletableGroupResult, DeleteGroupsResponse
+from ...protocol.messages.describe_groups_request import DescribeGroupsRequest
+from ...protocol.messages.describe_groups_response import DescribeGroupsResponse
+from ...protocol.messages.list_groups_request import ListGroupsRequest
+from ...protocol.messages.list_groups_response import ListGroupsResponse
 from ...security.authz import CLUSTER, CLUSTER_RESOURCE, DELETE, DESCRIBE, GROUP, allowed, hide_undescribable
+from ..context import RequestContext
 from ..dispatch import api
 from ..group_service import group_service
 
 
+def _entity(request: DescribeGroupsRequest | ListGroupsRequest | DeleteGroupsRequest) -> Any:
+    """The request as what it is, kio's entity of the version received: the group shards answer
+    at that version (their described and listed groups pass into the answer as they are)."""
+    return request
+
+
 @api(15, 0, 6)
-def handle_describe_groups(ctx: Any, request: Any) -> Any:
+def handle_describe_groups(
+        ctx: RequestContext, request: DescribeGroupsRequest,
+) -> DescribeGroupsResponse | Awaitable[DescribeGroupsResponse]:
     svc = group_service(ctx.broker)
     now = ctx.now_ms()
     by_partition: dict[int, list[str]] = {}
@@ -32,68 +47,63 @@ def handle_describe_groups(ctx: Any, request: Any) -> Any:
             errors[group_id] = e
         by_partition.setdefault(p, []).append(group_id)
     answers: dict[str, Any] = {}
-    response = None
     for p, ids in by_partition.items():
-        response = svc.shard(p).handle_describe_groups(dataclasses.replace(request, groups=tuple(ids)), now).answer()
-        for g in response.groups:
+        one = dataclasses.replace(_entity(request), groups=tuple(ids))
+        for g in svc.shard(p).handle_describe_groups(one, now).answer().groups:
             error = errors.get(g.group_id)
             answers[g.group_id] = g if error is None else dataclasses.replace(g, error_code=error.error_code)
-    if response is None:
-        return make(ctx.response_type, throttle_time=0, groups=())
-    done = response
+    if not answers:
+        return DescribeGroupsResponse()
     shown = dict(zip(answers, hide_undescribable(ctx, answers.values()), strict=True))
 
-    def build(failed: dict[int, ApiError]) -> Any:
-        return dataclasses.replace(done, groups=tuple(svc.with_error(shown[g], failed) for g in request.groups))
+    def build(failed: dict[int, ApiError]) -> DescribeGroupsResponse:
+        return DescribeGroupsResponse(groups=tuple(svc.with_error(shown[g], failed) for g in request.groups))
 
-    return svc.answer_per_partition(by_partition, build)
+    answer: DescribeGroupsResponse | Awaitable[DescribeGroupsResponse] = svc.answer_per_partition(by_partition, build)
+    return answer
 
 
 @api(16, 0, 5)
-def handle_list_groups(ctx: Any, request: Any) -> Any:
+def handle_list_groups(
+        ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse | Awaitable[ListGroupsResponse]:
     svc = group_service(ctx.broker)
     now = ctx.now_ms()
     groups: list[Any] = []
-    response = None
     owned = svc.owned_partitions()
     for p in owned:
-        response = svc.shard(p).handle_list_groups(request, now).answer()
-        groups.extend(response.groups)
-    if response is None:
-        return make(ctx.response_type, throttle_time=0, error_code=ErrorCode.none, groups=())
+        groups.extend(svc.shard(p).handle_list_groups(_entity(request), now).answer().groups)
     if ctx.broker.authorizer is not None and not allowed(ctx, DESCRIBE, CLUSTER, CLUSTER_RESOURCE, log_denied=False):
         groups = [g for g in groups if allowed(ctx, DESCRIBE, GROUP, g.group_id, log_denied=False)]
-    listed = dataclasses.replace(response, groups=tuple(sorted(groups, key=lambda g: g.group_id)))
+    listed = ListGroupsResponse(groups=tuple(sorted(groups, key=lambda g: g.group_id)))
 
-    def build(failed: dict[int, ApiError]) -> Any:
+    def build(failed: dict[int, ApiError]) -> ListGroupsResponse:
         if failed:  # a partition's groups are not known to be replicated: the client asks again
-            e = next(iter(failed.values()))
-            return make(ctx.response_type, throttle_time=0, error_code=e.error_code, groups=())
+            return ListGroupsResponse(error_code=next(iter(failed.values())).error_code)
         return listed
 
-    return svc.answer_per_partition(owned, build)
+    answer: ListGroupsResponse | Awaitable[ListGroupsResponse] = svc.answer_per_partition(owned, build)
+    return answer
 
 
 @api(42, 0, 2)
-async def handle_delete_groups(ctx: Any, request: Any) -> Any:
+async def handle_delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     svc = group_service(ctx.broker)
-    cls = ctx.response_type
-    rcls = sub(cls, "DeletableGroupResult")
     results = []
     for group_id in request.groups_names:
         if not allowed(ctx, DELETE, GROUP, group_id):
-            results.append(make(rcls, group_id=group_id, error_code=ErrorCode.group_authorization_failed))
+            results.append(DeletableGroupResult(group_id=group_id, error_code=ErrorCode.group_authorization_failed))
             continue
         try:
             p = svc.partition_for(group_id)
         except ApiError as e:  # cluster mode: another broker coordinates this group
-            results.append(make(rcls, group_id=group_id, error_code=e.error_code))
+            results.append(DeletableGroupResult(group_id=group_id, error_code=e.error_code))
             continue
+        code: ErrorCode
         try:
             if svc.group_type(group_id) == "share":
                 code = await svc.delete_share_group(p, group_id)
             else:
-                one = dataclasses.replace(request, groups_names=(group_id,))
+                one = dataclasses.replace(_entity(request), groups_names=(group_id,))
                 result = svc.apply(p, svc.shard(p).handle_delete_groups(one, ctx.now_ms()))
                 code = result.answer().results[0].error_code
                 await svc.wait_replicated(p, wrote=bool(result.records))
@@ -107,5 +117,5 @@ async def handle_delete_groups(ctx: Any, request: Any) -> Any:
                     await ctx.broker.cluster.alter_group_configs(group_id, lambda _current: {}, validate_only=False)
             except ApiError as e:
                 code = e.error_code
-        results.append(make(rcls, group_id=group_id, error_code=code))
-    return make(cls, throttle_time=0, results=tuple(results))
+        results.append(DeletableGroupResult(group_id=group_id, error_code=code))
+    return DeleteGroupsResponse(results=tuple(results))

@@ -19,24 +19,31 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ...errors import ErrorCode
-from ...protocol.entities import make
+from ...protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest
+from ...protocol.messages.sasl_authenticate_response import SaslAuthenticateResponse
+from ...protocol.messages.sasl_handshake_request import SaslHandshakeRequest
+from ...protocol.messages.sasl_handshake_response import SaslHandshakeResponse
 from ...security.credentials import scram_store
 from ...security.sasl import AuthenticationFailed, PlainServer, ScramServer
+from ..context import RequestContext
 from ..dispatch import api
+
+if TYPE_CHECKING:
+    from ..connection import Connection
 
 log = logging.getLogger("shoal.security")
 
 
-def close_after_answer(conn: Any) -> None:
+def close_after_answer(conn: Connection) -> None:
     """Close ``conn`` once the answer of the request being handled is written: the current
     task's done callbacks run in order, and the connection's (which writes the answer)
     was added first."""
     task = asyncio.current_task()
 
-    def close(_t: Any) -> None:
+    def close(_t: asyncio.Task[object]) -> None:
         if conn.transport is not None:
             conn.transport.pause_reading()
             conn.transport.close()
@@ -45,7 +52,7 @@ def close_after_answer(conn: Any) -> None:
         task.add_done_callback(close)
 
 
-def _mechanism_server(ctx: Any, name: str) -> Any:
+def _mechanism_server(ctx: RequestContext, name: str) -> PlainServer | ScramServer:
     sec = ctx.connection.security
     if name == "PLAIN":
         return PlainServer(sec.broker_security.plain_users(sec.listener.name))
@@ -53,44 +60,41 @@ def _mechanism_server(ctx: Any, name: str) -> Any:
 
 
 @api(17, 0, 1)
-async def handle_sasl_handshake(ctx: Any, request: Any) -> Any:
-    cls = ctx.response_type
-    sec = getattr(ctx.connection, "security", None)
+async def handle_sasl_handshake(ctx: RequestContext, request: SaslHandshakeRequest) -> SaslHandshakeResponse:
+    sec = ctx.connection.security
     if sec is None or not sec.listener.sasl:
-        return make(cls, error_code=ErrorCode.illegal_sasl_state, mechanisms=())
+        return SaslHandshakeResponse(error_code=ErrorCode.illegal_sasl_state)
     # re-authentication (KIP-368): a v1 handshake on an authenticated connection, when sessions expire
     reauth = sec.authenticated and sec.broker_security.reauth_ms > 0 and ctx.api_version >= 1
     if (sec.handshake_done and not sec.authenticated) or sec.reauthenticating or (sec.authenticated and not reauth):
-        return make(cls, error_code=ErrorCode.illegal_sasl_state, mechanisms=())
+        return SaslHandshakeResponse(error_code=ErrorCode.illegal_sasl_state)
     enabled = sec.broker_security.mechanisms.get(sec.listener.name, [])
     if request.mechanism not in enabled or (reauth and request.mechanism != sec.mechanism):
         log.info("connection %s from %s: SASL mechanism %r is not enabled on listener %s; closing",
                  ctx.connection.connection_id, ctx.connection.peer, request.mechanism, sec.listener.name)
         sec.failed = True
         close_after_answer(ctx.connection)
-        return make(cls, error_code=ErrorCode.unsupported_sasl_mechanism, mechanisms=tuple(enabled))
+        return SaslHandshakeResponse(error_code=ErrorCode.unsupported_sasl_mechanism, mechanisms=tuple(enabled))
     sec.handshake_done = True
     sec.reauthenticating = reauth
     sec.mechanism = request.mechanism
     sec.server = _mechanism_server(ctx, request.mechanism)
     sec.raw_tokens = ctx.api_version == 0
-    return make(cls, error_code=ErrorCode.none, mechanisms=tuple(enabled))
+    return SaslHandshakeResponse(mechanisms=tuple(enabled))
 
 
 @api(36, 0, 2)
-async def handle_sasl_authenticate(ctx: Any, request: Any) -> Any:
-    cls = ctx.response_type
+async def handle_sasl_authenticate(ctx: RequestContext, request: SaslAuthenticateRequest) -> SaslAuthenticateResponse:
     conn = ctx.connection
-    sec = getattr(conn, "security", None)
+    sec = conn.security
     if sec is None or not sec.listener.sasl or sec.server is None or sec.raw_tokens or (
             sec.authenticated and not sec.reauthenticating):
-        return make(cls, error_code=ErrorCode.illegal_sasl_state, error_message="SaslAuthenticate is not expected now",
-                    auth_bytes=b"", session_lifetime=0)
+        return SaslAuthenticateResponse(error_code=ErrorCode.illegal_sasl_state,
+                                        error_message="SaslAuthenticate is not expected now")
     try:
         out = await sec.step(conn, request.auth_bytes)
     except AuthenticationFailed as e:
         close_after_answer(conn)
-        return make(cls, error_code=ErrorCode.sasl_authentication_failed, error_message=str(e), auth_bytes=b"",
-                    session_lifetime=0)
+        return SaslAuthenticateResponse(error_code=ErrorCode.sasl_authentication_failed, error_message=str(e))
     lifetime = sec.broker_security.reauth_ms if sec.server.complete else 0
-    return make(cls, error_code=ErrorCode.none, error_message=None, auth_bytes=out, session_lifetime=lifetime)
+    return SaslAuthenticateResponse(auth_bytes=out, session_lifetime=lifetime)

@@ -14,63 +14,68 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Any
 
 from ...errors import ErrorCode
-from ...protocol.entities import make, sub
+from ...protocol.messages import alter_user_scram_credentials_response as alter_resp
+from ...protocol.messages import describe_user_scram_credentials_response as describe_resp
+from ...protocol.messages.alter_user_scram_credentials_request import AlterUserScramCredentialsRequest
+from ...protocol.messages.describe_user_scram_credentials_request import DescribeUserScramCredentialsRequest
 from ...security.credentials import (
     MAX_ITERATIONS,
     MECHANISM_IDS,
     MECHANISMS,
     MIN_ITERATIONS,
+    ScramCredential,
     credential_from_salted_password,
     scram_store,
 )
+from ..context import RequestContext
 from ..dispatch import api
 
 log = logging.getLogger("shoal.security")
 
 
 @api(50, 0, 0)
-async def handle_describe_user_scram_credentials(ctx: Any, request: Any) -> Any:
-    cls = ctx.response_type
-    rcls = sub(cls, "DescribeUserScramCredentialsResult")
-    icls = sub(cls, "CredentialInfo")
+async def handle_describe_user_scram_credentials(
+        ctx: RequestContext, request: DescribeUserScramCredentialsRequest,
+) -> describe_resp.DescribeUserScramCredentialsResponse:
+    rcls = describe_resp.DescribeUserScramCredentialsResult
     try:
         users = await scram_store(ctx.broker).users()
     except OSError as e:
-        return make(cls, throttle_time=0, error_code=ErrorCode.unknown_server_error, error_message=str(e), results=())
+        return describe_resp.DescribeUserScramCredentialsResponse(error_code=ErrorCode.unknown_server_error,
+                                                                  error_message=str(e))
 
-    def result(name: str, code: ErrorCode = ErrorCode.none, message: str | None = None) -> Any:
-        infos = tuple(make(icls, mechanism=MECHANISM_IDS[m], iterations=c.iterations)
+    def result(name: str) -> describe_resp.DescribeUserScramCredentialsResult:
+        infos = tuple(describe_resp.CredentialInfo(mechanism=MECHANISM_IDS[m], iterations=c.iterations)
                       for m, c in sorted(users.get(name, {}).items()))
-        return make(rcls, user=name, error_code=code, error_message=message, credential_infos=infos)
+        return rcls(user=name, credential_infos=infos)
 
     if not request.users:
         results = tuple(result(name) for name in sorted(users))
     else:
         wanted = [u.name for u in request.users]
         counts = Counter(wanted)
-        found: list[Any] = []
+        found: list[describe_resp.DescribeUserScramCredentialsResult] = []
         for name in dict.fromkeys(wanted):
             if counts[name] > 1:
-                found.append(make(rcls, user=name, error_code=ErrorCode.duplicate_resource,
-                                    error_message=f"Cannot describe SCRAM credentials for the same user twice in a "
-                                                  f"single request: {name}", credential_infos=()))
+                found.append(rcls(user=name, error_code=ErrorCode.duplicate_resource,
+                                  error_message=f"Cannot describe SCRAM credentials for the same user twice in a "
+                                                f"single request: {name}"))
             elif name not in users:
-                found.append(make(rcls, user=name, error_code=ErrorCode.resource_not_found,
-                                    error_message=f"Attempt to describe a user credential that does not exist: {name}",
-                                    credential_infos=()))
+                found.append(rcls(user=name, error_code=ErrorCode.resource_not_found,
+                                  error_message=f"Attempt to describe a user credential that does not exist: {name}"))
             else:
                 found.append(result(name))
         results = tuple(found)
-    return make(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, results=results)
+    return describe_resp.DescribeUserScramCredentialsResponse(results=results)
 
 
 @api(51, 0, 0)
-async def handle_alter_user_scram_credentials(ctx: Any, request: Any) -> Any:
-    cls = ctx.response_type
-    rcls = sub(cls, "AlterUserScramCredentialsResult")
+async def handle_alter_user_scram_credentials(
+        ctx: RequestContext, request: AlterUserScramCredentialsRequest,
+) -> alter_resp.AlterUserScramCredentialsResponse:
+    rcls = alter_resp.AlterUserScramCredentialsResult
     store = scram_store(ctx.broker)
     errors: dict[str, tuple[ErrorCode, str]] = {}
     order: list[str] = []
@@ -86,9 +91,9 @@ async def handle_alter_user_scram_credentials(ctx: Any, request: Any) -> Any:
     try:
         existing = await store.users()
     except OSError as e:
-        return make(cls, throttle_time=0, results=tuple(
-            make(rcls, user=n, error_code=ErrorCode.unknown_server_error, error_message=str(e)) for n in order))
-    changes: list[tuple[str, str, Any]] = []
+        return alter_resp.AlterUserScramCredentialsResponse(results=tuple(
+            rcls(user=n, error_code=ErrorCode.unknown_server_error, error_message=str(e)) for n in order))
+    changes: list[tuple[str, str, ScramCredential | None]] = []
     for d in request.deletions:
         mech = MECHANISMS.get(d.mechanism)
         if d.name in errors:
@@ -116,20 +121,19 @@ async def handle_alter_user_scram_credentials(ctx: Any, request: Any) -> Any:
         elif not u.salt or not u.salted_password:
             errors[u.name] = (ErrorCode.unacceptable_credential, "Salt and salted password must not be empty")
         else:
-            changes.append((u.name, mech, credential_from_salted_password(mech, bytes(u.salt),
-                                                                          bytes(u.salted_password), u.iterations)))
+            changes.append((u.name, mech, credential_from_salted_password(mech, u.salt, u.salted_password,
+                                                                          u.iterations)))
     changes = [c for c in changes if c[0] not in errors]
     if changes:
         try:
             await store.alter(changes)
         except OSError as e:
-            code = ErrorCode.unknown_server_error if getattr(ctx.broker.cluster, "clustered", False) \
-                else ErrorCode.kafka_storage_error
+            code = ErrorCode.unknown_server_error if ctx.broker.cluster.clustered else ErrorCode.kafka_storage_error
             for name, _, _ in changes:
                 errors[name] = (code, f"the credentials could not be written: {e}")
         else:
             for name, mech, cred in changes:
                 log.info("SCRAM credential %s %s for user %r", "deleted" if cred is None else "set", mech, name)
-    results = tuple(make(rcls, user=n, error_code=errors.get(n, (ErrorCode.none, None))[0],
-                         error_message=errors.get(n, (ErrorCode.none, None))[1]) for n in order)
-    return make(cls, throttle_time=0, results=results)
+    no_error: tuple[ErrorCode, str | None] = (ErrorCode.none, None)
+    return alter_resp.AlterUserScramCredentialsResponse(results=tuple(
+        rcls(user=n, error_code=errors.get(n, no_error)[0], error_message=errors.get(n, no_error)[1]) for n in order))

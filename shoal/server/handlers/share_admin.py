@@ -21,15 +21,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Any
+
+from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i32, i64
 
 from ...cluster.peer import PeerConnection
 from ...errors import ErrorCode
-from ...protocol.codec import codec_for
-from ...protocol.entities import make, sub
+from ...groups.share_group import GROUP_TYPE as SHARE_GROUP_TYPE
+from ...protocol.messages import alter_share_group_offsets_response as alter_resp
+from ...protocol.messages import delete_share_group_offsets_response as delete_resp
+from ...protocol.messages import describe_share_group_offsets_response as describe_resp
+from ...protocol.messages.alter_share_group_offsets_request import AlterShareGroupOffsetsRequest
+from ...protocol.messages.delete_share_group_offsets_request import DeleteShareGroupOffsetsRequest
+from ...protocol.messages.describe_share_group_offsets_request import DescribeShareGroupOffsetsRequest
 from ...security.authz import DELETE, DESCRIBE, GROUP, READ, allowed, topic_allowed
 from ...share.coordinator import UNINITIALIZED_START_OFFSET, SharePartitionKey
+from ..context import RequestContext
 from ..dispatch import api
+from ..group_service import GroupCoordinatorService
 from ..share_service import ShareService, share_service
 from .share_groups import share_groups_limit_message
 
@@ -38,23 +48,29 @@ log = logging.getLogger("shoal.share")
 LIST_OFFSETS, LIST_OFFSETS_VERSION = 2, 7
 
 
-def _group_error(ctx: Any, group_id: str, *, create: bool = False) -> ErrorCode | None:
+def _groups(ctx: RequestContext) -> GroupCoordinatorService | None:
+    """The group coordinator (None when the broker runs without one, as some tests do)."""
+    groups: GroupCoordinatorService | None = ctx.broker.extensions.get("groups")
+    return groups
+
+
+def _group_error(ctx: RequestContext, group_id: str, *, create: bool = False) -> ErrorCode | None:
     """GROUP_ID_NOT_FOUND for a group of another kind, or (unless ``create``) none at all."""
-    groups = ctx.broker.extensions.get("groups")
+    groups = _groups(ctx)
     if groups is None:
         return None
     gtype = groups.group_type(group_id)
     if gtype is None:
         return None if create else ErrorCode.group_id_not_found
-    if str(getattr(gtype, "value", gtype)).lower() not in ("share", "2"):
+    if gtype != SHARE_GROUP_TYPE:
         return ErrorCode.group_id_not_found
     return None
 
 
-def _group_is_empty(ctx: Any, svc: ShareService, group_id: str) -> bool:
+def _group_is_empty(ctx: RequestContext, svc: ShareService, group_id: str) -> bool:
     """Whether the group has no members; if so, sessions its former members left open are
     closed (their records released): they no longer belong to the group."""
-    groups = ctx.broker.extensions.get("groups")
+    groups = _groups(ctx)
     if groups is not None:
         g = groups.share_groups(groups.partition_for(group_id)).group(group_id)
         if g is not None and g.members:
@@ -65,7 +81,7 @@ def _group_is_empty(ctx: Any, svc: ShareService, group_id: str) -> bool:
     return True
 
 
-async def high_watermarks(ctx: Any, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+async def high_watermarks(ctx: RequestContext, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
     """The high watermark of each partition, from its leader.
 
     One broker: the local logs. Cluster mode: this broker's log where it leads the
@@ -73,8 +89,10 @@ async def high_watermarks(ctx: Any, wanted: set[tuple[str, int]]) -> dict[tuple[
     asks the leaders; a leader that cannot be asked leaves the local replica's value.
     """
     b = ctx.broker
-    local = {(t, p): b.store.partition(t, p).high_watermark for t, p in wanted}
-    if getattr(b, "replicas", None) is None:
+    store = b.store
+    assert store is not None  # requests are served once the logs are open
+    local = {(t, p): store.partition(t, p).high_watermark for t, p in wanted}
+    if b.replicas is None:
         return local
     by_leader: dict[int, list[tuple[str, int]]] = {}
     for t, p in wanted:
@@ -87,15 +105,14 @@ async def high_watermarks(ctx: Any, wanted: set[tuple[str, int]]) -> dict[tuple[
         if endpoint is None:
             continue
         conn = PeerConnection(endpoint.host, endpoint.port, f"shoal-group-coordinator-{b.node_id}",
-                              getattr(b, "peer_security", None))
+                              b.peer_security)
         try:
-            req_cls = codec_for(LIST_OFFSETS, LIST_OFFSETS_VERSION).request_type  # type: ignore[union-attr]
-            tcls, pcls = sub(req_cls, "ListOffsetsTopic"), sub(req_cls, "ListOffsetsPartition")
-            topics: dict[str, list[Any]] = {}
+            topics: dict[str, list[ListOffsetsPartition]] = {}
             for t, p in parts:
-                topics.setdefault(t, []).append(make(pcls, partition_index=p, current_leader_epoch=-1, timestamp=-1))
-            request = make(req_cls, replica_id=-1, isolation_level=0,
-                           topics=tuple(make(tcls, name=t, partitions=tuple(ps)) for t, ps in topics.items()))
+                topics.setdefault(t, []).append(ListOffsetsPartition(
+                    partition_index=i32(p), current_leader_epoch=i32(-1), timestamp=i64(-1)))
+            request = ListOffsetsRequest(replica_id=BrokerId(-1), isolation_level=i8(0), topics=tuple(
+                ListOffsetsTopic(name=TopicName(t), partitions=tuple(ps)) for t, ps in topics.items()))
             response = await asyncio.wait_for(conn.call(LIST_OFFSETS, LIST_OFFSETS_VERSION, request), 10)
             for t in response.topics:
                 for p in t.partitions:
@@ -108,7 +125,7 @@ async def high_watermarks(ctx: Any, wanted: set[tuple[str, int]]) -> dict[tuple[
     return out
 
 
-async def lag_of(ctx: Any, svc: ShareService, key: SharePartitionKey, topic_name: str,
+async def lag_of(ctx: RequestContext, svc: ShareService, key: SharePartitionKey, topic_name: str,
                  hw: int | None = None) -> tuple[int, int, ErrorCode]:
     """(start_offset, lag, error) of one share-partition (``hw``: its high watermark, if known)."""
     o = await svc.persister.read_state_summary(key)
@@ -118,7 +135,9 @@ async def lag_of(ctx: Any, svc: ShareService, key: SharePartitionKey, topic_name
     if st.start_offset == UNINITIALIZED_START_OFFSET:
         return UNINITIALIZED_START_OFFSET, -1, ErrorCode.none
     if hw is None:
-        hw = ctx.broker.store.partition(topic_name, key.partition).high_watermark
+        store = ctx.broker.store
+        assert store is not None  # requests are served once the logs are open
+        hw = store.partition(topic_name, key.partition).high_watermark
     if o.delivery_complete_count >= 0:  # read over the network: the coordinator counted
         done = o.delivery_complete_count
     else:
@@ -128,19 +147,21 @@ async def lag_of(ctx: Any, svc: ShareService, key: SharePartitionKey, topic_name
 
 
 @api(90, 0, 1)
-async def handle_describe_share_group_offsets(ctx: Any, request: Any) -> Any:
-    cls = ctx.response_type
+async def handle_describe_share_group_offsets(
+        ctx: RequestContext, request: DescribeShareGroupOffsetsRequest,
+) -> describe_resp.DescribeShareGroupOffsetsResponse:
     svc = share_service(ctx.broker)
     store = ctx.broker.store
-    gcls = sub(cls, "DescribeShareGroupOffsetsResponseGroup")
-    tcls = sub(cls, "DescribeShareGroupOffsetsResponseTopic")
-    pcls = sub(cls, "DescribeShareGroupOffsetsResponsePartition")
+    assert store is not None  # requests are served once the logs are open
+    gcls = describe_resp.DescribeShareGroupOffsetsResponseGroup
+    tcls = describe_resp.DescribeShareGroupOffsetsResponseTopic
+    pcls = describe_resp.DescribeShareGroupOffsetsResponsePartition
     groups = []
     for g in request.groups:
         err = _group_error(ctx, g.group_id) if allowed(ctx, DESCRIBE, GROUP, g.group_id) \
             else ErrorCode.group_authorization_failed
         if err is not None:
-            groups.append(make(gcls, group_id=g.group_id, topics=(), error_code=err, error_message=None))
+            groups.append(gcls(group_id=g.group_id, error_code=err))
             continue
         wanted: dict[str, list[int]] = {}
         if g.topics is None:
@@ -150,7 +171,7 @@ async def handle_describe_share_group_offsets(ctx: Any, request: Any) -> Any:
                     wanted.setdefault(meta.name, []).append(key.partition)
         else:
             for t in g.topics:
-                wanted.setdefault(t.topic_name, []).extend(int(p) for p in t.partitions)
+                wanted.setdefault(t.topic_name, []).extend(t.partitions)
         topics = []
         hws = await high_watermarks(ctx, {(name, p) for name, parts in wanted.items()
                                           if (meta := store.get_topic(name)) is not None
@@ -160,44 +181,42 @@ async def handle_describe_share_group_offsets(ctx: Any, request: Any) -> Any:
             plist = []
             for p in sorted(set(parts)):
                 if g.topics is not None and not topic_allowed(ctx, DESCRIBE, name):
-                    plist.append(make(pcls, partition_index=p, start_offset=-1, leader_epoch=-1, lag=-1,
-                                      error_code=ErrorCode.topic_authorization_failed, error_message=None))
+                    plist.append(pcls(partition_index=p, start_offset=-1, leader_epoch=-1, lag=-1,
+                                      error_code=ErrorCode.topic_authorization_failed))
                     continue
                 if meta is None or not 0 <= p < meta.num_partitions:
-                    plist.append(make(pcls, partition_index=p, start_offset=-1, leader_epoch=-1, lag=-1,
-                                      error_code=ErrorCode.unknown_topic_or_partition, error_message=None))
+                    plist.append(pcls(partition_index=p, start_offset=-1, leader_epoch=-1, lag=-1,
+                                      error_code=ErrorCode.unknown_topic_or_partition))
                     continue
                 start, lag, code = await lag_of(ctx, svc, SharePartitionKey.of(g.group_id, meta.topic_id, p), name,
                                                 hws.get((name, p)))
-                plist.append(make(pcls, partition_index=p, start_offset=start, leader_epoch=0, lag=lag,
-                                  error_code=code, error_message=None))
-            topics.append(make(tcls, topic_name=name, topic_id=meta.topic_id if meta is not None else None,
+                plist.append(pcls(partition_index=p, start_offset=start, leader_epoch=0, lag=lag, error_code=code))
+            topics.append(tcls(topic_name=name, topic_id=meta.topic_id if meta is not None else None,
                                partitions=tuple(plist)))
-        groups.append(make(gcls, group_id=g.group_id, topics=tuple(topics), error_code=ErrorCode.none,
-                           error_message=None))
-    return make(cls, throttle_time=0, groups=tuple(groups))
+        groups.append(gcls(group_id=g.group_id, topics=tuple(topics)))
+    return describe_resp.DescribeShareGroupOffsetsResponse(groups=tuple(groups))
 
 
 @api(91, 0, 0)
-async def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
-    cls = ctx.response_type
+async def handle_alter_share_group_offsets(
+        ctx: RequestContext, request: AlterShareGroupOffsetsRequest,
+) -> alter_resp.AlterShareGroupOffsetsResponse:
     svc = share_service(ctx.broker)
     store = ctx.broker.store
-    tcls = sub(cls, "AlterShareGroupOffsetsResponseTopic")
-    pcls = sub(cls, "AlterShareGroupOffsetsResponsePartition")
+    assert store is not None  # requests are served once the logs are open
     err = _group_error(ctx, request.group_id, create=True) if allowed(ctx, READ, GROUP, request.group_id) \
         else ErrorCode.group_authorization_failed
     message = None
     if err is None and not _group_is_empty(ctx, svc, request.group_id):
         err = ErrorCode.non_empty_group
-    groups = ctx.broker.extensions.get("groups")
+    groups = _groups(ctx)
     if err is None and groups is not None and groups.group_type(request.group_id) is None:
         limit = ctx.broker.config["group.share.max.groups"]
         if groups.share_group_count() >= limit:
             err = ErrorCode.group_max_size_reached
             message = share_groups_limit_message(request.group_id, limit)
     if err is not None:
-        return make(cls, throttle_time=0, error_code=err, error_message=message, responses=())
+        return alter_resp.AlterShareGroupOffsetsResponse(error_code=err, error_message=message)
     topics = []
     altered: dict[uuid.UUID, list[int]] = {}
     names: dict[uuid.UUID, str] = {}
@@ -205,7 +224,7 @@ async def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
         meta = store.get_topic(t.topic_name)
         plist = []
         for p in t.partitions:
-            idx = int(p.partition_index)
+            idx = p.partition_index
             message = None
             if not topic_allowed(ctx, READ, t.topic_name):
                 code = ErrorCode.topic_authorization_failed
@@ -213,7 +232,7 @@ async def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
                 code = ErrorCode.unknown_topic_or_partition
             else:
                 plog = store.partition(meta.name, idx)
-                offset = int(p.start_offset)
+                offset = p.start_offset
                 if not plog.log_start_offset <= offset <= plog.high_watermark:
                     code = ErrorCode.offset_out_of_range
                     message = (f"offset {offset} is outside {meta.name}-{idx}'s range "
@@ -223,44 +242,44 @@ async def handle_alter_share_group_offsets(ctx: Any, request: Any) -> Any:
                     if code == ErrorCode.none:
                         altered.setdefault(meta.topic_id, []).append(idx)
                         names[meta.topic_id] = meta.name
-            plist.append(make(pcls, partition_index=idx, error_code=code, error_message=message))
-        topics.append(make(tcls, topic_name=t.topic_name, topic_id=meta.topic_id if meta is not None else None,
-                           partitions=tuple(plist)))
-    response = make(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, responses=tuple(topics))
+            plist.append(alter_resp.AlterShareGroupOffsetsResponsePartition(partition_index=idx, error_code=code,
+                                                                            error_message=message))
+        topics.append(alter_resp.AlterShareGroupOffsetsResponseTopic(
+            topic_name=t.topic_name, topic_id=meta.topic_id if meta is not None else None, partitions=tuple(plist)))
+    response = alter_resp.AlterShareGroupOffsetsResponse(responses=tuple(topics))
     if groups is not None:
-        p = groups.partition_for(request.group_id)
-        result = groups.apply(p, groups.share_groups(p).handle_alter_offsets(request.group_id, altered, names))
-        if result.response != ErrorCode.none:
-            response = make(cls, throttle_time=0, error_code=result.response, error_message=None, responses=())
-        await groups.wait_replicated(p, wrote=bool(result.records))
-        return response
+        gp = groups.partition_for(request.group_id)
+        result = groups.apply(gp, groups.share_groups(gp).handle_alter_offsets(request.group_id, altered, names))
+        if result.response is not None and result.response != ErrorCode.none:
+            response = alter_resp.AlterShareGroupOffsetsResponse(error_code=result.response)
+        await groups.wait_replicated(gp, wrote=bool(result.records))
     return response
 
 
 @api(92, 0, 0)
-async def handle_delete_share_group_offsets(ctx: Any, request: Any) -> Any:
-    cls = ctx.response_type
+async def handle_delete_share_group_offsets(
+        ctx: RequestContext, request: DeleteShareGroupOffsetsRequest,
+) -> delete_resp.DeleteShareGroupOffsetsResponse:
     svc = share_service(ctx.broker)
     store = ctx.broker.store
-    tcls = sub(cls, "DeleteShareGroupOffsetsResponseTopic")
+    assert store is not None  # requests are served once the logs are open
+    tcls = delete_resp.DeleteShareGroupOffsetsResponseTopic
     err = _group_error(ctx, request.group_id) if allowed(ctx, DELETE, GROUP, request.group_id) \
         else ErrorCode.group_authorization_failed
     if err is None and not _group_is_empty(ctx, svc, request.group_id):
         err = ErrorCode.non_empty_group
     if err is not None:
-        return make(cls, throttle_time=0, error_code=err, error_message=None, responses=())
+        return delete_resp.DeleteShareGroupOffsetsResponse(error_code=err)
     keys = svc.state_keys(request.group_id)
     topics = []
     deleted: dict[uuid.UUID, list[int]] = {}
     for t in request.topics:
         meta = store.get_topic(t.topic_name)
         if not topic_allowed(ctx, READ, t.topic_name):
-            topics.append(make(tcls, topic_name=t.topic_name, topic_id=None,
-                               error_code=ErrorCode.topic_authorization_failed, error_message=None))
+            topics.append(tcls(topic_name=t.topic_name, error_code=ErrorCode.topic_authorization_failed))
             continue
         if meta is None:
-            topics.append(make(tcls, topic_name=t.topic_name, topic_id=None,
-                               error_code=ErrorCode.unknown_topic_or_partition, error_message=None))
+            topics.append(tcls(topic_name=t.topic_name, error_code=ErrorCode.unknown_topic_or_partition))
             continue
         parts = [k.partition for k in keys if k.topic_id == str(meta.topic_id)]
         code = ErrorCode.none
@@ -270,13 +289,11 @@ async def handle_delete_share_group_offsets(ctx: Any, request: Any) -> Any:
                 code = o.error_code
             else:
                 deleted.setdefault(meta.topic_id, []).append(p)
-        topics.append(make(tcls, topic_name=t.topic_name, topic_id=meta.topic_id, error_code=code,
-                           error_message=None))
-    groups = ctx.broker.extensions.get("groups")
-    response = make(cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, responses=tuple(topics))
+        topics.append(tcls(topic_name=t.topic_name, topic_id=meta.topic_id, error_code=code))
+    groups = _groups(ctx)
+    response = delete_resp.DeleteShareGroupOffsetsResponse(responses=tuple(topics))
     if groups is not None and deleted:
-        p = groups.partition_for(request.group_id)
-        result = groups.apply(p, groups.share_groups(p).handle_delete_offsets(request.group_id, deleted))
-        await groups.wait_replicated(p, wrote=bool(result.records))
-        return response
+        gp = groups.partition_for(request.group_id)
+        result = groups.apply(gp, groups.share_groups(gp).handle_delete_offsets(request.group_id, deleted))
+        await groups.wait_replicated(gp, wrote=bool(result.records))
     return response

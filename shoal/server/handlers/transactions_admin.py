@@ -8,7 +8,8 @@ WriteTxnMarkers appends commit or abort markers to this broker's partitions: the
 transaction coordinator of another broker would send it, and Kafka's admin client sends
 it to abort a hanging transaction (``kafka-transactions abort``). In cluster mode
 DescribeTransactions answers NOT_COORDINATOR for a transactional id whose
-``__transaction_state`` partition another broker leads, ListTransactions lists the
+``__transaction_state`` partition another broker leads (and, on any broker, for every id
+before the topic exists: no transaction was begun yet), ListTransactions lists the
 transactional ids of the partitions this broker leads (Kafka's admin client asks every
 broker), and WriteTxnMarkers, sent by the coordinator to each partition's leader, is
 answered once the markers are on every in-sync replica (as an acks=all append, within
@@ -31,10 +32,18 @@ import re
 from typing import Any
 
 from ...errors import ApiError, ErrorCode
-from ...protocol.entities import make, sub
+from ...protocol.messages import describe_producers_response as producers_resp
+from ...protocol.messages import describe_transactions_response as describe_resp
+from ...protocol.messages import list_transactions_response as list_resp
+from ...protocol.messages import write_txn_markers_response as markers_resp
+from ...protocol.messages.describe_producers_request import DescribeProducersRequest
+from ...protocol.messages.describe_transactions_request import DescribeTransactionsRequest
+from ...protocol.messages.list_transactions_request import ListTransactionsRequest
+from ...protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest
 from ...security.acls import Operation
 from ...security.authz import CLUSTER, CLUSTER_RESOURCE, DESCRIBE, READ, TRANSACTIONAL_ID, allowed, topic_allowed
 from ...transactions.coordinator import TxnState
+from ..context import RequestContext
 from ..dispatch import api
 from ..internal_topics import OFFSETS_TOPIC
 from ..txn_service import transaction_service
@@ -42,8 +51,9 @@ from ..txn_service import transaction_service
 _STATES = {s.kafka_name: s for s in TxnState}
 
 
-def _partition_error(ctx: Any, topic: str, partition: int) -> ErrorCode:
-    meta = ctx.broker.store.get_topic(topic)
+def _partition_error(ctx: RequestContext, topic: str, partition: int) -> ErrorCode:
+    store = ctx.broker.store
+    meta = None if store is None else store.get_topic(topic)
     if meta is None or not 0 <= partition < meta.num_partitions:
         return ErrorCode.unknown_topic_or_partition
     replicas = ctx.broker.replicas
@@ -56,9 +66,9 @@ def _partition_error(ctx: Any, topic: str, partition: int) -> ErrorCode:
 
 
 @api(61, 0, 0)
-def handle_describe_producers(ctx: Any, request: Any) -> Any:
-    cls = ctx.response_type
-    tcls, pcls, scls = sub(cls, "TopicResponse"), sub(cls, "PartitionResponse"), sub(cls, "ProducerState")
+def handle_describe_producers(
+        ctx: RequestContext, request: DescribeProducersRequest) -> producers_resp.DescribeProducersResponse:
+    pcls = producers_resp.PartitionResponse
     store = ctx.broker.store
     topics = []
     for t in request.topics:
@@ -66,19 +76,19 @@ def handle_describe_producers(ctx: Any, request: Any) -> Any:
         readable = topic_allowed(ctx, READ, t.name)
         for p in t.partition_indexes:
             code = _partition_error(ctx, t.name, p) if readable else ErrorCode.topic_authorization_failed
-            if code != ErrorCode.none:
-                parts.append(make(pcls, partition_index=p, error_code=code, active_producers=()))
+            if code != ErrorCode.none or store is None:
+                parts.append(pcls(partition_index=p, error_code=code))
                 continue
             plog = store.partition(t.name, p)
             ongoing = plog.txns.ongoing
             producers = tuple(
-                make(scls, producer_id=e.producer_id, producer_epoch=e.epoch, last_sequence=e.last_seq,
+                producers_resp.ProducerState(producer_id=e.producer_id, producer_epoch=e.epoch, last_sequence=e.last_seq,
                      last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
                      current_txn_start_offset=ongoing.get(e.producer_id, -1))
                 for e in sorted(plog.producers.entries.values(), key=lambda e: e.producer_id))
-            parts.append(make(pcls, partition_index=p, error_code=ErrorCode.none, active_producers=producers))
-        topics.append(make(tcls, name=t.name, partitions=tuple(parts)))
-    return make(cls, throttle_time=0, topics=tuple(topics))
+            parts.append(pcls(partition_index=p, active_producers=producers))
+        topics.append(producers_resp.TopicResponse(name=t.name, partitions=tuple(parts)))
+    return producers_resp.DescribeProducersResponse(topics=tuple(topics))
 
 
 def _ms_time(ms: int) -> datetime.datetime:
@@ -86,52 +96,54 @@ def _ms_time(ms: int) -> datetime.datetime:
 
 
 @api(65, 0, 0)
-def handle_describe_transactions(ctx: Any, request: Any) -> Any:
-    cls = ctx.response_type
-    scls, tcls = sub(cls, "TransactionState"), sub(cls, "TopicData")
+def handle_describe_transactions(
+        ctx: RequestContext, request: DescribeTransactionsRequest) -> describe_resp.DescribeTransactionsResponse:
+    scls = describe_resp.TransactionState
     svc = transaction_service(ctx.broker)
     out = []
     for txn_id in request.transactional_ids:
         permitted = ctx.broker.authorizer is None or allowed(ctx, DESCRIBE, TRANSACTIONAL_ID, txn_id)
-        owner = ErrorCode.coordinator_not_available if svc is None else svc.owner_error(txn_id)
+        if svc is None:
+            owner = ErrorCode.coordinator_not_available
+        elif not svc.loaded:  # no __transaction_state yet: this broker coordinates no id, as Kafka says
+            owner = ErrorCode.not_coordinator
+        else:
+            owner = svc.owner_error(txn_id)
         m = None if svc is None or owner != ErrorCode.none or not permitted else svc.find(txn_id)
         if m is None:
             code = (ErrorCode.transactional_id_authorization_failed if not permitted else
                     owner if owner != ErrorCode.none else ErrorCode.transactional_id_not_found)
-            out.append(make(scls, error_code=code, transactional_id=txn_id, transaction_state="",
-                            transaction_timeout=0, transaction_start_time=_ms_time(0), producer_id=-1,
-                            producer_epoch=-1, topics=()))
+            out.append(scls(error_code=code, transactional_id=txn_id, transaction_start_time=_ms_time(0),
+                            producer_id=-1, producer_epoch=-1))
             continue
         by_topic: dict[str, list[int]] = {}
         for topic, p in sorted(m.partitions):
             if topic_allowed(ctx, DESCRIBE, topic, log_denied=False):
                 by_topic.setdefault(topic, []).append(p)
-        out.append(make(scls, error_code=ErrorCode.none, transactional_id=txn_id,
-                        transaction_state=m.state.kafka_name, transaction_timeout=m.timeout_ms,
-                        transaction_start_time=_ms_time(m.start_ms), producer_id=m.producer_id,
-                        producer_epoch=m.producer_epoch,
-                        topics=tuple(make(tcls, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items())))
-    return make(cls, throttle_time=0, transaction_states=tuple(out))
+        out.append(scls(transactional_id=txn_id, transaction_state=m.state.kafka_name,
+                        transaction_timeout=m.timeout_ms, transaction_start_time=_ms_time(m.start_ms),
+                        producer_id=m.producer_id, producer_epoch=m.producer_epoch,
+                        topics=tuple(describe_resp.TopicData(topic=t, partitions=tuple(ps))
+                                     for t, ps in by_topic.items())))
+    return describe_resp.DescribeTransactionsResponse(transaction_states=tuple(out))
 
 
 @api(66, 0, 2)
-def handle_list_transactions(ctx: Any, request: Any) -> Any:
-    cls = ctx.response_type
-    scls = sub(cls, "TransactionState")
+def handle_list_transactions(ctx: RequestContext, request: ListTransactionsRequest) -> list_resp.ListTransactionsResponse:
     svc = transaction_service(ctx.broker)
     states = list(request.state_filters or ())
     unknown = tuple(s for s in states if s not in _STATES)
     wanted = {_STATES[s] for s in states if s in _STATES}
     pids = set(request.producer_id_filters or ())
-    duration = int(getattr(request, "duration_filter", -1))
-    pattern = getattr(request, "transactional_id_pattern", None)
+    duration = request.duration_filter  # v0 has none: reads -1 (no filter)
+    pattern = request.transactional_id_pattern  # v2's: reads None before
     regex = None
     if pattern:
         try:
             regex = re.compile(pattern)
         except re.error:
-            return make(cls, throttle_time=0, error_code=ErrorCode.invalid_regular_expression,
-                        unknown_state_filters=unknown, transaction_states=())
+            return list_resp.ListTransactionsResponse(error_code=ErrorCode.invalid_regular_expression,
+                                                      unknown_state_filters=unknown)
     now = ctx.now_ms()
     out = []
     if svc is not None and not (states and not wanted):
@@ -148,36 +160,35 @@ def handle_list_transactions(ctx: Any, request: Any) -> Any:
                 if ctx.broker.authorizer is not None and not allowed(
                         ctx, DESCRIBE, TRANSACTIONAL_ID, m.transactional_id, log_denied=False):
                     continue
-                out.append(make(scls, transactional_id=m.transactional_id, producer_id=m.producer_id,
-                                transaction_state=m.state.kafka_name))
-    return make(cls, throttle_time=0, error_code=ErrorCode.none, unknown_state_filters=unknown,
-                transaction_states=tuple(out))
+                out.append(list_resp.TransactionState(transactional_id=m.transactional_id, producer_id=m.producer_id,
+                                                      transaction_state=m.state.kafka_name))
+    return list_resp.ListTransactionsResponse(unknown_state_filters=unknown, transaction_states=tuple(out))
 
 
 @api(27, 1, 2)
-async def handle_write_txn_markers(ctx: Any, request: Any) -> Any:
-    cls = ctx.response_type
-    mcls, tcls, pcls = (sub(cls, "WritableTxnMarkerResult"), sub(cls, "WritableTxnMarkerTopicResult"),
-                        sub(cls, "WritableTxnMarkerPartitionResult"))
+async def handle_write_txn_markers(ctx: RequestContext, request: WriteTxnMarkersRequest) -> markers_resp.WriteTxnMarkersResponse:
+    mcls, tcls, pcls = (markers_resp.WritableTxnMarkerResult, markers_resp.WritableTxnMarkerTopicResult,
+                        markers_resp.WritableTxnMarkerPartitionResult)
     broker = ctx.broker
     if broker.authorizer is not None and not allowed(ctx, Operation.CLUSTER_ACTION, CLUSTER, CLUSTER_RESOURCE):
         code = ErrorCode.cluster_authorization_failed
-        return make(cls, markers=tuple(make(mcls, producer_id=m.producer_id, topics=tuple(
-            make(tcls, name=t.name, partitions=tuple(make(pcls, partition_index=p, error_code=code)
-                                                     for p in t.partition_indexes)) for t in m.topics))
-            for m in request.markers))
+        return markers_resp.WriteTxnMarkersResponse(markers=tuple(mcls(producer_id=m.producer_id, topics=tuple(
+            tcls(name=t.name, partitions=tuple(pcls(partition_index=p, error_code=code) for p in t.partition_indexes))
+            for t in m.topics)) for m in request.markers))
     now = ctx.now_ms()
     txns = transaction_service(broker)
-    out = []
-    waits: list[tuple[list[list[Any]], int, Any, int]] = []
+    store = broker.store
+    out: list[tuple[int, list[tuple[str, list[tuple[int, ErrorCode]]]]]] = []
+    waits: list[tuple[list[tuple[int, ErrorCode]], int, Any, int]] = []
+    """(the topic's results, the index of the partition's, its leader replica, the end offset to replicate)"""
     for marker in request.markers:
-        topics = []
+        topics: list[tuple[str, list[tuple[int, ErrorCode]]]] = []
         for t in marker.topics:
-            parts: list[list[Any]] = []
+            parts: list[tuple[int, ErrorCode]] = []
             for p in t.partition_indexes:
                 code = _partition_error(ctx, t.name, p)
-                if code == ErrorCode.none:
-                    plog = broker.store.partition(t.name, p)
+                if code == ErrorCode.none and store is not None:
+                    plog = store.partition(t.name, p)
                     try:
                         replica = None if broker.replicas is None else broker.replicas.leader_replica(t.name, p)
                         appended = plog.append_marker(marker.producer_id, marker.producer_epoch,
@@ -200,17 +211,16 @@ async def handle_write_txn_markers(ctx: Any, request: Any) -> Any:
                         code = e.error_code
                     except OSError:
                         code = ErrorCode.kafka_storage_error
-                parts.append([p, code])
+                parts.append((p, code))
             topics.append((t.name, parts))
         out.append((marker.producer_id, topics))
     if waits:
         timeout_ms = broker.config["offsets.commit.timeout.ms"]
         codes = await asyncio.gather(*(broker.replicas.wait_for_isr(r, end, timeout_ms) for _, _, r, end in waits))
         for (parts, at, _r, _end), code in zip(waits, codes):
-            parts[at][1] = code
-    return make(cls, markers=tuple(
-        make(mcls, producer_id=pid, topics=tuple(
-            make(tcls, name=name, partitions=tuple(make(pcls, partition_index=p, error_code=code)
-                                                   for p, code in parts))
+            parts[at] = (parts[at][0], code)
+    return markers_resp.WriteTxnMarkersResponse(markers=tuple(
+        mcls(producer_id=pid, topics=tuple(
+            tcls(name=name, partitions=tuple(pcls(partition_index=p, error_code=code) for p, code in parts))
             for name, parts in topics))
         for pid, topics in out))

@@ -86,3 +86,17 @@ def test_a_null_array_of_entities_stays_null() -> None:
     assert p.aborted_transactions is None  # read_uncommitted: null, not an empty array
     (p,) = to_entity(answer((AbortedTransaction(producer_id=7, first_offset=3),)), FetchResponseV4).responses[0].partitions
     assert [(a.producer_id, a.first_offset) for a in p.aborted_transactions] == [(7, 3)]
+
+
+def test_a_null_array_stays_null() -> None:
+    from kio.schema.describe_client_quotas.v0.response import DescribeClientQuotasResponse as QuotasV0
+    from kio.schema.describe_client_quotas.v1.response import DescribeClientQuotasResponse as QuotasV1
+
+    from shoal.protocol.messages.describe_client_quotas_response import DescribeClientQuotasResponse
+
+    refused = DescribeClientQuotasResponse(error_code=ErrorCode.invalid_request, error_message="bad filter")
+    assert refused.entries is None  # a nullable array: null when the request was refused
+    for cls in (QuotasV0, QuotasV1):
+        entity = to_entity(refused, cls)
+        assert type(entity) is cls and entity.entries is None
+        assert decode_body(cls, encode_body(entity)) == entity
