@@ -30,11 +30,11 @@ from ...protocol.messages.fetch_response import (
     PartitionData,
 )
 from ...security.authz import READ, topic_allowed
-from ...security.serving import endpoint_on_request_listener
 from ..context import RequestContext
 from ..dispatch import api
 from ..fetch_service import FetchParams, PartitionRead
 from ..fetch_session import PartitionKey, SessionPartition
+from .leader_hints import current_leader, leader_endpoints
 
 _UNKNOWN_ID = PartitionRead(ErrorCode.unknown_topic_id)
 _NO_LEADER = LeaderIdAndEpoch()
@@ -86,21 +86,15 @@ def _leader_hints(ctx: RequestContext, results: list[tuple[PartitionKey, Partiti
         return {}, ()
     cluster = ctx.broker.cluster
     hints: dict[PartitionKey, LeaderIdAndEpoch] = {}
-    leaders: set[int] = set()
     for key, r in results:
         if r.error_code == ErrorCode.not_leader_or_follower:
-            view = cluster.partition(*key)
-            if view is not None and view.leader >= 0:
-                hints[key] = LeaderIdAndEpoch(leader_id=view.leader, leader_epoch=view.leader_epoch)
-                leaders.add(view.leader)
-    if not leaders or ctx.api_version < 16:  # NodeEndpoints from v16
+            leader = current_leader(cluster, *key)
+            if leader is not None:
+                hints[key] = LeaderIdAndEpoch(leader_id=leader[0], leader_epoch=leader[1])
+    if not hints or ctx.api_version < 16:  # NodeEndpoints from v16
         return hints, ()
-    endpoints = []
-    for b in cluster.brokers():
-        hp = endpoint_on_request_listener(b) if b.node_id in leaders else None  # the client's listener
-        if hp is not None:
-            endpoints.append(NodeEndpoint(node_id=b.node_id, host=hp[0], port=hp[1], rack=b.rack))
-    return hints, tuple(endpoints)
+    return hints, tuple(NodeEndpoint(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
+                        for e in leader_endpoints(cluster, (h.leader_id for h in hints.values())))
 
 
 def _partition_data(index: int, r: PartitionRead, leader: LeaderIdAndEpoch) -> PartitionData:

@@ -44,10 +44,10 @@ from ...protocol.messages.produce_response import (
 )
 from ...protocol.produce_response import write_one_partition, write_produce_response
 from ...security.authz import TRANSACTIONAL_ID, WRITE, allowed, topic_allowed
-from ...security.serving import endpoint_on_request_listener
 from ..context import RequestContext
 from ..dispatch import api
 from ..produce_service import PartitionResult, TopicInput, TopicResults, produce_service
+from .leader_hints import current_leader, leader_endpoints
 
 Answer = EncodedBody | ProduceResponse
 
@@ -168,21 +168,14 @@ def _leader_hints(cluster: ClusterMetadata,
     """KIP-951: the current leader of each NOT_LEADER_OR_FOLLOWER partition (by the id of
     its result) and the endpoints of the leaders named; None when no endpoint is named."""
     leaders: dict[int, LeaderIdAndEpoch] = {}
-    nodes: set[int] = set()
     for name, results in topic_results:
         for r in results:
             if r.error_code == ErrorCode.not_leader_or_follower:
-                view = cluster.partition(name, r.index)
-                if view is not None and view.leader >= 0:
-                    leaders[id(r)] = LeaderIdAndEpoch(leader_id=view.leader, leader_epoch=view.leader_epoch)
-                    nodes.add(view.leader)
-    if not nodes:
-        return None
-    endpoints = []
-    for b in cluster.brokers():
-        hp = endpoint_on_request_listener(b) if b.node_id in nodes else None  # the client's listener
-        if hp is not None:
-            endpoints.append(NodeEndpoint(node_id=b.node_id, host=hp[0], port=hp[1], rack=b.rack))
+                leader = current_leader(cluster, name, r.index)
+                if leader is not None:
+                    leaders[id(r)] = LeaderIdAndEpoch(leader_id=leader[0], leader_epoch=leader[1])
+    endpoints = tuple(NodeEndpoint(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
+                      for e in leader_endpoints(cluster, (h.leader_id for h in leaders.values())))
     if not endpoints:  # no endpoint to name: the partitions' errors go without hints
         return None
-    return leaders, tuple(endpoints)
+    return leaders, endpoints
