@@ -390,10 +390,18 @@ def request_checker(request_type: Any) -> Checker:
     def check(buf: bytes, pos: int) -> int:
         if type(buf) is not bytes:
             buf = bytes(buf)  # a memoryview has no count() for the strided check
-        try:
-            return walk(fn, buf, pos, len(buf))
+        end = len(buf)
+        try:  # the walk of ``walk`` written out: every request passes here
+            pos = fn(buf, pos, end)
+        except (IndexError, struct.error):
+            raise ProtocolViolation(f"{where}: body runs past the end of the frame") from None
         except _Unknown:
-            pass
+            return collect(buf, pos)
+        if pos > end:
+            raise ProtocolViolation(f"{where}: body runs {pos - end} bytes past the end of the frame")
+        return pos
+
+    def collect(buf: bytes, pos: int) -> int:
         # The same walk with its own namespace (calls may run in several threads at once)
         # whose tagged-field step collects the unknown fields.
         unknown: list[tuple[int, int, int]] = []
