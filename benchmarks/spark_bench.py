@@ -16,9 +16,10 @@ workers: the timed job is the sink's, as a plain producer's time is its own. The
 with Spark's FileSystem-based checkpoint manager (``--spark-conf
 spark.sql.streaming.checkpointFileManagerClass=...`` to choose another): Spark's default one
 spends about 80 ms more per micro-batch on a local directory, whatever the source. Before
-the share-group cases an untimed share stream of ``--share-warm-up`` micro-batches (10 by
-default) runs, as the untimed write does for the sink: Spark's JVM takes some tens of
-micro-batches to reach its steady speed. Each share case prints its figure over the whole
+the share-group cases an untimed one-partition share stream of ``--share-warm-up``
+micro-batches (100 by default) runs, as the untimed write does for the sink: Spark's JVM
+takes some tens of micro-batches to reach its steady speed (skipped when the first share
+case is the one-partition stream, which does the same). Each share case prints its figure over the whole
 run (the first micro-batch, the Python workers' start, included) and after the first
 micro-batch.
 """
@@ -172,8 +173,9 @@ def main() -> int:
     ap.add_argument("--record-locks", type=int,
                     help="the share groups' share.partition.max.record.locks (a group config, up to the brokers' "
                          "group.share.max.partition.max.record.locks, 4000 by default); default: the brokers' 2000")
-    ap.add_argument("--share-warm-up", type=int, default=10, metavar="BATCHES",
-                    help="micro-batches of an untimed 8-partition share stream before the measured ones (0: none)")
+    ap.add_argument("--share-warm-up", type=int, default=100, metavar="BATCHES",
+                    help="micro-batches of an untimed one-partition share stream before the measured ones, unless "
+                         "the first measured case is the one-partition stream (that run warms Spark up); 0: none")
     ap.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                     help="a Spark session setting; repeatable. The streaming queries' checkpoints use "
                          f"{FS_CHECKPOINTS.split('=')[1].rsplit('.', 1)[1]} unless "
@@ -257,16 +259,17 @@ def main() -> int:
             _plain_produce(bootstrap, read_topic, n, size)
 
         # Spark's JVM runs its per-micro-batch code faster after some tens of micro-batches (in
-        # a new session, the first 8-partition micro-batches after the first took 400-460 ms
-        # against about 260 ms later): an untimed stream first, as the sink's warm-up write.
-        if args.share_warm_up:
+        # a new session, the 8-partition micro-batches after the first took 270-460 ms against
+        # 220-260 ms once a hundred micro-batches had run): an untimed stream first, on one
+        # partition (one cap of records per micro-batch), as the sink's warm-up write.
+        if args.share_warm_up and not (1 in [int(x) for x in args.share_partitions.split(",")][:1]):
             warm = f"bench-warm-{stamp}"
-            _topic(bootstrap, warm, 8)
-            warm_n = args.share_warm_up * 8 * (args.record_locks or 2000)
+            _topic(bootstrap, warm, 1)
+            warm_n = args.share_warm_up * (args.record_locks or 2000)
             _plain_produce(bootstrap, warm, warm_n, size)
             t = time.perf_counter()
-            got, _, _ = _share_stream(spark, bootstrap, warm, f"bench-warm-{stamp}", 8, warm_n, work)
-            print(f"untimed warm-up: share-group stream, 8 partitions, {got} records in "
+            got, _, _ = _share_stream(spark, bootstrap, warm, f"bench-warm-{stamp}", 1, warm_n, work)
+            print(f"untimed warm-up: share-group stream, 1 partition, {got} records in "
                   f"{time.perf_counter() - t:.1f} s", flush=True)
 
         # the share-group source, default options, beside a plain ShareConsumer on the same topic
