@@ -41,6 +41,7 @@ lowered), which the caller decodes instead. Only such requests pay for it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import struct
 from collections.abc import Callable
 from functools import cache
@@ -50,6 +51,7 @@ from kio.serial._introspect import classify_field, get_field_tag, is_optional
 
 from ..errors import ProtocolViolation
 from .header import read_uvarint as _uv
+from .header import uvarint
 
 __all__ = ["UnknownTaggedFields", "check_request", "request_checker"]
 
@@ -81,60 +83,35 @@ class _Unknown(Exception):
     """An unknown tagged field met by the check (it then walks again, collecting them)."""
 
 
-def _tags(buf: bytes, pos: int, end: int, known: dict[int, Walker] | None, where: str) -> int:
-    """Step over a tagged-field section; check the known fields' values inside their sizes."""
+def _tags(buf: bytes, pos: int, end: int, known: dict[int, Walker] | None, where: str,
+          found: tuple[list[tuple[int, int, int]], list[tuple[int, int]]] | None = None) -> int:
+    """Step over a tagged-field section; check the known fields' values inside their sizes.
+
+    An unknown field stops the walk (``_Unknown``), unless ``found`` is given: then each
+    unknown field is noted in ``found[0]`` as (section start, field start, field end), and
+    each known field's value in ``found[1]`` as (start, end)."""
+    section = pos
     count, pos = _uv(buf, pos)
     if count * 2 > end - pos:
         raise ProtocolViolation(f"{where}: {count} tagged fields announced, {end - pos} bytes left")
     for _ in range(count):
+        start = pos
         tag, pos = _uv(buf, pos)
         size, pos = _uv(buf, pos)
         if size > end - pos:
             raise ProtocolViolation(f"{where}: tagged field {tag} of {size} bytes, {end - pos} bytes left")
         walk = known.get(tag) if known else None
         if walk is None:
-            raise _Unknown
-        if walk(buf, pos, pos + size) != pos + size:
-            raise ProtocolViolation(f"{where}: tagged field {tag} does not fill its {size} bytes")
+            if found is None:
+                raise _Unknown
+            found[0].append((section, start, pos + size))
+        else:
+            if walk(buf, pos, pos + size) != pos + size:
+                raise ProtocolViolation(f"{where}: tagged field {tag} does not fill its {size} bytes")
+            if found is not None:
+                found[1].append((pos, pos + size))
         pos += size
     return pos
-
-
-def _collecting_tags(unknown: list[tuple[int, int, int]], known_spans: list[tuple[int, int]]) -> Callable[..., int]:
-    """``_tags`` that notes each unknown field as (section start, field start, field end)
-    instead of stopping at it, and each known field's value as (start, end)."""
-
-    def tags(buf: bytes, pos: int, end: int, known: dict[int, Walker] | None, where: str) -> int:
-        section = pos
-        count, pos = _uv(buf, pos)
-        if count * 2 > end - pos:
-            raise ProtocolViolation(f"{where}: {count} tagged fields announced, {end - pos} bytes left")
-        for _ in range(count):
-            start = pos
-            tag, pos = _uv(buf, pos)
-            size, pos = _uv(buf, pos)
-            if size > end - pos:
-                raise ProtocolViolation(f"{where}: tagged field {tag} of {size} bytes, {end - pos} bytes left")
-            walk = known.get(tag) if known else None
-            if walk is None:
-                unknown.append((section, start, pos + size))
-            else:
-                if walk(buf, pos, pos + size) != pos + size:
-                    raise ProtocolViolation(f"{where}: tagged field {tag} does not fill its {size} bytes")
-                known_spans.append((pos, pos + size))
-            pos += size
-        return pos
-
-    return tags
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _without(buf: bytes, unknown: list[tuple[int, int, int]], known_spans: list[tuple[int, int]]) -> bytes:
@@ -149,7 +126,7 @@ def _without(buf: bytes, unknown: list[tuple[int, int, int]], known_spans: list[
     cuts: list[tuple[int, int, bytes]] = []  # (start, end, replacement), in order
     for section, n in lost.items():
         count, after = _uv(buf, section)
-        cuts.append((section, after, _uvarint(count - n)))
+        cuts.append((section, after, uvarint(count - n)))
     cuts.extend((start, end, b"") for _, start, end in unknown)
     cuts.sort()
     out = bytearray()
@@ -406,7 +383,7 @@ def request_checker(request_type: Any) -> Checker:
         # whose tagged-field step collects the unknown fields.
         unknown: list[tuple[int, int, int]] = []
         known_spans: list[tuple[int, int]] = []
-        collecting = dict(ns, _tags=_collecting_tags(unknown, known_spans))
+        collecting = dict(ns, _tags=functools.partial(_tags, found=(unknown, known_spans)))
         exec(code, collecting)  # noqa: S102 (as above)
         walk(collecting[top], buf, pos, len(buf))
         raise UnknownTaggedFields(_without(buf, unknown, known_spans))

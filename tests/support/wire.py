@@ -15,7 +15,7 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.serial import entity_reader, entity_writer
 
-__all__ = ["RawConnection", "request_bytes", "frame"]
+__all__ = ["RawConnection", "frame", "request_bytes"]
 
 _API_VERSIONS = 18
 
@@ -56,7 +56,7 @@ class RawConnection:
     def close(self) -> None:
         self.sock.close()
 
-    def __enter__(self) -> "RawConnection":
+    def __enter__(self) -> RawConnection:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -96,6 +96,21 @@ class RawConnection:
         assert pos + used == len(body), f"{len(body) - pos - used} bytes left after the response"
         return correlation_id, value
 
+    def read_canonical(self, api_key: int, api_version: int, correlation_id: int) -> Any:
+        """The next answer, decoded, after checking its correlation id, that its body is read
+        to the end, and that its bytes are exactly kio's encoding of the values read."""
+        body = self.read_frame()
+        assert body is not None, "the broker closed the connection instead of answering"
+        assert struct.unpack_from(">i", body)[0] == correlation_id
+        cls = load_response_schema(api_key, api_version)
+        pos = 4 + (1 if cls.__flexible__ and api_key != _API_VERSIONS else 0)
+        value, used = entity_reader(cls)(body, pos)
+        assert pos + used == len(body)
+        out = io.BytesIO()
+        entity_writer(cls)(out, value)
+        assert out.getvalue() == body[pos:], "the answer's bytes differ from kio's encoding of its values"
+        return value
+
     def request(self, entity: Any, correlation_id: int = 1) -> Any:
         self.send(request_bytes(entity, correlation_id))
         cid, response = self.read_response(type(entity).__api_key__, type(entity).__version__)
@@ -112,7 +127,7 @@ class RawConnection:
                     return True
         except (ConnectionResetError, BrokenPipeError):
             return True
-        except socket.timeout:
+        except TimeoutError:
             return False
 
 
