@@ -504,8 +504,7 @@ class Connection(asyncio.Protocol):
             self._quota_key, self._quota_limits = key, manager.limits(user, client_id)
         if not self._quota_limits:
             return None, request
-        return RequestQuota.begin(manager, self._quota_limits, ctx.api_key, ctx.api_version, body, request,
-                                  ctx.now_ms())
+        return RequestQuota.begin(manager, self._quota_limits, ctx.api_key, body, request, ctx.now_ms())
 
     def _encode_charged(self, ctx: RequestContext, response: Any, quota: RequestQuota) -> list[Any] | None:
         """``_encode``, charging the request's quotas: the answer carries the throttle time, a

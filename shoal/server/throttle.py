@@ -33,7 +33,7 @@ from typing import Any
 from ..errors import ErrorCode
 from ..protocol.codec import EncodedBody, EncodedPieces
 from ..protocol.entities import has_field, make
-from ..protocol.messages.fetch_request import FetchRequest
+from ..security.access import replica_id
 from ..security.quotas import (
     CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,
@@ -49,11 +49,6 @@ EXEMPT_APIS = frozenset({17, 18, 36, 83, 84, 85, 86, 87})
 _I32 = struct.Struct(">i")
 
 
-def _replica_id(request: FetchRequest, version: int) -> int:
-    """The fetching replica: ReplicaId up to Fetch v14, ReplicaState's from v15 (-1: a consumer)."""
-    return int(request.replica_state.replica_id if version >= 15 else request.replica_id)
-
-
 class RequestQuota:
     """One request's quotas: the limits that apply to it, its handler time, its throttle time."""
 
@@ -67,10 +62,10 @@ class RequestQuota:
         self.busy_s = 0.0
 
     @classmethod
-    def begin(cls, manager: QuotaManager, limits: dict[str, Any], api_key: int, api_version: int, body: bytes,
-              request: Any, now_ms: int) -> tuple[RequestQuota | None, Any]:
+    def begin(cls, manager: QuotaManager, limits: dict[str, Any], api_key: int, body: bytes, request: Any,
+              now_ms: int) -> tuple[RequestQuota | None, Any]:
         """The request's quota state (None: nothing to charge) and the request to handle."""
-        if api_key == FETCH and _replica_id(request, api_version) >= 0:
+        if api_key == FETCH and replica_id(request) >= 0:  # a follower's Fetch is never charged
             return None, request
         wanted = REQUEST_PERCENTAGE in limits or (api_key == PRODUCE and PRODUCER_BYTE_RATE in limits) or (
             api_key in (FETCH, SHARE_FETCH) and CONSUMER_BYTE_RATE in limits)

@@ -36,5 +36,5 @@ def test_a_followers_fetch_is_not_charged_and_a_consumers_is(version: int) -> No
     manager = QuotaManager()
     follower = fetch(version, replica=2)
     consumer = fetch(version, replica=-1)
-    assert RequestQuota.begin(manager, LIMITS, 1, version, b"", follower, 0)[0] is None
-    assert RequestQuota.begin(manager, LIMITS, 1, version, b"", consumer, 0)[0] is not None
+    assert RequestQuota.begin(manager, LIMITS, 1, b"", follower, 0)[0] is None
+    assert RequestQuota.begin(manager, LIMITS, 1, b"", consumer, 0)[0] is not None
