@@ -27,17 +27,37 @@ from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema
 
 from .messages import MODULES
 
-__all__ = ["fill_absent", "to_entity"]
+__all__ = ["fill_absent", "is_entity", "schema_versions", "to_entity"]
+
+MAX_VERSION = 40
+"""Above any API version kio has."""
+
+
+def schema_versions(api_key: int, load: Callable[[int, int], type]) -> list[type]:
+    """kio's classes of every version of an API, oldest first (``load``: kio's
+    ``load_request_schema`` or ``load_response_schema``)."""
+    found = []
+    for v in range(MAX_VERSION):
+        try:
+            found.append(load(api_key, v))
+        except (UnknownAPIKey, UnknownEntity):
+            continue
+    return found
+
+
+def is_entity(tp: Any) -> bool:
+    """Whether ``tp`` is a kio entity class (or a view's dataclass)."""
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
 
 
 def _nested(tp: Any) -> tuple[type | None, bool]:
     """The entity class a field holds, and whether it holds a tuple of them."""
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+    if is_entity(tp):
         return tp, False
     origin = typing.get_origin(tp)
     if origin is tuple:
         inner = typing.get_args(tp)[0]
-        if dataclasses.is_dataclass(inner) and isinstance(inner, type):
+        if is_entity(inner):
             return inner, True
         return None, False
     for a in typing.get_args(tp):
@@ -60,7 +80,8 @@ def _entities(cls: type, seen: dict[str, type]) -> dict[str, type]:
 @cache
 def fill_absent(request_type: type) -> None:
     """Give ``request_type`` and its nested classes every field of the request's view."""
-    stem = MODULES.get(int(request_type.__api_key__))  # type: ignore[attr-defined]
+    api_key = int(request_type.__api_key__)  # type: ignore[attr-defined]
+    stem = MODULES.get(api_key)
     if stem is None:
         return
     defaults: dict[str, dict[str, object]] = importlib.import_module(f"{__package__}.messages.{stem}_request").DEFAULTS
@@ -68,17 +89,12 @@ def fill_absent(request_type: type) -> None:
         have = {f.name for f in dataclasses.fields(cls)}
         for field, value in defaults.get(name, {}).items():
             if field not in have:
-                setattr(cls, field, _entity_default(int(request_type.__api_key__), name, field)  # type: ignore[attr-defined]
-                        if value is ... else value)
+                setattr(cls, field, _entity_default(api_key, name, field) if value is ... else value)
 
 
 def _entity_default(api_key: int, owner: str, field: str) -> object:
     """A nested entity's default (``...`` in DEFAULTS): kio's, from a version that has the field."""
-    for version in range(40, -1, -1):
-        try:
-            cls = load_request_schema(api_key, version)
-        except (UnknownAPIKey, UnknownEntity):
-            continue
+    for cls in reversed(schema_versions(api_key, load_request_schema)):
         entity = _entities(cls, {}).get(owner)
         if entity is None:
             continue
