@@ -9,6 +9,7 @@ addresses, error messages). Share-group APIs first.
 
 from __future__ import annotations
 
+import struct
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,11 +18,14 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from kio.schema.errors import ErrorCode
+from kio.schema.produce.v9 import request as produce9
 
+from shoal.protocol.batch import build_batch
 from shoal.protocol.entities import make, ms, sub
 from tests.reference.differential import Side, normalize
 from tests.support.clients import admin_client, create_topic, produce_all, producer
 from tests.support.kafka_ref import KafkaBroker
+from tests.support.wire import RawConnection, request_bytes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -385,5 +389,33 @@ def test_list_offsets_and_offset_commit_fetch(sides) -> None:
             ("commit with an unknown member", offset_commit(conn, "diff-oc", TOPIC, {0: 1}, member="x", generation=3)),
             ("fetch of an unknown group", offset_fetch(conn, "diff-no-group", TOPIC)),
         ]
+
+    assert_same(sides, scenario)
+
+
+
+def test_tagged_fields_a_version_lacks_are_skipped(sides) -> None:
+    """A Produce v9 whose partition and request carry tagged fields the schema does not
+    know: Kafka's reader skips them and answers; so does shoal (kio alone refuses it)."""
+
+    def scenario(side: Side) -> list[tuple[str, Any]]:
+        create_topic(side.bootstrap, "diff-tags", 1)
+        answers = []
+        with RawConnection(side.bootstrap) as conn:
+            for i, tags in enumerate((b"\x00\x00\x00", b"\x01\x04\x02hi\x00\x02\x07\x00\x0c\x03abc")):
+                entity = produce9.ProduceRequest(
+                    transactional_id=None, acks=-1, timeout=ms(10_000), topic_data=(produce9.TopicProduceData(
+                        name="diff-tags", partition_data=(produce9.PartitionProduceData(index=0, records=build_batch(
+                            [(None, b"tagged-%d" % i, [], 1_700_000_000_000)])),)),))
+                frame = bytearray(request_bytes(entity, correlation_id=i + 1))
+                # Produce v9 ends with the partition's, the topic's and the request's
+                # tagged-field counts (0 each): the second request gives the partition
+                # tag 4 and the request tags 7 and 12.
+                assert frame[-3:] == b"\x00\x00\x00"
+                frame[-3:] = tags
+                frame[:4] = struct.pack(">i", len(frame) - 4)
+                conn.send(bytes(frame))
+                answers.append((f"produce {i}", conn.read_response(0, 9)))
+        return answers
 
     assert_same(sides, scenario)
